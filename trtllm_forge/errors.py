@@ -1,0 +1,52 @@
+"""The two kinds of failure the CLI reports, and how they map to exit codes.
+
+Exit codes: 0 success; 2 usage or configuration error; 1 a step failed at run time.
+Messages are one line: `<where>: <what is wrong>; <what would be valid>`.
+"""
+
+from __future__ import annotations
+
+import click
+
+
+class ForgeError(click.ClickException):
+    """Base of every error the CLI reports as one line without a traceback."""
+
+    exit_code = 1
+
+    def __init__(self, where: str, problem: str, valid: str | None = None):
+        self.where = where
+        self.problem = problem
+        self.valid = valid
+        message = f"{where}: {problem}" if where else problem
+        if valid:
+            message += f"; {valid}"
+        super().__init__(message)
+
+    def show(self, file=None) -> None:  # noqa: D401 - click API
+        click.echo(f"error: {self.format_message()}", err=True, file=file)
+
+
+class ConfigError(ForgeError):
+    """Bad input: invalid YAML, value, flag or combination (exit 2)."""
+
+    exit_code = 2
+
+
+class StepError(ForgeError):
+    """A step failed at run time: subprocess, server, timeout (exit 1)."""
+
+    exit_code = 1
+
+
+class ConfigErrors(ConfigError):
+    """Several configuration problems found at once; shown one per line."""
+
+    def __init__(self, errors: list[ConfigError]):
+        self.errors = errors
+        first = errors[0]
+        super().__init__(first.where, first.problem, first.valid)
+
+    def show(self, file=None) -> None:
+        for err in self.errors:
+            err.show(file=file)
