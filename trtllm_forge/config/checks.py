@@ -356,7 +356,8 @@ def gather_logits_needs_trtllm(ctx: CheckContext) -> Iterator[ConfigError]:
 @rule
 def builtin_source_known(ctx: CheckContext) -> Iterator[ConfigError]:
     source = ctx.config.model.source
-    if "/" not in source and "." not in source and source not in BUILTIN_SOURCES:
+    looks_like_a_name = "/" not in source and "." not in source
+    if looks_like_a_name and source not in BUILTIN_SOURCES and not ctx.config.resolve_path(source).exists():
         yield ConfigError(
             "model.source",
             f"{source!r} is neither a path nor a built-in model",

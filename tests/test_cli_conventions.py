@@ -1,0 +1,93 @@
+"""CLI conventions every command must keep: lazy imports, exit codes, one-line errors, --help everywhere."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import CONFIGS, run_cli
+from trtllm_forge.cli import cli
+
+HEAVY_MODULES = ["torch", "transformers", "openvino", "openvino_genai", "tensorrt_llm", "tensorrt", "optimum", "tritonclient"]
+
+BLOCKER = f"""
+import sys
+BLOCKED = {HEAVY_MODULES!r}
+class Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in BLOCKED:
+            raise ImportError(f'blocked for this test: {{name}}')
+        return None
+sys.meta_path.insert(0, Blocker())
+from trtllm_forge.cli import main
+sys.argv = ['trtllm-forge'] + sys.argv[1:]
+main()
+"""
+
+
+def run_blocked(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", BLOCKER, *args], capture_output=True, text=True, timeout=120)
+
+
+def all_command_paths() -> list[list[str]]:
+    paths = []
+
+    def walk(group, prefix):
+        for name, command in group.commands.items():
+            paths.append([*prefix, name])
+            if hasattr(command, "commands"):
+                walk(command, [*prefix, name])
+
+    walk(cli, [])
+    return paths
+
+
+def test_help_without_heavy_modules():
+    result = run_blocked("--help")
+    assert result.returncode == 0, result.stderr
+    assert "config" in result.stdout
+
+
+@pytest.mark.parametrize("path", all_command_paths(), ids=lambda p: " ".join(p))
+def test_every_command_help_without_heavy_modules(path):
+    result = run_blocked(*path, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "Usage:" in result.stdout
+
+
+def test_config_commands_without_heavy_modules():
+    cfg = str(CONFIGS / "smollm2-cpu.yaml")
+    for args in (["config", "validate", cfg], ["config", "show", cfg, "--json"], ["config", "schema"]):
+        result = run_blocked(*args)
+        assert result.returncode == 0, (args, result.stderr)
+    shown = run_blocked("config", "show", cfg, "--json")
+    assert json.loads(shown.stdout)["name"] == "smollm2-cpu"
+
+
+def test_unknown_command_is_usage_error():
+    result = run_cli("frobnicate")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: usage:")
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_flag_is_usage_error():
+    result = run_cli("config", "validate", "--no-such-flag", str(CONFIGS / "smollm2-cpu.yaml"))
+    assert result.returncode == 2
+    assert "no-such-flag" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_version_json():
+    result = run_cli("version", "--json")
+    assert result.returncode == 0
+    doc = json.loads(result.stdout)
+    assert doc["trtllm-forge"]
+    assert "tensorrt_llm" in doc["components"]
+
+
+def test_module_entry_point_matches_console_script():
+    result = subprocess.run([sys.executable, "-m", "trtllm_forge", "--version"], capture_output=True, text=True)
+    assert result.returncode == 0 and "trtllm-forge" in result.stdout
