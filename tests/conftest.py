@@ -40,3 +40,291 @@ def write_config(tmp_path):
         return path
 
     return _write
+
+
+# ---- Triton servers (helper D): tiny python-backend repositories and a session-scoped server launcher ----
+
+_ECHO_CONFIG = """backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_STRING dims: [ -1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+_ECHO_MODEL = """import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", data)]))
+        return responses
+"""
+# Decoupled: streams `text_input` back one word per response (or all at once when stream is false),
+# stopping after max_tokens words: the ensemble's text contract in miniature.
+_STREAM_CONFIG = """backend: "python"
+max_batch_size: 1
+model_transaction_policy { decoupled: true }
+input [
+  { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "max_tokens" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "stream" data_type: TYPE_BOOL dims: [ 1 ] optional: true }
+]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+_STREAM_MODEL = """import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            text = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1)[0].decode()
+            limit = int(pb_utils.get_input_tensor_by_name(request, "max_tokens").as_numpy().reshape(-1)[0])
+            flag = pb_utils.get_input_tensor_by_name(request, "stream")
+            stream = bool(flag.as_numpy().reshape(-1)[0]) if flag is not None else False
+            words = [w + " " for w in text.split()][:limit]
+            pieces = words if stream else ["".join(words)]
+            for piece in pieces:
+                out = pb_utils.Tensor("text_output", np.array([[piece.encode()]], dtype=np.object_))
+                sender.send(pb_utils.InferenceResponse([out]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+_BROKEN_MODEL = """import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("forge-test: this model refuses to load")
+
+    def execute(self, requests):
+        return []
+"""
+
+
+def write_tiny_repository(root: Path, broken: bool = False) -> Path:
+    """A Triton repository of python-backend models: `echo` (plain) and `words` (decoupled, streaming);
+    with broken=True also `broken`, whose initialize raises."""
+    models = {"echo": (_ECHO_CONFIG, _ECHO_MODEL), "words": (_STREAM_CONFIG, _STREAM_MODEL)}
+    if broken:
+        models["broken"] = (_ECHO_CONFIG, _BROKEN_MODEL)
+    for name, (config, code) in models.items():
+        (root / name / "1").mkdir(parents=True, exist_ok=True)
+        (root / name / "config.pbtxt").write_text(config)
+        (root / name / "1" / "model.py").write_text(code)
+    return root
+
+
+def forge_test_config(**triton):
+    """A minimal ForgeConfig for serving tests: free ports (0) on 127.0.0.1 unless overridden."""
+    from trtllm_forge.config import ForgeConfig
+
+    return ForgeConfig(
+        name="deploy-test",
+        model={"source": "smollm2-135m"},
+        engine={"backend": "openvino"},
+        triton={"http_port": 0, "grpc_port": 0, "metrics_port": 0, "bind_address": "127.0.0.1", **triton},
+        deploy={"ready_timeout_s": 120},
+    )
+
+
+@pytest.fixture(scope="session")
+def triton_launcher(tmp_path_factory):
+    """Start real Triton servers for the session: `start(repository, config=None, workdir=None) -> Deployment`.
+
+    Every server started through it is stopped at the end of the session (also when a test fails).
+    """
+    from trtllm_forge.deploy import start_server, stop_server
+
+    started = []
+
+    def start(repository: Path, config=None, workdir: Path | None = None):
+        workdir = workdir or tmp_path_factory.mktemp("triton-wd")
+        deployment = start_server(config or forge_test_config(), workdir, Path(repository))
+        started.append(deployment)
+        return deployment
+
+    yield start
+    for deployment in started:
+        stop_server(deployment, quiet=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_triton(triton_launcher, tmp_path_factory):
+    """One running server on the tiny repository (`echo`, `words`), shared by the session."""
+    return triton_launcher(write_tiny_repository(tmp_path_factory.mktemp("tiny-repo")))
+
+
+# ---- CPU engine (helper C): the imported checkpoint, OpenVINO engines, and a server running the CPU
+# `tensorrt_llm` model from a minimal repository of our own (same tensor contract as the rendered one) ----
+
+CPU_ENGINE_MODEL = REPO / "model_repo_templates" / "cpu" / "tensorrt_llm" / "model.py"
+
+_TRTLLM_INPUTS = [
+    # name, type, dims, reshape-to-scalar
+    ("input_ids", "TYPE_INT32", "[ -1 ]", False),
+    ("input_lengths", "TYPE_INT32", "[ 1 ]", True),
+    ("request_output_len", "TYPE_INT32", "[ 1 ]", True),
+    ("end_id", "TYPE_INT32", "[ 1 ]", True),
+    ("pad_id", "TYPE_INT32", "[ 1 ]", True),
+    ("streaming", "TYPE_BOOL", "[ 1 ]", True),
+    ("beam_width", "TYPE_INT32", "[ 1 ]", True),
+    ("num_return_sequences", "TYPE_INT32", "[ 1 ]", True),
+    ("temperature", "TYPE_FP32", "[ 1 ]", True),
+    ("runtime_top_k", "TYPE_INT32", "[ 1 ]", True),
+    ("runtime_top_p", "TYPE_FP32", "[ 1 ]", True),
+    ("seed", "TYPE_UINT64", "[ 1 ]", True),
+    ("min_tokens", "TYPE_INT32", "[ 1 ]", True),
+    ("repetition_penalty", "TYPE_FP32", "[ 1 ]", True),
+    ("stop_words_list", "TYPE_INT32", "[ 2, -1 ]", False),
+    ("bad_words_list", "TYPE_INT32", "[ 2, -1 ]", False),
+    ("exclude_input_in_output", "TYPE_BOOL", "[ 1 ]", True),
+    ("return_log_probs", "TYPE_BOOL", "[ 1 ]", True),
+    ("return_perf_metrics", "TYPE_BOOL", "[ 1 ]", True),
+    ("return_num_input_tokens", "TYPE_BOOL", "[ 1 ]", True),
+    ("return_num_output_tokens", "TYPE_BOOL", "[ 1 ]", True),
+    ("stop", "TYPE_BOOL", "[ 1 ]", True),
+]
+_TRTLLM_OUTPUTS = [
+    ("output_ids", "TYPE_INT32", "[ -1, -1 ]"),
+    ("sequence_length", "TYPE_INT32", "[ -1 ]"),
+    ("cum_log_probs", "TYPE_FP32", "[ -1 ]"),
+    ("output_log_probs", "TYPE_FP32", "[ -1, -1 ]"),
+    ("batch_index", "TYPE_INT32", "[ 1 ]"),
+    ("sequence_index", "TYPE_INT32", "[ 1 ]"),
+    ("arrival_time_ns", "TYPE_INT64", "[ 1 ]"),
+    ("first_scheduled_time_ns", "TYPE_INT64", "[ 1 ]"),
+    ("first_token_time_ns", "TYPE_INT64", "[ 1 ]"),
+    ("last_token_time_ns", "TYPE_INT64", "[ 1 ]"),
+    ("kv_cache_alloc_new_blocks", "TYPE_INT32", "[ 1 ]"),
+    ("kv_cache_reused_blocks", "TYPE_INT32", "[ 1 ]"),
+    ("kv_cache_alloc_total_blocks", "TYPE_INT32", "[ 1 ]"),
+    ("num_input_tokens", "TYPE_INT32", "[ 1 ]"),
+    ("num_output_tokens", "TYPE_INT32", "[ 1 ]"),
+]
+
+
+def cpu_engine_model_config(engine_dir: Path, max_batch_size: int = 16, kv_tokens: int = 32768, **params) -> str:
+    """A config.pbtxt for the CPU `tensorrt_llm` model with TensorRT-LLM's tensor names, types and dims."""
+    lines = [
+        'name: "tensorrt_llm"',
+        'backend: "python"',
+        f"max_batch_size: {max_batch_size}",
+        "model_transaction_policy { decoupled: true }",
+        "dynamic_batching { }",
+        "instance_group [ { count: 1, kind: KIND_CPU } ]",
+    ]
+    for name, dtype, dims, scalar in _TRTLLM_INPUTS:
+        extra = " reshape: { shape: [ ] }" if scalar else " allow_ragged_batch: true"
+        optional = "" if name in ("input_lengths", "request_output_len") else " optional: true"
+        lines.append(f'input {{ name: "{name}" data_type: {dtype} dims: {dims}{extra}{optional} }}')
+    for name, dtype, dims in _TRTLLM_OUTPUTS:
+        lines.append(f'output {{ name: "{name}" data_type: {dtype} dims: {dims} }}')
+    values = {
+        "gpt_model_path": str(engine_dir),
+        "max_tokens_in_paged_kv_cache": str(kv_tokens),
+        "enable_kv_cache_reuse": "false",
+        "exclude_input_in_output": "true",
+        "max_beam_width": "1",
+        "batch_scheduler_policy": "guaranteed_no_evict",
+        "max_queue_size": "0",
+        **{k: str(v) for k, v in params.items()},
+    }
+    for key, value in values.items():
+        lines.append(f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}')
+    return "\n".join(lines) + "\n"
+
+
+def write_cpu_engine_repository(root: Path, engine_dir: Path, **params) -> Path:
+    model_dir = root / "tensorrt_llm"
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.pbtxt").write_text(cpu_engine_model_config(engine_dir, **params))
+    (model_dir / "1" / "model.py").write_text(CPU_ENGINE_MODEL.read_text())
+    return root
+
+
+def cpu_test_config(**sections):
+    """The embedded default's settings, with free ports, for the engine tests."""
+    from trtllm_forge.config import load_config
+
+    config = load_config(CONFIGS / "smollm2-cpu.yaml")
+    data = config.model_dump(mode="json")
+    data["triton"].update({"http_port": 0, "grpc_port": 0, "metrics_port": 0, "bind_address": "127.0.0.1"})
+    data["deploy"]["ready_timeout_s"] = 180
+    for section, values in sections.items():
+        data[section].update(values)
+    from trtllm_forge.config import ForgeConfig
+
+    return ForgeConfig.model_validate({**data, "config_dir": str(CONFIGS)})
+
+
+@pytest.fixture(scope="session")
+def smollm2_checkpoint(tmp_path_factory) -> Path:
+    """The built-in SmolLM2-135M imported to a Hugging Face directory (the import stage, run once).
+
+    FORGE_TEST_CHECKPOINT points at an existing checkpoint directory to skip the import while developing.
+    """
+    existing = os.environ.get("FORGE_TEST_CHECKPOINT")
+    if existing:
+        return Path(existing)
+    from trtllm_forge.importer.stage import checkpoint_dir_of, import_checkpoint
+
+    workdir = tmp_path_factory.mktemp("import-wd")
+    return checkpoint_dir_of(import_checkpoint(cpu_test_config(), workdir))
+
+
+@pytest.fixture(scope="session")
+def cpu_engine_fp32(smollm2_checkpoint, tmp_path_factory):
+    """(workdir, StageResult) of an fp32 OpenVINO build of the checkpoint."""
+    from trtllm_forge.builders.openvino import build_engine
+
+    workdir = tmp_path_factory.mktemp("build-fp32")
+    return workdir, build_engine(cpu_test_config(), workdir, smollm2_checkpoint)
+
+
+@pytest.fixture(scope="session")
+def cpu_engine_server(cpu_engine_fp32, triton_launcher, tmp_path_factory):
+    """A real Triton server running the CPU `tensorrt_llm` model on the fp32 engine."""
+    workdir, result = cpu_engine_fp32
+    repository = write_cpu_engine_repository(tmp_path_factory.mktemp("cpu-repo"), Path(result.manifest["outputs"]["engine_dir"]))
+    return triton_launcher(repository, config=cpu_test_config())
+
+
+@pytest.fixture(scope="session")
+def transformers_greedy(smollm2_checkpoint):
+    """greedy(ids, max_new_tokens) -> generated ids, from transformers on the same checkpoint (fp32)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(smollm2_checkpoint), dtype=torch.float32)
+    model.eval()
+
+    def greedy(ids: list[int], max_new_tokens: int) -> list[int]:
+        with torch.no_grad():
+            out = model.generate(
+                torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=model.config.eos_token_id,
+            )
+        return out[0, len(ids):].tolist()
+
+    return greedy
+
+
+# ---- Model import (helper A): the built-in SmolLM2 imported once per session through the real CLI ----
+
+
+@pytest.fixture(scope="session")
+def imported_smollm2(tmp_path_factory) -> Path:
+    """`trtllm-forge import configs/smollm2-cpu.yaml` into a session workdir; returns the checkpoint dir
+    (<workdir>/import/checkpoint; the workdir is its grandparent)."""
+    workdir = tmp_path_factory.mktemp("imported-smollm2")
+    proc = run_cli("import", str(CONFIGS / "smollm2-cpu.yaml"), "--workdir", str(workdir))
+    assert proc.returncode == 0, proc.stderr
+    checkpoint = workdir / "import" / "checkpoint"
+    assert (checkpoint / "model.safetensors").is_file(), proc.stderr
+    return checkpoint

@@ -19,6 +19,12 @@ from trtllm_forge.errors import ConfigError, ForgeError
 COMMANDS: list[tuple[str, str]] = [
     ("trtllm_forge.commands.config_cmd", "config_group"),
     ("trtllm_forge.commands.version_cmd", "version"),
+    ("trtllm_forge.commands.bench_cmd", "bench_group"),
+    ("trtllm_forge.commands.render_cmd", "render"),
+    ("trtllm_forge.commands.import_cmd", "import_model"),
+    ("trtllm_forge.commands.plan_cmd", "plan"),
+    ("trtllm_forge.commands.deploy_cmd", "deploy_group"),
+    ("trtllm_forge.commands.build_cmd", "build_engine"),
 ]
 
 

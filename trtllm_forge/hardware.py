@@ -1,11 +1,19 @@
-"""The hardware table shipped with the package (data/hardware.json)."""
+"""The hardware table shipped with the package (data/hardware.json).
+
+The `cpu` entry is a placeholder until `trtllm-forge plan --measure-host` stores this machine's measured
+numbers in a user-writable file (`host_profile_path()`); from then on the table returns the measured entry.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
+
+HOST_PROFILE_ENV = "TRTLLM_FORGE_CPU_PROFILE"
 
 
 @dataclass(frozen=True)
@@ -20,16 +28,42 @@ class Device:
     compute_capability: float | None
     nvlink_gb_s: float | None
     source: str
+    # Only measured CPU entries carry these: CPUs run the unquantized model in fp32.
+    fp32_tflops: float | None = None
+    measured_at: str | None = None
 
     @property
     def is_gpu(self) -> bool:
         return self.compute_capability is not None
 
 
+def host_profile_path() -> Path:
+    """Where `plan --measure-host` keeps the measured cpu entry (overridable for tests)."""
+    override = os.environ.get(HOST_PROFILE_ENV)
+    if override:
+        return Path(override).expanduser()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "trtllm-forge" / "hardware-cpu.json"
+
+
+def _measured_cpu() -> dict | None:
+    path = host_profile_path()
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    known = {f.name for f in fields(Device)} - {"name"}
+    return {k: v for k, v in raw.items() if k in known} if isinstance(raw, dict) else None
+
+
 @lru_cache(maxsize=1)
 def hardware_table() -> dict[str, Device]:
     raw = json.loads(resources.files("trtllm_forge").joinpath("data/hardware.json").read_text())
-    return {name: Device(name=name, **fields) for name, fields in raw["devices"].items()}
+    devices = raw["devices"]
+    measured = _measured_cpu()
+    if measured:
+        devices = {**devices, "cpu": {**devices["cpu"], **measured}}
+    return {name: Device(name=name, **entry) for name, entry in devices.items()}
 
 
 def find_device(name: str) -> Device | None:

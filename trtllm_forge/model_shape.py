@@ -72,7 +72,10 @@ def shape_from_checkpoint_dir(directory: Path) -> ModelShape | None:
     config_file = directory / "config.json"
     if not config_file.is_file():
         return None
-    return ModelShape.from_hf_config(json.loads(config_file.read_text()), origin=str(config_file))
+    try:
+        return ModelShape.from_hf_config(json.loads(config_file.read_text()), origin=str(config_file))
+    except (ValueError, KeyError, TypeError):
+        return None  # incomplete or invalid config.json: shape unknown; `import` reports what is wrong
 
 
 def resolve_shape(source: Path | str, model_name: str | None) -> ModelShape | None:

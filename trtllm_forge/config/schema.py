@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -277,11 +277,23 @@ class DeployConfig(Section):
 
 
 class BenchWorkload(Section):
-    name: str = Field(description="Workload name, used in reports.")
-    concurrency: list[int] = Field(default_factory=lambda: [1], description="Closed-loop concurrencies to sweep.")
-    num_requests: int = Field(default=32, ge=1, description="Requests per sweep point.")
-    input_len: int = Field(default=128, ge=1, description="Prompt tokens.")
-    output_len: int = Field(default=64, ge=1, description="Output tokens.")
+    name: str = Field(description="Workload name, used in reports and as the output folder <workdir>/bench/<name>.")
+    target: Literal["triton-grpc", "triton-grpc-tokens", "triton-http", "openai"] = Field(
+        default="triton-grpc", description="Endpoint kind the workload is sent to."
+    )
+    concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1], description="Closed-loop concurrencies to sweep.")
+    request_rate: list[Annotated[float, Field(gt=0)]] = Field(
+        default_factory=list, description="Open-loop request rates (requests/s) to sweep; used instead of concurrency when concurrency is empty."
+    )
+    arrival: Literal["constant", "poisson", "gamma"] = Field(default="poisson", description="Open-loop arrival process.")
+    num_requests: int = Field(default=32, ge=1, description="Measured requests per sweep point.")
+    duration_s: float | None = Field(default=None, gt=0, description="Stop sending after this many seconds per sweep point.")
+    warmup_requests: int = Field(default=2, ge=0, description="Warm-up requests (distinct prompts), excluded from the results.")
+    input_len: int | str = Field(default=128, description="Prompt tokens: MEAN, 'MEAN:STD' or 'LO..HI'.")
+    output_len: int | str = Field(default=64, description="Output tokens: MEAN, 'MEAN:STD' or 'LO..HI'.")
+    dataset: str | None = Field(default=None, description="JSONL {prompt|input_ids, output_tokens} or ShareGPT file instead of synthetic prompts.")
+    seed: int = Field(default=0, description="Seed for prompts, lengths and arrivals.")
+    slo_ms: dict[Literal["ttft", "tpot", "e2e"], float] = Field(default_factory=dict, description="Goodput SLOs in ms.")
 
 
 class BenchConfig(Section):

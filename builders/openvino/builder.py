@@ -1,0 +1,142 @@
+"""The `build` stage on CPU: export the imported checkpoint to OpenVINO IR with optimum-intel, then write the
+TensorRT-LLM-shaped engine config.json beside it. Output: <workdir>/build/engine/."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from trtllm_forge.builders.openvino import engine_json
+from trtllm_forge.builders.openvino.plan import (
+    HF_TOKENIZER_FILES,
+    IR_FILES,
+    TOKENIZER_IR_FILES,
+    ExportPlan,
+    plan_export,
+)
+from trtllm_forge.config import ForgeConfig
+from trtllm_forge.engine_config import ENGINE_CONFIG
+from trtllm_forge.errors import ConfigError, StepError
+from trtllm_forge.stages import StageRecorder, StageResult, run_stage
+
+STAGE = "build"
+ENGINE_SUBDIR = "engine"
+EXPORT_TIMEOUT_S = 3600
+# Packages whose versions change what the export produces (part of the stage's input hash).
+TOOL_PACKAGES = ("openvino", "openvino-genai", "openvino-tokenizers", "optimum", "optimum-intel", "nncf", "transformers", "torch")
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def tool_versions() -> dict[str, str]:
+    return {name: _version(name) for name in TOOL_PACKAGES}
+
+
+def genai_version() -> str:
+    return _version("openvino-genai")
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """What `build-engine` would do: printed by --dry-run, executed by build_engine."""
+
+    checkpoint_dir: Path
+    engine_dir: Path
+    export: ExportPlan
+
+    @property
+    def files(self) -> list[Path]:
+        names = [*IR_FILES, *TOKENIZER_IR_FILES, ENGINE_CONFIG, engine_json.HF_CONFIG_COPY, "tokenizer.json", "tokenizer_config.json"]
+        return [self.engine_dir / n for n in names] + [self.engine_dir.parent / "manifest.json"]
+
+    def to_json(self) -> dict:
+        return {
+            "stage": STAGE,
+            "backend": "openvino",
+            "checkpoint_dir": str(self.checkpoint_dir),
+            "engine_dir": str(self.engine_dir),
+            "commands": [self.export.argv],
+            "files": [str(f) for f in self.files],
+            "export": self.export.to_json(),
+        }
+
+
+def plan_build(config: ForgeConfig, workdir: Path, checkpoint_dir: Path) -> BuildPlan:
+    engine_dir = workdir / STAGE / ENGINE_SUBDIR
+    return BuildPlan(checkpoint_dir, engine_dir, plan_export(config, checkpoint_dir, engine_dir))
+
+
+def _hash_values(config: ForgeConfig, plan: ExportPlan) -> dict:
+    export = plan.to_json()
+    export.pop("argv")  # holds paths; the meaningful parts are the fields beside it
+    return {
+        "export": export,
+        "engine": config.engine.model_dump(mode="json"),
+        "quantization": config.quantization.model_dump(mode="json"),
+        "model_dtype": config.model.dtype,
+        "trust_remote_code": config.model.trust_remote_code,
+        "tools": tool_versions(),
+    }
+
+
+def _check_checkpoint(checkpoint_dir: Path) -> None:
+    if not (checkpoint_dir / "config.json").is_file():
+        raise ConfigError(
+            "build.checkpoint",
+            f"{checkpoint_dir} holds no Hugging Face checkpoint (config.json missing)",
+            "run `trtllm-forge import CONFIG` first, or pass --checkpoint DIR",
+        )
+
+
+def _copy_tokenizer_files(checkpoint_dir: Path, engine_dir: Path) -> None:
+    for name in HF_TOKENIZER_FILES:
+        src = checkpoint_dir / name
+        if src.is_file() and not (engine_dir / name).exists():
+            shutil.copy2(src, engine_dir / name)
+
+
+def _check_export(engine_dir: Path) -> None:
+    missing = [n for n in (*IR_FILES, *TOKENIZER_IR_FILES, "config.json") if not (engine_dir / n).is_file()]
+    if missing:
+        raise StepError(f"{STAGE}.export", f"the export did not write {', '.join(missing)}", "see the export log in <workdir>/logs")
+
+
+def build_engine(config: ForgeConfig, workdir: Path, checkpoint_dir: Path, force: bool = False) -> StageResult:
+    """Export `checkpoint_dir` to <workdir>/build/engine (skipped when nothing that matters changed)."""
+    workdir = Path(workdir)
+    checkpoint_dir = Path(checkpoint_dir)
+    _check_checkpoint(checkpoint_dir)
+    recorded = plan_build(config, workdir, checkpoint_dir)
+    input_paths = {"checkpoint": checkpoint_dir}
+    if recorded.export.calibration_file:
+        input_paths["calibration"] = recorded.export.calibration_file
+
+    def body(tmp: Path, recorder: StageRecorder) -> dict:
+        engine_dir = tmp / ENGINE_SUBDIR
+        run_plan = plan_export(config, checkpoint_dir, engine_dir)
+        versions = tool_versions()
+        recorder.tool_versions.update(versions)
+        # Offline: the checkpoint is local and a build must never reach a hub.
+        recorder.run(run_plan.argv, "export", env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, timeout=EXPORT_TIMEOUT_S)
+        _check_export(engine_dir)
+        _copy_tokenizer_files(checkpoint_dir, engine_dir)
+        engine_json.write(engine_dir, config, recorded.export, genai_version(), versions)
+        if recorded.export.awq and not recorded.export.calibration_file:
+            recorder.notes.append("int4_awq without quantization.calibration.dataset: data-free AWQ was applied")
+        size = sum(p.stat().st_size for p in engine_dir.iterdir() if p.is_file())
+        return {
+            "engine_dir": str(recorded.engine_dir),
+            "weight_format": run_plan.weight_format,
+            "inference_precision": run_plan.inference_precision,
+            "kv_cache_precision": run_plan.kv_cache_precision,
+            "size_bytes": size,
+        }
+
+    return run_stage(workdir, STAGE, _hash_values(config, recorded.export), input_paths, body, force=force)

@@ -1,0 +1,162 @@
+"""What an OpenVINO build will do, decided from the config alone: weight format, precision hints and the
+export command. Kept free of side effects so `--dry-run` and the real build share one source of truth.
+
+Quantization mapping (`quantization.algorithm` → optimum-intel weight compression):
+    none      → fp32, or fp16 when model.dtype (or the checkpoint's dtype under auto) is float16/bfloat16
+    int8_wo   → int8 (per-channel, asymmetric: NNCF's int8 default)
+    int4_wo   → int4 with `--group-size quantization.group_size`
+    int4_awq  → int4 + AWQ. Without a calibration file this is NNCF's data-free AWQ; with
+                `quantization.calibration.dataset` (a local text/JSONL file) the export runs through our own
+                `calibrated_export` module so AWQ and scale estimation see real activations. Named hub
+                datasets are never used: nothing is downloaded.
+KV cache precision (`quantization.kv_cache`): none → the activation precision (f32 with the f32 hint,
+bf16 with bf16), int8 → u8. bf16 activations with an f32 KV cache are rejected by the CPU plugin.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from trtllm_forge.config import ForgeConfig
+from trtllm_forge.errors import ConfigError
+
+# Files the engine directory must hold after an export; the CPU engine model and GenAI load them.
+IR_FILES = ("openvino_model.xml", "openvino_model.bin")
+TOKENIZER_IR_FILES = ("openvino_tokenizer.xml", "openvino_detokenizer.xml")
+# HF tokenizer files copied from the checkpoint when the export did not write them (pre/post-processing
+# load the tokenizer from the engine directory).
+HF_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "generation_config.json",
+)
+
+# TensorRT-LLM's names for the algorithms, so pretrained_config.quantization reads like a TRT-LLM engine's.
+QUANT_ALGO_NAMES = {"none": None, "int8_wo": "W8A16", "int4_wo": "W4A16", "int4_awq": "W4A16_AWQ"}
+KV_QUANT_ALGO_NAMES = {"none": None, "int8": "INT8"}
+
+
+def optimum_cli() -> Path:
+    """optimum-cli of the running interpreter's environment (not whatever is first on PATH)."""
+    return Path(sys.executable).parent / "optimum-cli"
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    weight_format: str  # fp32 | fp16 | int8 | int4
+    dtype: str  # pretrained_config.dtype: the dtype of the unquantized parts
+    inference_precision: str  # OpenVINO INFERENCE_PRECISION_HINT: f32 | bf16 | auto
+    kv_cache_precision: str  # OpenVINO KV_CACHE_PRECISION: f32 | bf16 | u8 | auto
+    quant_algo: str | None
+    kv_cache_quant_algo: str | None
+    group_size: int | None
+    awq: bool
+    calibration_file: Path | None
+    argv: list[str] = field(default_factory=list)
+
+    def properties(self) -> dict[str, str]:
+        """OpenVINO compile properties for the CPU plugin (`auto` leaves the plugin's default)."""
+        props = {}
+        if self.inference_precision != "auto":
+            props["INFERENCE_PRECISION_HINT"] = self.inference_precision
+        if self.kv_cache_precision != "auto":
+            props["KV_CACHE_PRECISION"] = self.kv_cache_precision
+        return props
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["calibration_file"] = str(self.calibration_file) if self.calibration_file else None
+        return data
+
+
+def checkpoint_dtype(checkpoint_dir: Path) -> str:
+    try:
+        cfg = json.loads((checkpoint_dir / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return "float32"
+    return str(cfg.get("dtype") or cfg.get("torch_dtype") or "float32")
+
+
+def _weight_dtype(config: ForgeConfig, checkpoint_dir: Path | None) -> str:
+    dtype = config.model.dtype
+    if dtype == "auto":
+        dtype = checkpoint_dtype(checkpoint_dir) if checkpoint_dir else "float32"
+    return dtype if dtype in ("float32", "float16", "bfloat16") else "float32"
+
+
+def plan_export(config: ForgeConfig, checkpoint_dir: Path | None, output_dir: Path) -> ExportPlan:
+    quant = config.quantization
+    algorithm = str(quant.algorithm)
+    if algorithm not in QUANT_ALGO_NAMES:
+        raise ConfigError(
+            "quantization.algorithm",
+            f"{algorithm} is not available on the openvino backend",
+            f"one of {', '.join(QUANT_ALGO_NAMES)}",
+        )
+    if quant.kv_cache not in KV_QUANT_ALGO_NAMES:
+        raise ConfigError("quantization.kv_cache", f"{quant.kv_cache} is not available on openvino", "use int8 or none")
+
+    dtype = _weight_dtype(config, checkpoint_dir)
+    weight_format = {"none": "fp16" if dtype in ("float16", "bfloat16") else "fp32", "int8_wo": "int8"}.get(algorithm, "int4")
+    inference = config.engine.cpu_inference_precision
+    if quant.kv_cache == "int8":
+        kv_precision = "u8"
+    else:
+        kv_precision = {"f32": "f32", "bf16": "bf16"}.get(inference, "auto")
+
+    calibration = None
+    if quant.calibration.dataset and algorithm == "int4_awq":
+        calibration = config.resolve_path(quant.calibration.dataset)
+        if not calibration.is_file():
+            raise ConfigError(
+                "quantization.calibration.dataset",
+                f"{calibration} does not exist",
+                "give a local text or JSONL file (one sample per line or a 'text' field); nothing is downloaded",
+            )
+    group_size = quant.group_size if weight_format == "int4" else None
+    plan = ExportPlan(
+        weight_format=weight_format,
+        dtype="float32" if weight_format == "fp32" else ("float16" if weight_format == "fp16" else dtype),
+        inference_precision=inference,
+        kv_cache_precision=kv_precision,
+        quant_algo=QUANT_ALGO_NAMES[algorithm],
+        kv_cache_quant_algo=KV_QUANT_ALGO_NAMES[quant.kv_cache],
+        group_size=group_size,
+        awq=algorithm == "int4_awq",
+        calibration_file=calibration,
+    )
+    return _with_argv(plan, config, checkpoint_dir, output_dir)
+
+
+def _with_argv(plan: ExportPlan, config: ForgeConfig, checkpoint_dir: Path | None, output_dir: Path) -> ExportPlan:
+    model = str(checkpoint_dir) if checkpoint_dir else "<checkpoint>"
+    if plan.calibration_file is not None:
+        calib = config.quantization.calibration
+        argv = [
+            sys.executable, "-m", "trtllm_forge.builders.openvino.calibrated_export",
+            "--model", model, "--output", str(output_dir),
+            "--group-size", str(plan.group_size), "--dataset", str(plan.calibration_file),
+            "--num-samples", str(calib.size), "--seq-len", str(calib.seq_len),
+        ]
+    else:
+        argv = [
+            str(optimum_cli()), "export", "openvino", "--model", model,
+            "--task", "text-generation-with-past", "--weight-format", plan.weight_format,
+        ]
+        if plan.group_size is not None:
+            argv += ["--group-size", str(plan.group_size), "--ratio", "1.0"]
+        if plan.awq:
+            argv += ["--awq"]
+        if config.model.trust_remote_code:
+            argv += ["--trust-remote-code"]
+        argv += [str(output_dir)]
+    return ExportPlan(**{**asdict(plan), "calibration_file": plan.calibration_file, "argv": argv})

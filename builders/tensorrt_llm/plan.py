@@ -1,0 +1,489 @@
+"""The build plan: from a resolved config to the ordered steps (exact argv), files and warnings of a
+TensorRT-LLM 1.2.x engine build, checked against the spec before anything runs.
+
+Every step runs with the build directory as its working directory and names its outputs relative to it,
+so the argv shown by --dry-run is exactly the argv that runs (inside a temporary directory that is
+renamed into place on success).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from trtllm_forge.config.checks import shape_for
+from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.errors import ConfigError, ConfigErrors
+from trtllm_forge.hardware import find_device
+from trtllm_forge.model_shape import ModelShape
+
+from trtllm_forge.builders.tensorrt_llm import llmapi
+from trtllm_forge.builders.tensorrt_llm.adjust import (
+    EAGLE_MAX_NON_LEAVES,
+    EAGLE_NUM_LAYERS,
+    SPECULATIVE_BUILD_MODE,
+    Effective,
+    PlanWarning,
+    effective_build,
+)
+from trtllm_forge.builders.tensorrt_llm.plugins import CustomPlugin, custom_plugins, plugin_flags, preload_value
+from trtllm_forge.builders.tensorrt_llm.quant import QuantChoice, capability_problems, choose, plain, sm_of
+from trtllm_forge.builders.tensorrt_llm.spec import Spec, load_spec
+
+PYTHON = "python3"
+CALIBRATION_DIR = "calibration"
+# Offline switches for everything that could reach a hub during quantization.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+# Names that TensorRT-LLM's calibration loader treats as hub datasets even when they are local paths.
+HUB_DATASET_MARKERS = ("cnn_dailymail", "pileval", "scienceqa", "science_qa")
+
+
+@dataclass
+class Step:
+    name: str
+    tool: str  # trtllm-build | quantize.py | convert_checkpoint.py | eagle/convert_checkpoint.py | cmake | internal
+    argv: list[str]
+    outputs: list[str]
+    description: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def internal(self) -> bool:
+        return self.tool == "internal"
+
+    def shell(self) -> str:
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return (prefix + " " if prefix else "") + shlex.join(self.argv)
+
+
+@dataclass
+class BuildPlan:
+    config_name: str
+    target: str  # engine | llmapi
+    trtllm_version: str
+    container_image: str
+    gpu: str
+    sm: int
+    architecture: str
+    dtype: str
+    model_dir: str
+    tp: int
+    pp: int
+    quant: QuantChoice
+    steps: list[Step]
+    files: dict[str, str]  # path relative to the build dir → what it is
+    warnings: list[PlanWarning]
+    effective: Effective | None
+    requested: dict
+    build_flags: dict[str, str]  # trtllm-build flag → value ("" for store_true flags)
+    custom_plugins: list[CustomPlugin]
+    calibration_source: str | None
+    llmapi: dict
+    shape: ModelShape | None = None
+    draft: dict | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def engine_dir(self) -> str:
+        return "engine"
+
+    def to_dict(self) -> dict:
+        return {
+            "config": self.config_name,
+            "target": self.target,
+            "trtllm_version": self.trtllm_version,
+            "container_image": self.container_image,
+            "gpu": self.gpu,
+            "sm": self.sm,
+            "architecture": self.architecture,
+            "dtype": self.dtype,
+            "model_dir": self.model_dir,
+            "parallel": {"tp": self.tp, "pp": self.pp, "world_size": self.world_size},
+            "quantization": asdict(self.quant),
+            "steps": [
+                {"name": s.name, "tool": s.tool, "argv": s.argv, "env": s.env, "outputs": s.outputs, "description": s.description}
+                for s in self.steps
+            ],
+            "files": self.files,
+            "warnings": [w.to_dict() for w in self.warnings],
+            "requested": self.requested,
+            "effective": asdict(self.effective) if self.effective else None,
+            "custom_plugins": [asdict(p) for p in self.custom_plugins],
+            "calibration_source": self.calibration_source,
+            "draft": self.draft,
+            "llmapi": self.llmapi,
+        }
+
+    def render_text(self, build_dir: Path | None = None) -> str:
+        where = str(build_dir) if build_dir else "<workdir>/build"
+        lines = [
+            f"TensorRT-LLM {self.trtllm_version} build plan for {self.config_name} ({self.target}) on {self.gpu} (SM {self.sm}), "
+            f"{self.architecture}, {self.dtype}, tp {self.tp} x pp {self.pp}, "
+            f"quant {self.quant.quant_algo or 'none'} / KV {self.quant.kv_cache_quant_algo or 'none'}",
+            f"container: {self.container_image}",
+            f"steps (run in {where}):",
+        ]
+        for index, step in enumerate(self.steps, 1):
+            lines.append(f"  {index}. {step.name}: {step.description}")
+            lines.append(f"     $ {step.shell()}")
+        lines.append("files:")
+        lines += [f"  {path}  ({what})" for path, what in self.files.items()]
+        if self.warnings:
+            lines.append("warnings (what trtllm-build would change or risk, computed before the build):")
+            lines += [f"  [{w.code}] {w.field}: {w.message}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def examples_dir(spec: Spec) -> str:
+    return os.environ.get(spec.data["examples"]["env"]) or spec.data["examples"]["default_dir"]
+
+
+def _script(spec: Spec, key: str) -> str:
+    return f"{examples_dir(spec)}/{spec.data['examples']['scripts'][key]}"
+
+
+def model_source(config: ForgeConfig, checkpoint_dir: Path | None) -> Path:
+    """The imported checkpoint when it exists here; otherwise model.source, a path on the GPU host."""
+    if checkpoint_dir is not None and Path(checkpoint_dir).is_dir():
+        return Path(checkpoint_dir)
+    return config.resolve_path(config.model.source)
+
+
+def _family(config: ForgeConfig, shape: ModelShape | None) -> str:
+    family = config.model.family or (shape.model_type if shape else None)
+    if family not in ("llama", "mistral", "mixtral", "qwen2"):
+        raise ConfigError(
+            "model.family",
+            f"cannot plan a TensorRT-LLM conversion for model family {family!r}",
+            "one of llama, mistral, mixtral, qwen2 (set model.family or model.name)",
+        )
+    return family
+
+
+def _dtype(config: ForgeConfig, model_dir: Path) -> str:
+    if config.model.dtype != "auto":
+        return config.model.dtype
+    cfg = model_dir / "config.json"
+    if cfg.is_file():
+        hf = json.loads(cfg.read_text())
+        torch_dtype = hf.get("torch_dtype") or hf.get("dtype")
+        if torch_dtype in ("float16", "bfloat16", "float32"):
+            return torch_dtype
+    return "bfloat16"  # what the catalog's GPU models ship in; set model.dtype to be explicit
+
+
+def _calibration_step(config: ForgeConfig, choice: QuantChoice, warnings: list[PlanWarning]) -> tuple[Step | None, str | None]:
+    if not choice.needs_calibration:
+        return None, None
+    calib = config.quantization.calibration
+    if not calib.dataset:
+        raise ConfigError(
+            "quantization.calibration.dataset",
+            f"{choice.algorithm} (KV {choice.kv_cache}) needs calibration data, and quantize.py's default "
+            "(cnn_dailymail) is downloaded from a hub at run time",
+            "set a local JSONL file (one {\"text\": ...} per line) or a plain-text file",
+        )
+    source = str(config.resolve_path(calib.dataset))
+    if any(marker in source.lower() for marker in HUB_DATASET_MARKERS):
+        warnings.append(PlanWarning(
+            "calibration_name_quirk", "quantization.calibration.dataset",
+            f"TensorRT-LLM treats paths containing a hub dataset name as that hub dataset; {source} is copied to "
+            f"./{CALIBRATION_DIR}/train.jsonl so nothing is downloaded"))
+    step = Step(
+        name="prepare-calibration",
+        tool="internal",
+        argv=["trtllm-forge:prepare-calibration", source, f"{CALIBRATION_DIR}/train.jsonl", str(calib.size)],
+        outputs=[f"{CALIBRATION_DIR}/train.jsonl"],
+        description=f"copy {calib.size} local samples into a datasets directory (train split, 'text' column)",
+    )
+    return step, source
+
+
+def _quantize_step(config: ForgeConfig, choice: QuantChoice, model_dir: str, dtype: str, out: str, spec: Spec,
+                   warnings: list[PlanWarning]) -> Step:
+    calib = config.quantization.calibration
+    size = calib.size
+    cap = spec.adjustments["awq_calib_size_cap"]
+    if choice.quant_algo in spec.adjustments["awq_algos"] and size > cap:
+        warnings.append(PlanWarning(
+            "awq_calib_size_clamped", "quantization.calibration.size",
+            f"quantize.py clamps the calibration size to {cap} for AWQ formats (asked for {size})"))
+    argv = [PYTHON, _script(spec, "quantize"), "--model_dir", model_dir, "--dtype", dtype, "--qformat", choice.qformat]
+    if choice.kv_cache != "none":
+        argv += ["--kv_cache_dtype", choice.kv_cache]
+    argv += [
+        "--calib_dataset", f"./{CALIBRATION_DIR}",
+        "--calib_size", str(size),
+        "--calib_max_seq_length", str(calib.seq_len),
+        "--batch_size", "1",
+        "--tp_size", str(config.parallel.tp),
+        "--pp_size", str(config.parallel.pp),
+        "--device", "cuda",
+        "--output_dir", out,
+    ]
+    if choice.quant_algo in spec.adjustments["awq_algos"]:
+        argv += ["--awq_block_size", str(config.quantization.group_size)]
+    return Step("quantize", "quantize.py", argv, [f"{out}/config.json", f"{out}/rank*.safetensors"],
+                f"ModelOpt {choice.qformat} quantization with local calibration data", env=dict(OFFLINE_ENV))
+
+
+def _convert_step(config: ForgeConfig, family: str, choice: QuantChoice | None, model_dir: str, dtype: str,
+                  out: str, spec: Spec, name: str = "convert") -> Step:
+    par = config.parallel
+    argv = [PYTHON, _script(spec, family), "--model_dir", model_dir, "--output_dir", out, "--dtype", dtype,
+            "--tp_size", str(par.tp), "--pp_size", str(par.pp)]
+    if par.moe_tp is not None:
+        argv += ["--moe_tp_size", str(par.moe_tp)]
+    if par.moe_ep is not None:
+        argv += ["--moe_ep_size", str(par.moe_ep)]
+    if choice and choice.algorithm in ("int8_wo", "int4_wo"):
+        argv += ["--use_weight_only", "--weight_only_precision", choice.algorithm.split("_")[0]]
+    if par.world_size > 1:
+        argv += ["--workers", str(min(par.world_size, 8))]
+    return Step(name, "convert_checkpoint.py", argv, [f"{out}/config.json", f"{out}/rank*.safetensors"],
+                f"convert the Hugging Face checkpoint ({family}) to a TensorRT-LLM checkpoint", env=dict(OFFLINE_ENV))
+
+
+def _eagle_step(config: ForgeConfig, model_dir: str, dtype: str, out: str, spec: Spec) -> Step:
+    par, sp = config.parallel, config.engine.speculative
+    argv = [PYTHON, _script(spec, "eagle"), "--model_dir", model_dir,
+            "--eagle_model_dir", str(config.resolve_path(sp.draft_model)), "--output_dir", out, "--dtype", dtype,
+            "--tp_size", str(par.tp), "--pp_size", str(par.pp), "--max_draft_len", str(sp.max_draft_len),
+            "--num_eagle_layers", str(EAGLE_NUM_LAYERS), "--max_non_leaves_per_layer", str(EAGLE_MAX_NON_LEAVES)]
+    if par.world_size > 1:
+        argv += ["--workers", str(min(par.world_size, 8))]
+    return Step("convert", "eagle/convert_checkpoint.py", argv, [f"{out}/config.json", f"{out}/rank*.safetensors"],
+                "convert the base model and the EAGLE heads into one TensorRT-LLM checkpoint", env=dict(OFFLINE_ENV))
+
+
+def _build_argv(config: ForgeConfig, checkpoint: str, out: str, flags: dict[str, str], draft_engine: bool = False) -> list[str]:
+    eng, sp = config.engine, config.engine.speculative
+    argv = ["trtllm-build", "--checkpoint_dir", checkpoint, "--output_dir", out,
+            "--max_batch_size", str(eng.max_batch_size), "--max_input_len", str(eng.max_input_len),
+            "--max_seq_len", str(eng.max_seq_len), "--max_num_tokens", str(eng.resolved_max_num_tokens),
+            "--max_beam_width", str(eng.max_beam_width), "--kv_cache_type", plain(eng.kv_cache_type),
+            "--tokens_per_block", str(eng.tokens_per_block), "--workers", str(config.parallel.world_size),
+            "--output_timing_cache", "model.cache", "--log_level", "info"]
+    for flag, value in flags.items():
+        argv += [flag, value]
+    if not draft_engine:
+        mode = SPECULATIVE_BUILD_MODE.get(plain(sp.mode))
+        if mode:
+            argv += ["--speculative_decoding_mode", mode, "--max_draft_len", str(sp.max_draft_len)]
+        if eng.gather_logits.context:
+            argv.append("--gather_context_logits")
+        if eng.lora.enabled:
+            argv += ["--max_lora_rank", str(eng.lora.max_rank), "--lora_target_modules", *eng.lora.target_modules]
+    if eng.gather_logits.generation:
+        argv.append("--gather_generation_logits")
+    return argv
+
+
+def _flag_map(argv: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    key = None
+    for arg in argv[1:]:
+        if arg.startswith("--"):
+            key = arg
+            out[key] = ""
+        elif key is not None:
+            out[key] = f"{out[key]} {arg}".strip()
+    return out
+
+
+def _check_steps(steps: list[Step], spec: Spec, warnings: list[PlanWarning]) -> None:
+    """Every generated argv must parse with the parser built from the spec table of its tool."""
+    for step in steps:
+        if step.tool not in ("trtllm-build", "quantize.py", "convert_checkpoint.py", "eagle/convert_checkpoint.py"):
+            continue
+        args = step.argv[1:] if step.tool == "trtllm-build" else step.argv[2:]
+        parsed = spec.parser(step.tool).parse(args)
+        for flag in parsed.deprecated_used:
+            replacement = spec.flags(step.tool)[flag].replacement
+            warnings.append(PlanWarning(
+                "deprecated_flag", step.name,
+                f"{flag} is deprecated in TensorRT-LLM {spec.version}" + (f" (use {replacement})" if replacement else "")))
+
+
+def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> BuildPlan:
+    """The complete, spec-checked plan. Raises ConfigError(s) for anything the 1.2.x builder would refuse."""
+    if config.engine.backend != "tensorrt-llm":
+        raise ConfigError("engine.backend", f"{config.engine.backend} is not built by the TensorRT-LLM builder", "use tensorrt-llm")
+    spec = load_spec(config.engine.trtllm_version)
+    if config.engine.target == "llmapi":
+        return plan_llmapi(config, checkpoint_dir, spec)
+    device = find_device(config.hardware.gpu)
+    if device is None or device.compute_capability is None:
+        raise ConfigError("hardware.gpu", f"{config.hardware.gpu!r} is not a GPU of the hardware table", "e.g. H100-SXM, L40S, A10G")
+    sm = sm_of(device.compute_capability)
+    shape = shape_for(config)
+    family = _family(config, shape)
+    architecture = spec.data["architectures"][family]
+    model_dir = model_source(config, checkpoint_dir)
+    dtype = _dtype(config, model_dir)
+    choice = choose(config.quantization.algorithm, config.quantization.kv_cache, spec)
+    sp = config.engine.speculative
+    warnings: list[PlanWarning] = []
+
+    if plain(sp.mode) == "medusa":
+        raise ConfigError("engine.speculative.mode", "medusa engines (Vicuna-only in 1.2.x) are not planned by trtllm-forge",
+                          "use eagle, draft_target or lookahead, or engine.target: llmapi")
+    if sp.mode == "eagle" and choice.quant_algo is not None:
+        warnings.append(PlanWarning(
+            "eagle_quantization_dropped", "quantization.algorithm",
+            f"the 1.2.x EAGLE converter builds {dtype} weights only: {choice.algorithm} weight quantization is NOT applied "
+            "to this engine (engine.target: llmapi serves EAGLE with quantized checkpoints)"))
+        choice = QuantChoice(choice.algorithm, choice.kv_cache, None, None, "eagle/convert_checkpoint.py", None, False)
+        if config.quantization.kv_cache != "none":
+            warnings.append(PlanWarning("eagle_kv_quantization_dropped", "quantization.kv_cache",
+                                        f"{config.quantization.kv_cache} KV cache is not baked into the EAGLE checkpoint"))
+    if choice.tool == "quantize.py" and config.parallel.moe_ep is not None:
+        raise ConfigError("parallel.moe_ep", "quantize.py (ModelOpt) cannot set expert parallelism",
+                          "drop moe_ep/moe_tp for quantized MoE models, or use quantization.algorithm none / int8_wo / int4_wo")
+
+    flags = plugin_flags(config, is_moe=bool(shape and shape.is_moe))
+    problems = capability_problems(choice, sm, device.name, spec, flags)
+    if problems:
+        raise ConfigErrors(problems)
+    effective, adjust_warnings = effective_build(config, shape, sm, architecture, choice, flags, spec)
+    warnings += adjust_warnings
+
+    plugins = custom_plugins(config)
+    steps: list[Step] = []
+    files: dict[str, str] = {}
+    for plugin in plugins:
+        if plugin.kind == "source":
+            name = Path(plugin.library).parent.parent.name
+            build_dir = f"plugins/{name}/cmake-build"
+            steps.append(Step(f"plugin-{name}-configure", "cmake",
+                              ["cmake", "-S", plugin.path, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release", f"-DPLUGIN_NAME={name}"],
+                              [build_dir], f"configure the custom TensorRT plugin {name} (its CMake recipe)"))
+            steps.append(Step(f"plugin-{name}-build", "cmake", ["cmake", "--build", build_dir, "-j", "2"],
+                              [plugin.library], f"compile the custom TensorRT plugin {name}"))
+        files[plugin.library] = "custom TensorRT plugin library (LD_PRELOAD in build and serving)"
+        if plugin.sha256 is None and plugin.kind == "library":
+            warnings.append(PlanWarning("custom_plugin_not_here", "engine.plugins.custom_libraries",
+                                        f"{plugin.path} is not on this machine; its sha256 is recorded when the build runs"))
+
+    calib_step, calib_source = _calibration_step(config, choice, warnings)
+    if calib_step:
+        steps.append(calib_step)
+        files[f"{CALIBRATION_DIR}/train.jsonl"] = "local calibration samples"
+    ckpt = "checkpoint"
+    if sp.mode == "eagle":
+        steps.append(_eagle_step(config, str(model_dir), dtype, ckpt, spec))
+    elif choice.tool == "quantize.py":
+        steps.append(_quantize_step(config, choice, str(model_dir), dtype, ckpt, spec, warnings))
+    else:
+        steps.append(_convert_step(config, family, choice, str(model_dir), dtype, ckpt, spec))
+    files[f"{ckpt}/config.json"] = "TensorRT-LLM checkpoint config"
+    for rank in range(config.parallel.world_size):
+        files[f"{ckpt}/rank{rank}.safetensors"] = f"checkpoint weights, rank {rank}"
+
+    build_argv = _build_argv(config, ckpt, "engine", flags)
+    build_env = {"LD_PRELOAD": preload_value(plugins)} if plugins else {}
+    steps.append(Step("build", "trtllm-build", build_argv, ["engine/config.json", "engine/rank*.engine"],
+                      "build the TensorRT engines", env=build_env))
+    files["engine/config.json"] = "engine config (version, pretrained_config, build_config)"
+    for rank in range(config.parallel.world_size):
+        files[f"engine/rank{rank}.engine"] = f"serialized TensorRT engine, rank {rank}"
+    files["model.cache"] = "TensorRT timing cache (speeds up rebuilds)"
+
+    draft = None
+    if sp.mode == "draft_target":
+        draft_dir = str(config.resolve_path(sp.draft_model))
+        draft_flags = dict(flags)
+        draft_flags["--use_paged_context_fmha"] = "enable"
+        steps.append(_convert_step(config, family, None, draft_dir, dtype, "draft/checkpoint", spec, name="convert-draft"))
+        steps.append(Step("build-draft", "trtllm-build", _build_argv(config, "draft/checkpoint", "draft/engine", draft_flags, True),
+                          ["draft/engine/config.json"], "build the draft model's engines", env=build_env))
+        files["draft/engine/config.json"] = "draft engine config"
+        draft = {"model_dir": draft_dir, "engine_dir": "draft/engine", "max_draft_len": sp.max_draft_len}
+
+    _check_steps(steps, spec, warnings)
+    requested = {
+        "max_batch_size": config.engine.max_batch_size,
+        "max_input_len": config.engine.max_input_len,
+        "max_seq_len": config.engine.max_seq_len,
+        "max_num_tokens": config.engine.resolved_max_num_tokens,
+        "max_beam_width": config.engine.max_beam_width,
+        "tokens_per_block": config.engine.tokens_per_block,
+    }
+    plan = BuildPlan(
+        config_name=config.name or "default",
+        target="engine",
+        trtllm_version=spec.version,
+        container_image=spec.container_image,
+        gpu=device.name,
+        sm=sm,
+        architecture=architecture,
+        dtype=dtype,
+        model_dir=str(model_dir),
+        tp=config.parallel.tp,
+        pp=config.parallel.pp,
+        quant=choice,
+        steps=steps,
+        files=files,
+        warnings=warnings,
+        effective=effective,
+        requested=requested,
+        build_flags=_flag_map(build_argv),
+        custom_plugins=plugins,
+        calibration_source=calib_source,
+        llmapi={},
+        shape=shape,
+        draft=draft,
+    )
+    plan.llmapi = llmapi.engine_equivalent(config, plan)
+    return plan
+
+
+LLMAPI_DIR = "llmapi"
+
+
+def plan_llmapi(config: ForgeConfig, checkpoint_dir: Path | None, spec: Spec) -> BuildPlan:
+    """engine.target llmapi: no engine; the PyTorch-backend files and the trtllm-serve command."""
+    device = find_device(config.hardware.gpu)
+    if device is None or device.compute_capability is None:
+        raise ConfigError("hardware.gpu", f"{config.hardware.gpu!r} is not a GPU of the hardware table", "e.g. H100-SXM, L40S, A10G")
+    shape = shape_for(config)
+    family = _family(config, shape)
+    model_dir = model_source(config, checkpoint_dir)
+    warnings: list[PlanWarning] = []
+    note = llmapi.pytorch_quantization_note(config)
+    if note:
+        warnings.append(PlanWarning("pytorch_prequantized_checkpoint", "quantization.algorithm", note))
+    if config.engine.plugins.custom_libraries:
+        warnings.append(PlanWarning("custom_plugins_pytorch", "engine.plugins.custom_libraries",
+                                    "the PyTorch backend builds no TensorRT network: custom TensorRT plugins are only preloaded"))
+    options = llmapi.llm_api_options(config)
+    yaml_body = llmapi.model_yaml(config, str(model_dir))
+    options_file = f"{LLMAPI_DIR}/extra_llm_api_options.yaml"
+    serve = llmapi.serve_argv(config, str(model_dir), options_file)
+    steps = [
+        Step("write-model-yaml", "internal", ["trtllm-forge:write-yaml", f"{LLMAPI_DIR}/model.yaml"], [f"{LLMAPI_DIR}/model.yaml"],
+             "the Triton llmapi model's model.yaml (LLM() arguments + triton_config)"),
+        Step("write-llm-api-options", "internal", ["trtllm-forge:write-yaml", options_file], [options_file],
+             "--extra_llm_api_options for trtllm-serve / trtllm-bench"),
+    ]
+    files = {
+        f"{LLMAPI_DIR}/model.yaml": "Triton llmapi model.yaml",
+        options_file: "extra LLM-API options",
+        f"{LLMAPI_DIR}/serve.json": "the trtllm-serve argv (run it in the container)",
+    }
+    plugins = custom_plugins(config)
+    choice = choose(config.quantization.algorithm, config.quantization.kv_cache, spec)
+    return BuildPlan(
+        config_name=config.name or "default", target="llmapi", trtllm_version=spec.version,
+        container_image=spec.container_image, gpu=device.name, sm=sm_of(device.compute_capability),
+        architecture=spec.data["architectures"][family], dtype=config.model.dtype, model_dir=str(model_dir),
+        tp=config.parallel.tp, pp=config.parallel.pp, quant=choice, steps=steps, files=files, warnings=warnings,
+        effective=None, requested={}, build_flags={}, custom_plugins=plugins, calibration_source=None,
+        llmapi={"model_yaml": yaml_body, "extra_llm_api_options": options, "serve_argv": serve}, shape=shape,
+    )

@@ -1,0 +1,654 @@
+"""The CPU `tensorrt_llm` model: TensorRT-LLM's tensor contract served by OpenVINO GenAI.
+
+A Triton python-backend model (decoupled). Inputs and outputs have the names, dtypes and dims of the
+TensorRT-LLM backend's `tensorrt_llm` model, so the ensemble, BLS, pre- and post-processing models of a GPU
+deployment run unchanged in front of it. Inside, one `ContinuousBatchingPipeline` per instance is driven
+by a background thread: every Triton request item becomes a GenAI request (`add_request`), the thread calls
+`step()` and streams each request's new tokens through its response sender as they come.
+
+Self-contained on purpose (numpy, openvino, openvino_genai, triton_python_backend_utils and the standard
+library only): it is copied into the model repository and runs in the Triton python stub, whose
+interpreter comes from EXECUTION_ENV_PATH.
+
+Model parameters read from config.pbtxt:
+    gpt_model_path                engine directory (OpenVINO IR + engine config.json) - required
+    max_tokens_in_paged_kv_cache  KV cache size in tokens → GenAI KV blocks (default: max_batch_size * max_seq_len)
+    enable_kv_cache_reuse         prefix caching
+    enable_chunked_context        dynamic split-fuse (long prompts split across steps)
+    exclude_input_in_output       default for requests that do not send it
+    max_beam_width                must be 1 (beam search is not served on CPU)
+    batch_scheduler_policy        accepted; GenAI's scheduler always behaves like max_utilization (it
+                                  preempts and recomputes a sequence when the KV cache runs out)
+    max_queue_size                requests admitted beyond the engine's max_batch_size before new ones
+                                  are rejected (0 = unbounded)
+The scheduler comes from the engine's config.json (max_num_seqs = build_config.max_batch_size,
+max_num_batched_tokens = build_config.max_num_tokens) and the precision hints from its `openvino` section.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import queue
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+# OpenVINO's CPU plugin stores the paged KV cache in blocks of 32 tokens.
+CPU_KV_BLOCK_SIZE = 32
+IDLE_WAIT_S = 0.05
+
+# Inputs the TensorRT-LLM contract declares that this engine cannot honour: refused when they carry data,
+# so a client never silently gets something other than what it asked for.
+UNSUPPORTED_INPUTS = (
+    "encoder_input_features",
+    "draft_input_ids",
+    "draft_logits",
+    "prompt_embedding_table",
+    "lora_weights",
+    "lora_config",
+    "guided_decoding_guide",
+    "context_phase_params",
+    "cross_attention_mask",
+)
+
+
+class RequestError(Exception):
+    """A request the model refuses; becomes an error response for that request only."""
+
+
+def _param(params: dict, key: str, default=None):
+    value = params.get(key, {}).get("string_value", "")
+    if value == "" or value.startswith("${"):
+        return default
+    return value
+
+
+def _param_bool(params: dict, key: str, default: bool) -> bool:
+    value = _param(params, key)
+    if value is None:
+        return default
+    return value.strip().lower() in ("1", "true", "t", "yes", "y", "on")
+
+
+def _param_int(params: dict, key: str, default):
+    value = _param(params, key)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise pb_utils.TritonModelException(f"parameter {key}: {value!r} is not an integer") from None
+
+
+def _tensor(name: str, array):
+    """An output tensor built through DLPack.
+
+    `pb_utils.Tensor(name, ndarray)` is broken for numeric arrays when the stub runs with numpy 2 (the
+    2.51 stub reads numpy's array descriptor with the numpy 1 layout and sees 0 bytes): the response then
+    carries the shape but no data. The DLPack path does not read that struct and works with numpy 1 and 2.
+    """
+    return pb_utils.Tensor.from_dlpack(name, np.ascontiguousarray(array))
+
+
+def _input(request, name: str):
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()
+
+
+def _item_scalar(array, index: int, default=None):
+    """Scalar of batch item `index` from a [B], [B, 1] (or [1]) input; `default` when absent."""
+    if array is None or array.size == 0:
+        return default
+    flat = array.reshape(array.shape[0], -1) if array.ndim > 1 else array.reshape(-1, 1)
+    row = flat[index] if flat.shape[0] > index else flat[0]
+    return row.reshape(-1)[0].item()
+
+
+def _word_list(array, index: int) -> list[list[int]]:
+    """TensorRT-LLM word-list format [B, 2, L]: row 0 token ids, row 1 cumulative end offsets (-1 padded)."""
+    if array is None or array.size == 0:
+        return []
+    item = array[index] if array.ndim == 3 else array
+    ids, offsets = item[0], item[1]
+    words, start = [], 0
+    for end in offsets:
+        end = int(end)
+        if end < 0:
+            break
+        if end > start:
+            words.append([int(t) for t in ids[start:end]])
+        start = end
+    return words
+
+
+@dataclass
+class Item:
+    """One sequence of a Triton request (a request with batch B has B items)."""
+
+    batch_index: int
+    prompt: list[int]
+    max_new_tokens: int
+    config: object  # openvino_genai.GenerationConfig
+    stop_sequences: list[list[int]]
+    engine_id: int = -1
+    handle: object = None
+    tokens: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    done: bool = False
+    first_scheduled_ns: int = 0
+    first_token_ns: int = 0
+    last_token_ns: int = 0
+
+
+@dataclass
+class Job:
+    """A Triton request: its items, per-request options and where its responses go."""
+
+    request: object
+    sender: object  # response sender (decoupled) or None (collect for execute's return)
+    items: list[Item]
+    streaming: bool
+    exclude_input: bool
+    want_log_probs: bool
+    want_perf: bool
+    want_num_input: bool
+    want_num_output: bool
+    requested: set
+    request_id: str
+    arrival_ns: int
+    pending: int = 0
+    collected: list = field(default_factory=list)  # non-decoupled: responses for execute to return
+    finished: threading.Event = field(default_factory=threading.Event)
+    closed: bool = False
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        import openvino as ov  # noqa: F401 - fail early with a clear error if the stub's env lacks it
+        import openvino_genai as ov_genai
+
+        self.ov_genai = ov_genai
+        model_config = json.loads(args["model_config"])
+        params = model_config.get("parameters", {})
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(model_config)
+        self.instance = args.get("model_instance_name", "tensorrt_llm")
+
+        engine_dir = _param(params, "gpt_model_path")
+        if not engine_dir or not os.path.isdir(engine_dir):
+            raise pb_utils.TritonModelException(
+                f"parameter gpt_model_path: {engine_dir!r} is not a directory; set it to the engine directory"
+            )
+        with open(os.path.join(engine_dir, "config.json")) as handle:
+            engine = json.load(handle)
+        build = engine["build_config"]
+        pretrained = engine["pretrained_config"]
+        ov_section = engine.get("openvino", {})
+
+        max_beam_width = _param_int(params, "max_beam_width", 1)
+        if max_beam_width != 1:
+            raise pb_utils.TritonModelException(
+                f"parameter max_beam_width: {max_beam_width}; the CPU engine serves beam width 1 only"
+            )
+        self.vocab_size = int(pretrained["vocab_size"])
+        self.max_batch_size = int(build["max_batch_size"])
+        self.max_input_len = int(build["max_input_len"])
+        self.max_seq_len = int(build["max_seq_len"])
+        self.exclude_input_default = _param_bool(params, "exclude_input_in_output", False)
+        self.max_queue_size = _param_int(params, "max_queue_size", 0)
+
+        kv_tokens = _param_int(params, "max_tokens_in_paged_kv_cache", None) or self.max_batch_size * self.max_seq_len
+        kv_blocks = max(1, math.ceil(kv_tokens / CPU_KV_BLOCK_SIZE))
+        if kv_blocks * CPU_KV_BLOCK_SIZE < self.max_seq_len:
+            raise pb_utils.TritonModelException(
+                f"parameter max_tokens_in_paged_kv_cache: {kv_tokens} cannot hold one sequence of max_seq_len "
+                f"{self.max_seq_len}; set at least {self.max_seq_len}"
+            )
+        scheduler = ov_genai.SchedulerConfig()
+        scheduler.num_kv_blocks = kv_blocks
+        scheduler.max_num_seqs = self.max_batch_size
+        scheduler.max_num_batched_tokens = int(build.get("max_num_tokens") or 8192)
+        scheduler.enable_prefix_caching = _param_bool(params, "enable_kv_cache_reuse", False)
+        scheduler.dynamic_split_fuse = _param_bool(params, "enable_chunked_context", False)
+        if not scheduler.dynamic_split_fuse and scheduler.max_num_batched_tokens < self.max_input_len:
+            # Without split-fuse a whole prompt must fit in one step.
+            scheduler.max_num_batched_tokens = self.max_input_len
+        properties = {str(k): str(v) for k, v in (ov_section.get("properties") or {}).items()}
+
+        started = time.monotonic()
+        self.pipeline = ov_genai.ContinuousBatchingPipeline(engine_dir, scheduler, "CPU", properties)
+        self.default_eos = self._default_eos(engine_dir)
+        pb_utils.Logger.log_info(
+            f"{self.instance}: OpenVINO GenAI {ov_genai.__version__} engine {engine_dir} loaded in "
+            f"{time.monotonic() - started:.1f}s (kv_blocks={kv_blocks}, max_num_seqs={scheduler.max_num_seqs}, "
+            f"max_num_batched_tokens={scheduler.max_num_batched_tokens}, prefix_caching={scheduler.enable_prefix_caching}, "
+            f"dynamic_split_fuse={scheduler.dynamic_split_fuse}, properties={properties}, decoupled={self.decoupled})"
+        )
+
+        self.incoming: queue.Queue = queue.Queue()
+        self.active: dict[int, tuple[Job, Item]] = {}
+        self.jobs_in_flight = 0
+        self.count_lock = threading.Lock()
+        self.next_engine_id = 0
+        self.stopping = threading.Event()
+        self.loop_thread = threading.Thread(target=self._loop, name=f"{self.instance}-engine", daemon=True)
+        self.loop_thread.start()
+
+    @staticmethod
+    def _default_eos(engine_dir: str) -> list[int]:
+        try:
+            with open(os.path.join(engine_dir, "generation_config.json")) as handle:
+                eos = json.load(handle).get("eos_token_id")
+        except (OSError, ValueError):
+            return []
+        if eos is None:
+            return []
+        return [int(e) for e in eos] if isinstance(eos, list) else [int(eos)]
+
+    # ----------------------------------------------------------------------------------------------
+    # Request intake (Triton's thread)
+
+    def execute(self, requests):
+        jobs = []
+        for request in requests:
+            sender = request.get_response_sender() if self.decoupled else None
+            try:
+                job = self._parse(request, sender)
+            except RequestError as exc:
+                self._reject(request, sender, str(exc), jobs)
+                continue
+            except Exception as exc:  # noqa: BLE001 - a malformed request must not take the model down
+                self._reject(request, sender, f"invalid request: {type(exc).__name__}: {exc}", jobs)
+                continue
+            if job is None:  # a `stop` request, already answered
+                continue
+            with self.count_lock:
+                if self.max_queue_size > 0 and self.jobs_in_flight >= self.max_batch_size + self.max_queue_size:
+                    full = True
+                else:
+                    full = False
+                    self.jobs_in_flight += 1
+            if full:
+                self._reject(request, sender, f"queue full: {self.max_queue_size} requests already wait; retry later", jobs)
+                continue
+            jobs.append(job)
+            self.incoming.put(job)
+        if self.decoupled:
+            return None
+        responses = []
+        for job in jobs:
+            job.finished.wait()
+            responses.append(job.collected[0] if job.collected else pb_utils.InferenceResponse(output_tensors=[]))
+        return responses
+
+    def _reject(self, request, sender, message: str, jobs: list) -> None:
+        response = pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+        if sender is not None:
+            sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        else:
+            done = Job(request, None, [], False, False, False, False, False, False, set(), "", 0)
+            done.collected.append(response)
+            done.finished.set()
+            jobs.append(done)
+
+    def _parse(self, request, sender) -> Job | None:
+        arrival = time.time_ns()
+        if bool(_item_scalar(_input(request, "stop"), 0, False)):
+            self.incoming.put(("stop", request.request_id()))
+            if sender is not None:
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                return None
+            raise RequestError("stop: cancelled the request with this id")
+        for name in UNSUPPORTED_INPUTS:
+            value = _input(request, name)
+            if value is not None and value.size:
+                raise RequestError(f"{name}: not supported by the CPU engine; remove it")
+        for flag in ("return_context_logits", "return_generation_logits"):
+            if bool(_item_scalar(_input(request, flag), 0, False)):
+                raise RequestError(f"{flag}: logits are not returned by the CPU engine; set it false")
+
+        input_ids = _input(request, "input_ids")
+        if input_ids is None:
+            raise RequestError("input_ids: missing; send the prompt's token ids")
+        if input_ids.ndim == 1:
+            input_ids = input_ids.reshape(1, -1)
+        batch = input_ids.shape[0]
+        lengths = _input(request, "input_lengths")
+        output_lens = _input(request, "request_output_len")
+        if output_lens is None:
+            raise RequestError("request_output_len: missing; send the number of tokens to generate (>= 1)")
+
+        streaming = bool(_item_scalar(_input(request, "streaming"), 0, False))
+        if streaming and not self.decoupled:
+            raise RequestError("streaming: needs the model in decoupled mode; send streaming false")
+        exclude = _item_scalar(_input(request, "exclude_input_in_output"), 0, None)
+        requested = set(request.requested_output_names() or [])
+
+        items = []
+        for b in range(batch):
+            row = input_ids[b].reshape(-1)
+            length = int(_item_scalar(lengths, b, row.size))
+            if length <= 0 or row.size == 0:
+                raise RequestError("input_ids: the prompt is empty; send at least one token")
+            if length > row.size:
+                raise RequestError(f"input_lengths: {length} is longer than input_ids ({row.size})")
+            if length > self.max_input_len:
+                raise RequestError(
+                    f"input_ids: the prompt has {length} tokens, more than the engine's max_input_len "
+                    f"{self.max_input_len}; shorten it"
+                )
+            prompt = [int(t) for t in row[:length]]
+            if min(prompt) < 0 or max(prompt) >= self.vocab_size:
+                raise RequestError(f"input_ids: token ids must be in [0, {self.vocab_size})")
+            max_new = int(_item_scalar(output_lens, b, 0))
+            if max_new <= 0:
+                raise RequestError(f"request_output_len: {max_new}; must be >= 1")
+            # As TensorRT-LLM does: cut the output so prompt + output fits max_seq_len.
+            max_new = min(max_new, self.max_seq_len - length)
+            if max_new <= 0:
+                raise RequestError(f"input_ids: a {length}-token prompt leaves no room within max_seq_len {self.max_seq_len}")
+            beam = int(_item_scalar(_input(request, "beam_width"), b, 1))
+            if beam != 1:
+                raise RequestError(f"beam_width: {beam}; the CPU engine serves beam width 1 only")
+            num_seq = int(_item_scalar(_input(request, "num_return_sequences"), b, 1))
+            if num_seq != 1:
+                raise RequestError(f"num_return_sequences: {num_seq}; the CPU engine returns 1 sequence")
+            bad_words = _word_list(_input(request, "bad_words_list"), b)
+            if bad_words:
+                raise RequestError("bad_words_list: not supported by the CPU engine; send it empty")
+            stop_words = _word_list(_input(request, "stop_words_list"), b)
+            config = self._generation_config(request, b, max_new, stop_words)
+            items.append(Item(b, prompt, max_new, config, [w for w in stop_words if len(w) > 1]))
+
+        return Job(
+            request=request,
+            sender=sender,
+            items=items,
+            streaming=streaming,
+            exclude_input=self.exclude_input_default if exclude is None else bool(exclude),
+            want_log_probs=bool(_item_scalar(_input(request, "return_log_probs"), 0, False)),
+            want_perf=bool(_item_scalar(_input(request, "return_perf_metrics"), 0, False)),
+            want_num_input=bool(_item_scalar(_input(request, "return_num_input_tokens"), 0, False)),
+            want_num_output=bool(_item_scalar(_input(request, "return_num_output_tokens"), 0, False)),
+            requested=requested,
+            request_id=request.request_id(),
+            arrival_ns=arrival,
+            pending=len(items),
+        )
+
+    def _generation_config(self, request, b: int, max_new: int, stop_words: list[list[int]]):
+        config = self.ov_genai.GenerationConfig()
+        config.max_new_tokens = max_new
+        end_id = _item_scalar(_input(request, "end_id"), b, None)
+        eos = [int(end_id)] if end_id is not None else list(self.default_eos)
+        stop_ids = set(eos if end_id is None or int(end_id) >= 0 else [])
+        stop_ids.update(w[0] for w in stop_words if len(w) == 1)
+        if end_id is not None and int(end_id) < 0:
+            config.ignore_eos = True  # TensorRT-LLM: end_id -1 generates to the full length
+        elif eos:
+            config.eos_token_id = eos[0]
+        config.stop_token_ids = stop_ids
+        min_tokens = _item_scalar(_input(request, "min_tokens"), b, None)
+        if min_tokens is None:
+            min_tokens = _item_scalar(_input(request, "min_length"), b, None)
+        if min_tokens:
+            config.min_new_tokens = int(min_tokens)
+
+        # TensorRT-LLM semantics: top_k 0/1 with top_p 0 is greedy; otherwise sample.
+        top_k = int(_item_scalar(_input(request, "runtime_top_k"), b, 0) or 0)
+        top_p = float(_item_scalar(_input(request, "runtime_top_p"), b, 0.0) or 0.0)
+        temperature = float(_item_scalar(_input(request, "temperature"), b, 1.0))
+        if (top_k > 1 or top_p > 0.0) and temperature > 0.0:
+            config.do_sample = True
+            config.temperature = temperature
+            if top_k > 0:
+                config.top_k = top_k
+            config.top_p = top_p if 0.0 < top_p <= 1.0 else 1.0
+            seed = _item_scalar(_input(request, "seed"), b, None)
+            if seed is None:
+                seed = _item_scalar(_input(request, "random_seed"), b, None)
+            if seed is not None:
+                config.rng_seed = int(seed)
+        else:
+            config.do_sample = False
+        for name, attr in (
+            ("repetition_penalty", "repetition_penalty"),
+            ("presence_penalty", "presence_penalty"),
+            ("frequency_penalty", "frequency_penalty"),
+        ):
+            value = _item_scalar(_input(request, name), b, None)
+            if value is not None:
+                setattr(config, attr, float(value))
+        if bool(_item_scalar(_input(request, "return_log_probs"), 0, False)):
+            config.logprobs = 1
+        return config
+
+    # ----------------------------------------------------------------------------------------------
+    # The engine loop (one background thread owns the pipeline)
+
+    def _loop(self) -> None:
+        import openvino as ov
+
+        status = self.ov_genai.GenerationStatus
+        while not self.stopping.is_set():
+            try:
+                self._admit(ov, block=not self.active)
+                if not self.active:
+                    continue
+                self._check_cancelled()
+                if not self.active:
+                    continue
+                try:
+                    self.pipeline.step()
+                except Exception as exc:  # noqa: BLE001 - fail the requests in flight, keep serving
+                    pb_utils.Logger.log_error(f"{self.instance}: step failed: {exc}\n{traceback.format_exc()}")
+                    for job, item in list(self.active.values()):
+                        self._fail(job, f"engine step failed: {exc}")
+                    continue
+                now = time.time_ns()
+                for engine_id, (job, item) in list(self.active.items()):
+                    self._collect(job, item, now, status)
+            except Exception as exc:  # noqa: BLE001 - the loop must survive anything one request does
+                pb_utils.Logger.log_error(f"{self.instance}: engine loop error: {exc}\n{traceback.format_exc()}")
+        for job, item in list(self.active.values()):
+            self._fail(job, "the model is shutting down")
+
+    def _admit(self, ov, block: bool) -> None:
+        try:
+            entry = self.incoming.get(timeout=IDLE_WAIT_S) if block else self.incoming.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            if isinstance(entry, tuple):  # ("stop", request_id)
+                self._stop_by_id(entry[1])
+            elif not entry.closed:
+                for item in entry.items:
+                    item.engine_id = self.next_engine_id
+                    self.next_engine_id += 1
+                    ids = ov.Tensor(np.asarray([item.prompt], dtype=np.int64))
+                    item.handle = self.pipeline.add_request(item.engine_id, ids, item.config)
+                    item.first_scheduled_ns = time.time_ns()
+                    self.active[item.engine_id] = (entry, item)
+            try:
+                entry = self.incoming.get_nowait()
+            except queue.Empty:
+                return
+
+    def _stop_by_id(self, request_id: str) -> None:
+        if not request_id:
+            pb_utils.Logger.log_warn(f"{self.instance}: stop request without a request id ignored")
+            return
+        for job, item in list(self.active.values()):
+            if job.request_id == request_id:
+                # Ends like a finished request at the next collect: what was generated so far is returned.
+                item.handle.stop()
+
+    def _check_cancelled(self) -> None:
+        seen = set()
+        for job, item in list(self.active.values()):
+            if id(job) in seen or job.sender is None:
+                continue
+            seen.add(id(job))
+            if self._is_cancelled(job):
+                for other in job.items:
+                    if other.engine_id in self.active:
+                        other.handle.stop()
+                        self.active.pop(other.engine_id, None)
+                job.closed = True
+                self._release(job)
+                try:
+                    job.sender.send(
+                        pb_utils.InferenceResponse(
+                            output_tensors=[], error=pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)
+                        ),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                    )
+                except Exception:  # noqa: BLE001 - the client is gone; nothing to tell it
+                    pass
+
+    @staticmethod
+    def _is_cancelled(job: Job) -> bool:
+        try:
+            return bool(job.sender.is_cancelled() or job.request.is_cancelled())
+        except Exception:  # noqa: BLE001 - a released request counts as gone
+            return True
+
+    def _collect(self, job: Job, item: Item, now: int, status) -> None:
+        handle = item.handle
+        state = handle.get_status()
+        new_tokens: list[int] = []
+        new_log_probs: list[float] = []
+        if handle.can_read():
+            for output in handle.read().values():
+                new_tokens.extend(int(t) for t in output.generated_ids)
+                new_log_probs.extend(float(p) for p in output.generated_log_probs)
+        if new_tokens:
+            if not item.first_token_ns:
+                item.first_token_ns = now
+            item.last_token_ns = now
+            item.tokens.extend(new_tokens)
+            item.log_probs.extend(new_log_probs)
+        stopped_by_word = bool(new_tokens) and self._hit_stop_sequence(item)
+        if stopped_by_word and state == status.RUNNING:
+            handle.stop()
+        if job.streaming and new_tokens and not job.closed:
+            self._send(job, self._response(job, item, new_tokens, new_log_probs))
+        if state == status.IGNORED:
+            self._fail(job, "the request does not fit in the KV cache; raise max_tokens_in_paged_kv_cache or shorten it")
+        elif state in (status.FINISHED, status.STOP, status.CANCEL) or stopped_by_word:
+            self._finish_item(job, item)
+
+    @staticmethod
+    def _hit_stop_sequence(item: Item) -> bool:
+        tail = item.tokens
+        return any(len(tail) >= len(w) and tail[-len(w):] == w for w in item.stop_sequences)
+
+    def _finish_item(self, job: Job, item: Item, cancelled: bool = False) -> None:
+        if item.done:
+            return
+        item.done = True
+        self.active.pop(item.engine_id, None)
+        if not job.streaming and not cancelled:
+            tokens = item.tokens if job.exclude_input else item.prompt + item.tokens
+            log_probs = item.log_probs if job.exclude_input else [0.0] * len(item.prompt) + item.log_probs
+            self._send(job, self._response(job, item, tokens, log_probs))
+        job.pending -= 1
+        if job.pending <= 0:
+            self._close(job)
+
+    def _fail(self, job: Job, message: str) -> None:
+        for item in job.items:
+            if item.engine_id in self.active:
+                try:
+                    item.handle.stop()
+                except Exception:  # noqa: BLE001
+                    pass
+                self.active.pop(item.engine_id, None)
+        if job.closed:
+            return
+        job.closed = True
+        self._release(job)
+        response = pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+        if job.sender is None:
+            job.collected[:] = [response]
+            job.finished.set()
+            return
+        try:
+            job.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _close(self, job: Job) -> None:
+        if job.sender is None:
+            job.finished.set()
+        elif not job.closed:
+            try:
+                job.sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            except Exception:  # noqa: BLE001 - client gone
+                pass
+        job.closed = True
+        self._release(job)
+
+    def _release(self, job: Job) -> None:
+        if getattr(job, "_released", False):
+            return
+        job._released = True
+        with self.count_lock:
+            self.jobs_in_flight -= 1
+
+    def _send(self, job: Job, response) -> None:
+        if job.sender is None:
+            job.collected.append(response)
+            return
+        try:
+            job.sender.send(response)
+        except Exception as exc:  # noqa: BLE001 - a vanished client must not stop the loop
+            pb_utils.Logger.log_warn(f"{self.instance}: could not send a response: {exc}")
+
+    # ----------------------------------------------------------------------------------------------
+    # Responses in the TensorRT-LLM shapes ([batch=1, beam=1, tokens] etc.)
+
+    def _response(self, job: Job, item: Item, tokens: list[int], log_probs: list[float]):
+        n = len(tokens)
+        outputs = {
+            "output_ids": np.asarray(tokens, dtype=np.int32).reshape(1, 1, n),
+            "sequence_length": np.asarray([[n]], dtype=np.int32),
+            "cum_log_probs": np.asarray([[sum(item.log_probs) if job.want_log_probs else 0.0]], dtype=np.float32),
+            "output_log_probs": np.asarray(
+                log_probs if job.want_log_probs else [0.0] * n, dtype=np.float32
+            ).reshape(1, 1, n),
+            "batch_index": np.asarray([[item.batch_index]], dtype=np.int32),
+            "sequence_index": np.asarray([[0]], dtype=np.int32),
+        }
+        if job.want_perf:
+            blocks = math.ceil((len(item.prompt) + len(item.tokens)) / CPU_KV_BLOCK_SIZE)
+            outputs.update(
+                {
+                    "arrival_time_ns": np.asarray([[job.arrival_ns]], dtype=np.int64),
+                    "first_scheduled_time_ns": np.asarray([[item.first_scheduled_ns]], dtype=np.int64),
+                    "first_token_time_ns": np.asarray([[item.first_token_ns]], dtype=np.int64),
+                    "last_token_time_ns": np.asarray([[item.last_token_ns]], dtype=np.int64),
+                    "kv_cache_alloc_new_blocks": np.asarray([[blocks]], dtype=np.int32),
+                    "kv_cache_reused_blocks": np.asarray([[0]], dtype=np.int32),
+                    "kv_cache_alloc_total_blocks": np.asarray([[blocks]], dtype=np.int32),
+                    "acceptance_rate": np.asarray([[0.0]], dtype=np.float32),
+                    "total_accepted_draft_tokens": np.asarray([[0]], dtype=np.int32),
+                    "total_draft_tokens": np.asarray([[0]], dtype=np.int32),
+                }
+            )
+        if job.want_num_input:
+            outputs["num_input_tokens"] = np.asarray([[len(item.prompt)]], dtype=np.int32)
+        if job.want_num_output:
+            outputs["num_output_tokens"] = np.asarray([[len(item.tokens)]], dtype=np.int32)
+        names = [k for k in outputs if not job.requested or k in job.requested]
+        return pb_utils.InferenceResponse(output_tensors=[_tensor(k, outputs[k]) for k in names])
+
+    def finalize(self):
+        self.stopping.set()
+        self.loop_thread.join(timeout=30)
+        self.pipeline = None

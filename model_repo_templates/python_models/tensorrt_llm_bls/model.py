@@ -1,0 +1,284 @@
+"""Triton python model `tensorrt_llm_bls`: text in, text out, by calling preprocessing and the engine model
+itself (TensorRT-LLM 1.2 tensor contract of the BLS model).
+
+Written for trtllm-forge. Runs inside the Triton python stub: imports only numpy, transformers,
+triton_python_backend_utils and the stdlib (plus the helpers copied next to this file).
+
+What it adds over the ensemble: per-request incremental detokenization (streamed text keeps its spaces
+and multi-byte characters), stop words applied to the text, and requests served concurrently from one
+instance (each request runs in a worker thread when the model is decoupled).
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from forge_detokenize import IncrementalDetokenizer
+from tokenizer_loading import as_bool, load_tokenizer, model_parameters
+
+# BLS input -> engine model input, for inputs passed through unchanged apart from the name.
+ENGINE_INPUTS = {
+    "exclude_input_in_output": "exclude_input_in_output",
+    "top_k": "runtime_top_k",
+    "top_p": "runtime_top_p",
+    "temperature": "temperature",
+    "length_penalty": "len_penalty",
+    "repetition_penalty": "repetition_penalty",
+    "min_tokens": "min_tokens",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "seed": "seed",
+    "return_log_probs": "return_log_probs",
+    "return_context_logits": "return_context_logits",
+    "return_generation_logits": "return_generation_logits",
+    "return_perf_metrics": "return_perf_metrics",
+    "return_num_input_tokens": "return_num_input_tokens",
+    "return_num_output_tokens": "return_num_output_tokens",
+    "num_return_sequences": "num_return_sequences",
+    "beam_width": "beam_width",
+    "prompt_embedding_table": "prompt_embedding_table",
+    "prompt_vocab_size": "prompt_vocab_size",
+    "lora_task_id": "lora_task_id",
+    "lora_weights": "lora_weights",
+    "lora_config": "lora_config",
+    "guided_decoding_guide_type": "guided_decoding_guide_type",
+    "guided_decoding_guide": "guided_decoding_guide",
+}
+# Inputs declared with reshape [] in the BLS config arrive without their [1] dimension.
+SCALAR_INPUTS = {"return_log_probs", "return_context_logits", "return_generation_logits", "num_return_sequences",
+                 "use_draft_logits", "lora_task_id", "return_perf_metrics", "return_num_input_tokens",
+                 "return_num_output_tokens"}
+# Engine outputs forwarded to the client as they are.
+PASS_THROUGH_OUTPUTS = (
+    "cum_log_probs", "output_log_probs", "context_logits", "generation_logits", "batch_index", "sequence_index",
+    "kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks", "arrival_time_ns",
+    "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns", "acceptance_rate",
+    "total_accepted_draft_tokens", "total_draft_tokens", "num_input_tokens", "num_output_tokens",
+)
+
+
+def get(request, name: str):
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()
+
+
+def first(array, default=None):
+    if array is None:
+        return default
+    flat = np.asarray(array).reshape(-1)
+    return flat[0] if flat.size else default
+
+
+def text_of(value) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        model_config = json.loads(args["model_config"])
+        params = model_parameters(model_config)
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(model_config)
+        self.tokenizer = load_tokenizer(params)
+        self.skip_special_tokens = as_bool(params, "skip_special_tokens", True)
+        self.engine_model = params.get("tensorrt_llm_model_name", "tensorrt_llm")
+        self.preprocessing_model = params.get("preprocessing_model_name", "preprocessing")
+        self.engine_decoupled = as_bool(params, "tensorrt_llm_decoupled", self.decoupled)
+        self.output_names = {o["name"] for o in model_config.get("output", [])}
+        self.pool = ThreadPoolExecutor(max_workers=max(int(model_config.get("max_batch_size") or 1), 1))
+
+    def execute(self, requests):
+        if not self.decoupled:
+            return [self._run_collecting(request) for request in requests]
+        for request in requests:
+            self.pool.submit(self._run_streaming, request)
+        return None
+
+    def finalize(self):
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    # --- one request --------------------------------------------------------------------------------
+
+    def _run_collecting(self, request):
+        """Non-decoupled: one response holding the whole text."""
+        try:
+            pieces, last = [], {}
+            for text, tensors in self._generate(request, streaming=False):
+                pieces.append(text)
+                last = tensors
+            return self._response("".join(pieces), last)
+        except Exception as exc:  # noqa: BLE001 - reported to the client, never crashes the stub
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}"))
+
+    def _run_streaming(self, request):
+        sender = request.get_response_sender()
+        try:
+            streaming = bool(first(get(request, "stream"), False))
+            if streaming:
+                for text, tensors in self._generate(request, streaming=True):
+                    if text or tensors:
+                        sender.send(self._response(text, tensors))
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            else:
+                pieces, last = [], {}
+                for text, tensors in self._generate(request, streaming=False):
+                    pieces.append(text)
+                    last = tensors
+                sender.send(self._response("".join(pieces), last), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        except Exception as exc:  # noqa: BLE001
+            sender.send(
+                pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}")),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+            )
+
+    def _response(self, text: str, tensors: dict):
+        outputs = [pb_utils.Tensor("text_output", np.array([[text.encode("utf-8")]], dtype=object))]
+        for name, value in tensors.items():
+            if name in self.output_names:
+                outputs.append(pb_utils.Tensor(name, value))
+        return pb_utils.InferenceResponse(output_tensors=outputs)
+
+    def _generate(self, request, streaming: bool):
+        """Yield (new text, engine outputs to forward) until the engine is done or a stop word is seen."""
+        text_input = get(request, "text_input")
+        max_tokens = get(request, "max_tokens")
+        if text_input is None or np.asarray(text_input).size == 0:
+            raise ValueError("text_input is required")
+        if max_tokens is None or np.asarray(max_tokens).size != 1 or int(first(max_tokens)) <= 0:
+            raise ValueError("max_tokens must be one value > 0")
+        if np.asarray(text_input).shape[0] != 1:
+            raise ValueError("send one prompt per request (batch size 1)")
+        if streaming and not self.decoupled:
+            raise ValueError("streaming needs the decoupled transaction policy; re-render with triton.decoupled: true")
+        exclude_input = bool(first(get(request, "exclude_input_in_output"), True))
+        prompt = text_of(first(text_input))
+        raw_stop_words = get(request, "stop_words")
+        stop_words = [] if raw_stop_words is None else [text_of(w) for w in np.asarray(raw_stop_words).reshape(-1)]
+        stop_words = [w for w in stop_words if w]
+
+        pre = self._preprocess(request)
+        engine_request = self._engine_request(request, pre, streaming)
+        detok = IncrementalDetokenizer(self.tokenizer, self.skip_special_tokens)
+        produced = ""
+        if not exclude_input and not streaming:
+            produced = prompt
+            yield prompt, {}
+        holder: dict = {}
+        for response in self._engine_responses(engine_request, holder):
+            if response.has_error():
+                raise RuntimeError(response.error().message())
+            output_ids = pb_utils.get_output_tensor_by_name(response, "output_ids")
+            forwarded = {}
+            for name in PASS_THROUGH_OUTPUTS:
+                tensor = pb_utils.get_output_tensor_by_name(response, name)
+                if tensor is not None:
+                    forwarded[name] = tensor.as_numpy()
+            if output_ids is None:
+                if forwarded:
+                    yield "", forwarded
+                continue
+            ids = output_ids.as_numpy()
+            lengths = pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy().reshape(-1)
+            new_ids = ids.reshape(-1, ids.shape[-1])[0][: int(lengths[0])].tolist()
+            piece = detok.push(new_ids)
+            stop_at = self._stop_position(produced + piece, stop_words, len(produced))
+            if stop_at is not None:
+                yield (produced + piece)[len(produced) : stop_at], forwarded
+                self._cancel(holder)
+                return
+            produced += piece
+            yield piece, forwarded
+        tail = detok.flush()
+        stop_at = self._stop_position(produced + tail, stop_words, len(produced))
+        if stop_at is not None:
+            tail = (produced + tail)[len(produced) : stop_at]
+        if tail:
+            yield tail, {}
+
+    @staticmethod
+    def _stop_position(text: str, stop_words: list[str], searched_until: int):
+        """End of the first stop word in `text` that ends after `searched_until`, or None."""
+        best = None
+        for word in stop_words:
+            start = text.find(word, max(searched_until - len(word) + 1, 0))
+            if start >= 0:
+                end = start + len(word)
+                best = end if best is None else min(best, end)
+        return best
+
+    @staticmethod
+    def _cancel(holder: dict) -> None:
+        iterator = holder.get("iterator")
+        if iterator is not None and hasattr(iterator, "cancel"):
+            try:
+                iterator.cancel()
+            except Exception:  # noqa: BLE001 - best effort; the engine finishes on its own
+                pass
+
+    # --- calls to the other models -------------------------------------------------------------------
+
+    def _preprocess(self, request) -> dict:
+        inputs = [
+            pb_utils.Tensor("QUERY", np.asarray(get(request, "text_input"), dtype=object).reshape(1, 1)),
+            pb_utils.Tensor("REQUEST_OUTPUT_LEN", np.asarray(get(request, "max_tokens"), dtype=np.int32).reshape(1, 1)),
+        ]
+        for source, target, dtype in (
+            ("bad_words", "BAD_WORDS_DICT", object),
+            ("stop_words", "STOP_WORDS_DICT", object),
+            ("embedding_bias_words", "EMBEDDING_BIAS_WORDS", object),
+            ("embedding_bias_weights", "EMBEDDING_BIAS_WEIGHTS", np.float32),
+            ("end_id", "END_ID", np.int32),
+            ("pad_id", "PAD_ID", np.int32),
+            ("prompt_table_extra_id", "PROMPT_TABLE_EXTRA_ID", np.uint64),
+        ):
+            value = get(request, source)
+            if value is not None:
+                inputs.append(pb_utils.Tensor(target, np.asarray(value, dtype=dtype).reshape(1, -1)))
+        response = pb_utils.InferenceRequest(
+            model_name=self.preprocessing_model,
+            inputs=inputs,
+            requested_output_names=["INPUT_ID", "REQUEST_INPUT_LEN", "REQUEST_OUTPUT_LEN", "BAD_WORDS_IDS", "STOP_WORDS_IDS",
+                                    "EMBEDDING_BIAS", "OUT_END_ID", "OUT_PAD_ID"],
+        ).exec()
+        if response.has_error():
+            raise RuntimeError(f"{self.preprocessing_model}: {response.error().message()}")
+        return {t.name(): t.as_numpy() for t in response.output_tensors()}
+
+    def _engine_request(self, request, pre: dict, streaming: bool):
+        input_len = pre["REQUEST_INPUT_LEN"].reshape(1, 1).astype(np.int32)
+        tensors = [
+            pb_utils.Tensor("input_ids", pre["INPUT_ID"][:, : int(input_len[0, 0])].astype(np.int32)),
+            pb_utils.Tensor("input_lengths", input_len),
+            pb_utils.Tensor("request_output_len", pre["REQUEST_OUTPUT_LEN"].reshape(1, 1).astype(np.int32)),
+            pb_utils.Tensor("end_id", pre["OUT_END_ID"].reshape(1, 1).astype(np.int32)),
+            pb_utils.Tensor("pad_id", pre["OUT_PAD_ID"].reshape(1, 1).astype(np.int32)),
+            # Detokenization here works on generated ids only; the prompt is added back as text.
+            pb_utils.Tensor("exclude_input_in_output", np.array([[True]], dtype=bool)),
+            pb_utils.Tensor("streaming", np.array([[streaming]], dtype=bool)),
+        ]
+        for name in ("BAD_WORDS_IDS", "STOP_WORDS_IDS"):
+            if pre[name].shape[-1] > 0:
+                tensors.append(pb_utils.Tensor("bad_words_list" if name == "BAD_WORDS_IDS" else "stop_words_list", pre[name].astype(np.int32)))
+        if pre["EMBEDDING_BIAS"].shape[-1] > 0:
+            tensors.append(pb_utils.Tensor("embedding_bias", pre["EMBEDDING_BIAS"].astype(np.float32)))
+        for source, target in ENGINE_INPUTS.items():
+            if source == "exclude_input_in_output":
+                continue
+            value = get(request, source)
+            if value is not None:
+                value = np.asarray(value)
+                tensors.append(pb_utils.Tensor(target, value.reshape(1, 1) if source in SCALAR_INPUTS else value))
+        return pb_utils.InferenceRequest(model_name=self.engine_model, inputs=tensors, requested_output_names=[])
+
+    def _engine_responses(self, engine_request, holder: dict):
+        if self.engine_decoupled:
+            holder["iterator"] = engine_request.exec(decoupled=True)
+            for response in holder["iterator"]:
+                if response is None:
+                    continue
+                yield response
+        else:
+            yield engine_request.exec()

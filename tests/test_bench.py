@@ -1,0 +1,298 @@
+"""`trtllm-forge bench`: statistics and metric definitions on hand-made records, then the real CLI against a
+real tritonserver serving the timing model (known TTFT and token gap), and a minimal OpenAI-style server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aiohttp import web
+from conftest import run_cli
+from trtllm_forge.bench.metrics import summarize
+from trtllm_forge.bench.records import RequestRecord
+from trtllm_forge.bench.report import to_csv
+from trtllm_forge.bench.runner import LoadSpec, RunResult
+from trtllm_forge.bench.schedule import arrival_offsets
+from trtllm_forge.bench.stats import describe
+from trtllm_forge.bench.workload import LengthSpec
+from trtllm_forge.errors import ConfigError
+
+TTFT_MS, GAP_MS = 20.0, 5.0
+MS = 1_000_000
+
+
+# ---- pure functions ------------------------------------------------------------------------------------
+
+
+def test_describe_uses_linear_percentiles_and_keeps_mean_and_median_apart():
+    stats = describe([1, 2, 3, 4, 100], "ms")
+    assert stats["avg"] == pytest.approx(22.0)
+    assert stats["p50"] == pytest.approx(3.0)
+    assert stats["p90"] == pytest.approx(4 + 0.6 * 96)  # linear between the 4th and 5th values
+    assert stats["min"] == 1 and stats["max"] == 100 and stats["count"] == 5
+    assert describe([], "ms")["p50"] is None
+
+
+def test_arrival_schedule_is_seeded_absolute_and_has_the_asked_rate():
+    a = arrival_offsets(2000, 50.0, "poisson", np.random.default_rng(7))
+    b = arrival_offsets(2000, 50.0, "poisson", np.random.default_rng(7))
+    assert a == b and a[0] == 0.0 and all(y >= x for x, y in zip(a, a[1:]))
+    assert 2000 / a[-1] == pytest.approx(50.0, rel=0.1)
+    assert np.diff(arrival_offsets(10, 4.0, "constant", np.random.default_rng(0))) == pytest.approx([0.25] * 9)
+    smooth = np.diff(arrival_offsets(2000, 50.0, "gamma", np.random.default_rng(1), burstiness=8.0))
+    assert smooth.std() < np.diff(a).std() / 2  # higher gamma shape = smoother arrivals
+
+
+def test_length_spec_parses_mean_std_and_ranges_and_rejects_nonsense():
+    rng = np.random.default_rng(0)
+    assert LengthSpec.parse("64", "--x").sample(3, rng) == [64, 64, 64]
+    ranged = LengthSpec.parse("10..20", "--x").sample(500, rng)
+    assert min(ranged) >= 10 and max(ranged) <= 20 and len(set(ranged)) > 5
+    assert min(LengthSpec.parse("5:50", "--x").sample(500, rng)) >= 1
+    with pytest.raises(ConfigError, match="--x"):
+        LengthSpec.parse("ten", "--x")
+
+
+def _record(i: int, sent: int, responses: list[tuple[int, int, bool]], requested: int) -> RequestRecord:
+    r = RequestRecord(id=f"m{i}", phase="measure", intended_ns=sent, input_tokens=8, input_tokens_source="requested",
+                      requested_output_tokens=requested, sent_ns=sent)
+    for t, n, final in responses:
+        r.recv_ns.append(t)
+        r.tokens.append(n)
+        r.empty.append(n == 0)
+        r.final.append(final)
+    return r
+
+
+def test_metric_definitions_on_known_records():
+    # An empty first response must not end TTFT; the flag-only final must not end E2E; a first response with
+    # 3 tokens must come off TPOT's denominator.
+    a = _record(0, 0, [(5 * MS, 0, False), (10 * MS, 3, False), (20 * MS, 1, False), (30 * MS, 1, False), (31 * MS, 0, True)], 5)
+    b = _record(1, 0, [(12 * MS, 1, False), (14 * MS, 1, False), (15 * MS, 0, True)], 2)
+    failed = _record(2, 0, [], 4)
+    failed.error_kind, failed.error_message = "connection", "gone"
+    result = RunResult(LoadSpec("concurrency", 2, num_requests=3), [a, b, failed], 0, 40 * MS, 0, 0.001)
+    s = summarize(result, slo={"ttft": 11.0})
+    m = s["metrics"]
+    assert sorted([m["ttft_ms"]["min"], m["ttft_ms"]["max"]]) == [10.0, 12.0]
+    assert m["e2e_ms"]["max"] == 30.0 and m["e2e_ms"]["min"] == 14.0
+    assert m["tpot_ms"]["min"] == pytest.approx(2.0) and m["tpot_ms"]["max"] == pytest.approx(10.0)  # b: 2/1; a: 20/2
+    assert sorted([m["itl_ms"]["min"], m["itl_ms"]["max"]]) == [2.0, 10.0] and m["itl_ms"]["count"] == 3
+    assert m["time_to_first_response_ms"]["min"] == 5.0
+    assert s["requests"] == {"sent": 3, "completed": 2, "failed": 1, "errors_by_kind": {"connection": 1}, "warmup": 0}
+    assert s["windows"]["benchmark"]["seconds"] == pytest.approx(0.030)
+    assert m["output_token_throughput_per_s"]["avg"] == pytest.approx(7 / 0.030)
+    assert m["goodput_per_s"]["avg"] == pytest.approx(1 / 0.030)  # only a meets TTFT <= 11 ms
+    assert s["self_checks"]["empty_responses"] == 3
+    csv = to_csv(s).splitlines()
+    assert csv[0] == "Metric,avg,min,max,p99,p95,p90,p75,p50,p25,p10,p5,p1"
+    assert "" in csv and "Metric,Value" in csv
+
+
+# ---- against real servers ------------------------------------------------------------------------------
+
+
+def start_openai_server(ttft_ms: float = 15.0, gap_ms: float = 5.0) -> tuple[str, callable]:
+    """A minimal OpenAI-compatible server on 127.0.0.1 (a thread in the test process): /v1/models,
+    /v1/completions and /v1/chat/completions streaming one word per chunk on a fixed schedule, then a
+    usage chunk and [DONE]. Returns (base url, stop)."""
+
+    async def models(_request):
+        return web.json_response({"data": [{"id": "timing"}]})
+
+    async def complete(request):
+        body = await request.json()
+        chat = request.path.endswith("/chat/completions")
+        n = int(body.get("max_tokens", 16))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        start = time.monotonic()
+        for k in range(n):
+            await asyncio.sleep(max(0.0, start + (ttft_ms + k * gap_ms) / 1e3 - time.monotonic()))
+            choice = {"index": 0, "delta": {"content": " tok"}} if chat else {"index": 0, "text": " tok"}
+            await response.write(f"data: {json.dumps({'choices': [choice]})}\n\n".encode())
+        await response.write(f"data: {json.dumps({'choices': [], 'usage': {'completion_tokens': n}})}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", complete)
+    app.router.add_post("/v1/chat/completions", complete)
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = site._server.sockets[0].getsockname()[1]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def stop():
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+
+    return f"http://127.0.0.1:{port}", stop
+
+
+@pytest.fixture(scope="session")
+def timing_server(tmp_path_factory):
+    from trtllm_forge.bench.local_triton import render_timing_model, start_triton
+
+    root = tmp_path_factory.mktemp("timing-triton")
+    render_timing_model(root / "repo", "ensemble", ttft_ms=TTFT_MS, gap_ms=GAP_MS)
+    render_timing_model(root / "repo", "tensorrt_llm", ttft_ms=TTFT_MS, gap_ms=GAP_MS, contract="tokens")
+    server = start_triton(root / "repo", root)
+    yield server
+    server.stop()
+
+
+def _bench(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess, dict | None]:
+    proc = run_cli("bench", *args, "--json", timeout=timeout)
+    try:
+        return proc, json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        return proc, None
+
+
+@pytest.mark.slow
+def test_grpc_closed_loop_sweep_measures_the_known_schedule(timing_server, tmp_path):
+    proc, doc = _bench("--target", "triton-grpc", "--url", timing_server.grpc_url, "--model", "ensemble",
+                       "--concurrency", "1,8", "--num-requests", "16", "--input-len", "16", "--output-len", "12",
+                       "--metrics-url", timing_server.metrics_url, "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert [p["load"]["value"] for p in doc["points"]] == [1, 8]
+    for point in doc["points"]:
+        m = point["metrics"]
+        assert point["requests"]["completed"] == 16 and point["requests"]["failed"] == 0
+        assert TTFT_MS <= m["ttft_ms"]["p50"] < TTFT_MS + 8
+        assert m["itl_ms"]["p50"] == pytest.approx(GAP_MS, abs=0.5)
+        assert m["tpot_ms"]["p50"] == pytest.approx(GAP_MS, abs=0.5)
+        assert m["e2e_ms"]["p50"] >= TTFT_MS + 11 * GAP_MS
+        assert m["output_tokens"]["min"] == 12 and point["self_checks"]["osl_mismatch_count"] == 0
+        assert point["target"]["output_tokens_source"] == "server_count"
+        assert point["target"]["forced_output_len"].startswith("min_tokens=max_tokens")
+        assert point["self_checks"]["empty_responses"] == 16  # one flag-only final per request, counted, not timed
+        for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "output_token_throughput_per_s", "request_throughput_per_s"):
+            assert set(m[key]) >= {"avg", "p50", "p90", "p95", "p99"}
+        assert point["server_metrics"]["models"]["ensemble"]["requests"] >= 16
+    assert doc["points"][1]["metrics"]["achieved_concurrency"]["avg"] > 4
+    lines = (tmp_path / "c8" / "requests.jsonl").read_text().splitlines()
+    assert len(lines) == 18  # 16 measured + 2 warm-up
+    record = json.loads(lines[-1])
+    assert record["responses"][-1]["final"] and record["responses"][-1]["empty"]
+    assert (tmp_path / "c1" / "summary.csv").read_text().startswith("Metric,avg,min,max,p99")
+    assert "ttft_ms" in proc.stderr and "sweep" in proc.stderr  # the console table
+
+
+@pytest.mark.slow
+def test_grpc_open_loop_poisson_with_duration_and_tokens_target(timing_server, tmp_path):
+    proc, doc = _bench("--url", timing_server.grpc_url, "--model", "ensemble", "--request-rate", "40",
+                       "--arrival", "poisson", "--duration", "1.5", "--num-requests", "10", "--output-len", "8",
+                       "--seed", "0", "--out", str(tmp_path / "rate"))
+    assert proc.returncode == 0, proc.stderr
+    assert doc["load"]["mode"] == "rate" and doc["load"]["arrival"] == "poisson"
+    assert 30 <= doc["requests"]["sent"] <= 100  # ~40/s for 1.5 s
+    assert doc["metrics"]["ttft_from_intended_ms"]["p50"] >= doc["metrics"]["ttft_ms"]["p50"]
+    assert doc["self_checks"]["late_share"] < 0.2
+
+    dataset = tmp_path / "ids.jsonl"
+    dataset.write_text("".join(json.dumps({"input_ids": list(range(1, 1 + n)), "output_tokens": 6}) + "\n" for n in (4, 9, 17)))
+    proc, doc = _bench("--target", "triton-grpc-tokens", "--url", timing_server.grpc_url, "--model", "tensorrt_llm",
+                       "--dataset", str(dataset), "--concurrency", "2", "--num-requests", "6", "--out", str(tmp_path / "tok"))
+    assert proc.returncode == 0, proc.stderr
+    assert doc["requests"]["completed"] == 6 and doc["target"]["output_tokens_source"] == "server_ids"
+    assert doc["metrics"]["output_tokens"]["min"] == 6 and doc["metrics"]["input_tokens"]["max"] == 17
+    assert doc["metrics"]["itl_ms"]["p50"] == pytest.approx(GAP_MS, abs=0.5)
+
+
+@pytest.mark.slow
+def test_http_targets_triton_generate_stream_and_openai(timing_server, tmp_path):
+    proc, doc = _bench("--target", "triton-http", "--url", timing_server.http_url, "--model", "ensemble",
+                       "--request-rate", "30", "--arrival", "constant", "--num-requests", "20", "--output-len", "10",
+                       "--out", str(tmp_path / "http"))
+    assert proc.returncode == 0, proc.stderr
+    assert doc["requests"]["completed"] == 20 and doc["metrics"]["output_tokens"]["min"] == 10
+    assert doc["metrics"]["itl_ms"]["p50"] == pytest.approx(GAP_MS, abs=0.5)
+
+    url, stop = start_openai_server(ttft_ms=15.0, gap_ms=5.0)
+    try:
+        for endpoint in ("completions", "chat"):
+            proc, doc = _bench("--target", "openai", "--url", url, "--model", "timing", "--openai-endpoint", endpoint,
+                               "--concurrency", "4", "--num-requests", "8", "--output-len", "6", "--out", str(tmp_path / endpoint))
+            assert proc.returncode == 0, proc.stderr
+            assert doc["requests"]["completed"] == 8
+            assert doc["metrics"]["ttft_ms"]["p50"] == pytest.approx(15.0, abs=6)
+            assert doc["metrics"]["output_tokens"]["max"] == 6 and doc["self_checks"]["osl_mismatch_count"] == 0
+    finally:
+        stop()
+
+
+@pytest.mark.slow
+def test_bench_config_uses_the_deployment_and_compare_lists_runs(timing_server, tmp_path):
+    config = tmp_path / "b.yaml"
+    base = (Path(__file__).resolve().parent.parent / "configs" / "smollm2-cpu.yaml").read_text()
+    config.write_text(base + "\nbench:\n  workloads:\n    - name: tiny\n      concurrency: [2]\n      num_requests: 6\n"
+                      "      input_len: 8\n      output_len: '4..6'\n      slo_ms: {ttft: 1000}\n")
+    wd = tmp_path / "wd"
+    (wd / "deploy").mkdir(parents=True)
+    host, grpc_port = timing_server.grpc_url.rsplit(":", 1)
+    (wd / "deploy" / "state.json").write_text(json.dumps({
+        "running": True, "pid": timing_server.process.pid, "pgid": None, "host": host, "bind_address": host,
+        "ports": {"http": timing_server.http_port, "grpc": int(grpc_port), "metrics": timing_server.metrics_port},
+        "repository": "", "models": {"ensemble": True}, "started_at": "", "command": [], "log": "", "workdir": str(wd),
+    }))
+    proc, doc = _bench(str(config), "--workdir", str(wd))
+    assert proc.returncode == 0, proc.stderr
+    assert doc["requests"]["completed"] == 6 and 4 <= doc["metrics"]["output_tokens"]["min"] <= 6
+    assert doc["metrics"]["goodput_per_s"]["avg"] > 0
+    assert (wd / "bench" / "tiny" / "summary.json").is_file()
+    proc2, _ = _bench("--url", timing_server.grpc_url, "--model", "ensemble", "--num-requests", "4", "--output-len", "4",
+                      "--out", str(tmp_path / "other"))
+    assert proc2.returncode == 0, proc2.stderr
+    proc, doc = _bench("compare", str(wd / "bench" / "tiny"), str(tmp_path / "other"), "--out", str(tmp_path / "cmp"))
+    assert proc.returncode == 0, proc.stderr
+    assert len(doc["runs"]) == 2 and doc["runs"][0]["ttft_ms_p50"] > 0
+    assert (tmp_path / "cmp" / "compare.csv").is_file()
+
+
+@pytest.mark.slow
+def test_killing_the_server_mid_run_keeps_records_and_exits_1(tmp_path):
+    from trtllm_forge.bench.local_triton import render_timing_model, start_triton
+
+    render_timing_model(tmp_path / "repo", "ensemble", ttft_ms=10.0, gap_ms=20.0)
+    server = start_triton(tmp_path / "repo", tmp_path)
+    out = tmp_path / "out"
+    try:
+        bench = subprocess.Popen(
+            [sys.executable, "-m", "trtllm_forge", "bench", "--url", server.grpc_url, "--model", "ensemble",
+             "--concurrency", "4", "--num-requests", "40", "--output-len", "20", "--warmup", "0", "--out", str(out), "--json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
+        )
+        time.sleep(2.5)  # ~0.4 s per request: several complete, then the server dies under load
+        os.killpg(server.process.pid, signal.SIGKILL)
+        stdout, stderr = bench.communicate(timeout=60)
+    finally:
+        server.stop()
+    assert bench.returncode == 1, stderr
+    error_lines = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1 and "requests failed" in error_lines[0] and "connection" in error_lines[0]
+    summary = json.loads(stdout)
+    assert summary["requests"]["completed"] >= 1 and summary["requests"]["failed"] >= 1
+    assert summary["requests"]["errors_by_kind"].get("connection", 0) >= 1
+    assert json.loads((out / "summary.json").read_text())["requests"] == summary["requests"]
+    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert len(records) == summary["requests"]["sent"]
+    assert any(r["error"] and r["error"]["kind"] == "connection" for r in records)

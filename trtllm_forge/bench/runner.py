@@ -1,0 +1,179 @@
+"""The load generator: closed-loop concurrency or an open-loop arrival schedule, one sweep point at a time.
+
+Everything runs on one asyncio event loop. Self-checks run beside the load: an event-loop lag sampler (how
+late a timer fires: the delay any response stamp can suffer), and the process CPU time."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trtllm_forge.bench.records import RequestRecord
+from trtllm_forge.bench.schedule import arrival_offsets
+from trtllm_forge.bench.target import Target, TargetDown, now_ns
+from trtllm_forge.bench.workload import BenchRequest
+
+LAG_PERIOD_S = 0.005
+SPIN_S = 0.002  # the last stretch before a scheduled send is waited by yielding, not by a coarse timer
+
+
+@dataclass
+class LoadSpec:
+    mode: str  # "concurrency" or "rate"
+    value: float  # the concurrency, or the rate in requests/s
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    max_concurrency: int | None = None  # cap for open loop
+    num_requests: int = 32
+    duration_s: float | None = None
+    warmup_requests: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"c{int(self.value)}" if self.mode == "concurrency" else f"r{self.value:g}"
+
+
+@dataclass
+class RunResult:
+    load: LoadSpec
+    records: list[RequestRecord]
+    start_ns: int
+    end_ns: int
+    wall_start_ns: int  # time.time_ns() at start_ns, to anchor the monotonic stamps
+    cpu_seconds: float
+    loop_lag_ns: list[int] = field(default_factory=list)
+    aborted: str | None = None  # why sending stopped early
+
+
+class _LagSampler:
+    """Every LAG_PERIOD_S, queue a callback and measure how long it waits to run: the delay a response that
+    is ready on the socket waits before it is stamped (timer granularity is not counted)."""
+
+    def __init__(self):
+        self.samples: list[int] = []
+        self.task: asyncio.Task | None = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(LAG_PERIOD_S)
+            queued = now_ns()
+            loop.call_soon(lambda q=queued: self.samples.append(now_ns() - q))
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self.task:
+            self.task.cancel()
+            try:
+                await self.task
+            except asyncio.CancelledError:
+                pass
+
+
+async def _sleep_until(target_ns: int) -> None:
+    remaining = (target_ns - now_ns()) / 1e9
+    if remaining > SPIN_S:
+        await asyncio.sleep(remaining - SPIN_S)
+    while now_ns() < target_ns:
+        await asyncio.sleep(0)
+
+
+def _record(request: BenchRequest, index: int, phase: str, intended_ns: int) -> RequestRecord:
+    return RequestRecord(
+        id=f"{phase[0]}{index}", phase=phase, intended_ns=intended_ns, input_tokens=request.input_tokens,
+        input_tokens_source=request.input_tokens_source, requested_output_tokens=request.output_tokens,
+    )
+
+
+async def _warmup(target: Target, warmup: list[BenchRequest], concurrency: int) -> list[RequestRecord]:
+    records: list[RequestRecord] = []
+    queue = list(enumerate(warmup))
+
+    async def worker():
+        while queue:
+            i, request = queue.pop(0)
+            record = _record(request, i, "warmup", now_ns())
+            records.append(record)
+            await target.send(request, record)
+
+    await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(warmup))))), return_exceptions=True)
+    return records
+
+
+async def run_load(target: Target, requests: list[BenchRequest], warmup: list[BenchRequest], load: LoadSpec, seed: int = 0) -> RunResult:
+    warm = await _warmup(target, warmup, int(load.value) if load.mode == "concurrency" else (load.max_concurrency or 8))
+    records: list[RequestRecord] = []
+    stop = asyncio.Event()
+    aborted: list[str] = []
+    lag = _LagSampler()
+    cpu0 = time.process_time()
+    wall0 = time.time_ns()
+    start = now_ns()
+    deadline = start + int(load.duration_s * 1e9) if load.duration_s else None
+    lag.start()
+
+    records_by_index: dict[int, RequestRecord] = {}
+
+    async def send(request: BenchRequest, index: int, intended: int) -> None:
+        record = _record(request, index, "measure", intended)
+        records.append(record)
+        records_by_index[index] = record
+        try:
+            await target.send(request, record)
+        except TargetDown as exc:
+            if not aborted:
+                aborted.append(f"target down: {exc}")
+            stop.set()
+
+    def more(index: int) -> bool:
+        if stop.is_set() or index >= len(requests):
+            return False
+        return deadline is None or now_ns() < deadline
+
+    if load.mode == "concurrency":
+        counter = iter(range(len(requests)))
+
+        async def worker():
+            free_since = start  # a slot's next request is due when its previous one ended
+            while True:
+                index = next(counter, None)
+                if index is None or not more(index):
+                    return
+                await send(requests[index], index, free_since)
+                record = records_by_index[index]
+                free_since = record.recv_ns[-1] if record.recv_ns else now_ns()
+
+        await asyncio.gather(*(worker() for _ in range(int(load.value))))
+    else:
+        rng = np.random.default_rng([seed, int(load.value * 1000)])
+        offsets = arrival_offsets(len(requests), load.value, load.arrival, rng, load.burstiness)
+        cap = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
+        tasks = []
+
+        async def capped(request, index, intended):
+            async with cap:
+                await send(request, index, intended)
+
+        for index, offset in enumerate(offsets):
+            intended = start + int(offset * 1e9)
+            await _sleep_until(intended)
+            if not more(index):
+                break
+            coro = capped(requests[index], index, intended) if cap else send(requests[index], index, intended)
+            tasks.append(asyncio.get_running_loop().create_task(coro))
+        if tasks:
+            await asyncio.gather(*tasks)
+    end = now_ns()
+    await lag.stop()
+    target.count_client_tokens(warm + records)
+    return RunResult(load, warm + records, start, end, wall0, time.process_time() - cpu0, lag.samples, aborted[0] if aborted else None)
+
+
+def cpu_count() -> int:
+    return len(os.sched_getaffinity(0))

@@ -1,0 +1,280 @@
+"""Triton gRPC streaming targets: the text contract of the ensemble / tensorrt_llm_bls model, and token ids
+straight to the tensorrt_llm model. Uses tritonclient's protobuf messages and service stub over grpc.aio,
+skipping its InferResult wrapper so every response is stamped and parsed with as little work as possible."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import struct
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+from trtllm_forge.bench.records import RequestRecord
+from trtllm_forge.bench.target import UNREACHABLE_END_ID, Target, TargetDown, now_ns, wait_done
+from trtllm_forge.bench.workload import BenchRequest
+from trtllm_forge.errors import StepError
+
+_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+
+
+def _bytes_tensor(values: list[bytes]) -> bytes:
+    return b"".join(struct.pack("<I", len(v)) + v for v in values)
+
+
+def _first_bytes(raw: bytes) -> bytes:
+    if len(raw) < 4:
+        return b""
+    (length,) = struct.unpack_from("<I", raw, 0)
+    return raw[4:4 + length]
+
+
+class _Stream:
+    """One bidirectional stream; its reader task routes responses to the request they belong to."""
+
+    def __init__(self, target: "TritonGrpcTarget", stub):
+        self.target = target
+        self.call = stub.ModelStreamInfer()
+        self.pending: dict[str, tuple[RequestRecord, asyncio.Future]] = {}
+        self.broken: BaseException | None = None
+        self.write_lock = asyncio.Lock()  # grpc.aio allows one write in progress per stream
+        self.reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self) -> None:
+        parse = self.target.parse_response
+        pending = self.pending
+        try:
+            while True:
+                message = await self.call.read()
+                stamp = now_ns()
+                if message is grpc.aio.EOF:
+                    raise ConnectionError("stream closed by the server")
+                response = message.infer_response
+                entry = pending.get(response.id)
+                if entry is None:
+                    continue
+                record, done = entry
+                if message.error_message:
+                    record.error_kind, record.error_message = "server_error", message.error_message
+                    final = True
+                else:
+                    final = parse(response, record, stamp)
+                if final:
+                    del pending[response.id]
+                    if not done.done():
+                        done.set_result(None)
+        except (grpc.aio.AioRpcError, ConnectionError, asyncio.CancelledError) as exc:
+            self.broken = exc
+            kind = "connection"
+            message = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+            if isinstance(exc, grpc.aio.AioRpcError):
+                kind = "connection" if exc.code() == grpc.StatusCode.UNAVAILABLE else f"grpc_{exc.code().name.lower()}"
+            for record, done in pending.values():
+                if record.error_kind is None:
+                    record.error_kind, record.error_message = kind, message or type(exc).__name__
+                if not done.done():
+                    done.set_result(None)
+            pending.clear()
+
+    async def close(self) -> None:
+        try:
+            await self.call.done_writing()
+        except Exception:  # noqa: BLE001 - closing a broken stream
+            pass
+        self.call.cancel()
+        self.reader.cancel()
+
+
+class TritonGrpcTarget(Target):
+    """Text in, text out: `text_input`, `max_tokens`, `stream`, sampling inputs → `text_output`."""
+
+    kind = "triton-grpc"
+
+    def __init__(self, *args, streams: int = 1, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.n_streams = max(1, streams)
+        self.channel = None
+        self.stub = None
+        self.streams: list[_Stream] = []
+        self._next = itertools.count()
+        self.inputs: dict[str, dict] = {}
+        self.outputs: set[str] = set()
+        self.batched = False
+
+    async def open(self) -> None:
+        self.channel = grpc.aio.insecure_channel(self.url, options=_CHANNEL_OPTIONS)
+        self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
+        try:
+            config = await self.stub.ModelConfig(pb.ModelConfigRequest(name=self.model), timeout=10)
+            metadata = await self.stub.ServerMetadata(pb.ServerMetadataRequest(), timeout=10)
+        except grpc.aio.AioRpcError as exc:
+            raise StepError("--url", f"cannot read model {self.model!r} at {self.url}: {exc.details()}", "check --url, --model and that the server is up") from None
+        self.info.server_version = metadata.version
+        data = MessageToDict(config.config, preserving_proto_field_name=True)
+        self.batched = int(data.get("max_batch_size", 0)) > 0
+        self.inputs = {i["name"]: i for i in data.get("input", [])}
+        self.outputs = {o["name"] for o in data.get("output", [])}
+        self.check_contract()
+        self.streams = [_Stream(self, self.stub) for _ in range(self.n_streams)]
+
+    def check_contract(self) -> None:
+        missing = [name for name in ("text_input", "max_tokens") if name not in self.inputs]
+        if missing or "text_output" not in self.outputs:
+            raise StepError("--target", f"model {self.model!r} does not speak the text contract (missing {', '.join(missing) or 'text_output'})",
+                            "use the ensemble or tensorrt_llm_bls model, or --target triton-grpc-tokens for tensorrt_llm")
+        self.length_input = next((n for n in ("min_tokens", "min_length") if n in self.inputs), None)
+        self.count_server = "return_num_output_tokens" in self.inputs and "num_output_tokens" in self.outputs
+        if self.force_output_len and self.length_input:
+            self.info.forced_output_len = f"{self.length_input}=max_tokens" + (f", end_id={UNREACHABLE_END_ID}" if "end_id" in self.inputs else "")
+        elif self.force_output_len:
+            self.info.notes.append("the model has neither min_tokens nor min_length: output length not forced")
+        self.info.output_tokens_source = "server_count" if self.count_server else ("client_tokenizer" if self.tokenizer else "responses")
+
+    def _tensor(self, request: pb.ModelInferRequest, name: str, datatype: str, raw: bytes, length: int = 1) -> None:
+        if name not in self.inputs:
+            return
+        shape = [1, length] if self.batched else [length]
+        request.inputs.append(pb.ModelInferRequest.InferInputTensor(name=name, datatype=datatype, shape=shape))
+        request.raw_input_contents.append(raw)
+
+    def build(self, request: BenchRequest, request_id: str) -> pb.ModelInferRequest:
+        message = pb.ModelInferRequest(model_name=self.model, id=request_id)
+        message.parameters["triton_enable_empty_final_response"].bool_param = True
+        i32 = lambda v: struct.pack("<i", v)  # noqa: E731
+        self._tensor(message, "text_input", "BYTES", _bytes_tensor([request.prompt.encode()]))
+        self._tensor(message, "max_tokens", "INT32", i32(request.output_tokens))
+        self._tensor(message, "stream", "BOOL", b"\x01")
+        self._tensor(message, "exclude_input_in_output", "BOOL", b"\x01")
+        if self.count_server:
+            self._tensor(message, "return_num_output_tokens", "BOOL", b"\x01")
+        if self.force_output_len and self.length_input:
+            self._tensor(message, self.length_input, "INT32", i32(request.output_tokens))
+            self._tensor(message, "end_id", "INT32", i32(UNREACHABLE_END_ID))
+        return message
+
+    def parse_response(self, response, record: RequestRecord, stamp: int) -> bool:
+        """Record one response; return whether it was the final one."""
+        tokens = 0
+        text = None
+        server_ns = None
+        for output, raw in zip(response.outputs, response.raw_output_contents):
+            name = output.name
+            if name == "text_output":
+                text = _first_bytes(raw).decode("utf-8", "replace")
+            elif name == "num_output_tokens":
+                tokens = struct.unpack_from("<i", raw, 0)[0] if raw else 0
+            elif name == "send_time_ns":
+                server_ns = struct.unpack_from("<q", raw, 0)[0] if raw else None
+        if not self.count_server:
+            tokens = 1 if text else 0
+        final = response.parameters["triton_final_response"].bool_param
+        if not response.outputs and final:
+            tokens, text = 0, None
+        record.recv_ns.append(stamp)
+        record.tokens.append(tokens)
+        record.empty.append(tokens == 0)
+        record.final.append(final)
+        if server_ns is not None:
+            record.server_send_ns.append(server_ns)
+        if record.texts is not None:
+            record.texts.append(text or "")
+        return final
+
+    async def _usable_stream(self) -> _Stream:
+        index = next(self._next) % len(self.streams)
+        stream = self.streams[index]
+        if stream.broken is not None:
+            try:
+                await self.stub.ServerReady(pb.ServerReadyRequest(), timeout=2)
+            except grpc.aio.AioRpcError as exc:
+                raise TargetDown(exc.details() or "server unreachable") from None
+            stream = self.streams[index] = _Stream(self, self.stub)
+        return stream
+
+    async def send(self, request: BenchRequest, record: RequestRecord) -> None:
+        message = self.build(request, record.id)
+        if self.tokenizer is not None and not self.count_server:
+            record.texts = []
+        record.output_tokens_source = self.info.output_tokens_source
+        done = asyncio.get_running_loop().create_future()
+        try:
+            stream = await self._usable_stream()
+        except TargetDown as exc:
+            record.sent_ns = now_ns()
+            record.error_kind, record.error_message = "connection", str(exc)
+            raise
+        stream.pending[record.id] = (record, done)
+        try:
+            async with stream.write_lock:
+                record.sent_ns = now_ns()
+                await stream.call.write(message)
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, Exception) as exc:  # noqa: BLE001 - any write failure ends this request
+            stream.pending.pop(record.id, None)
+            if record.error_kind is None:
+                record.error_kind, record.error_message = "connection", str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            return
+        await wait_done(done, record, self.request_timeout)
+        if record.error_kind == "timeout":
+            stream.pending.pop(record.id, None)
+
+    async def close(self) -> None:
+        for stream in self.streams:
+            await stream.close()
+        if self.channel is not None:
+            await self.channel.close()
+
+
+class TritonGrpcTokensTarget(TritonGrpcTarget):
+    """Token ids straight to the tensorrt_llm model: `input_ids`, `input_lengths`, `request_output_len`,
+    `streaming`, `end_id` → `output_ids`; output counts are exact (no detokenisation)."""
+
+    kind = "triton-grpc-tokens"
+
+    def check_contract(self) -> None:
+        missing = [n for n in ("input_ids", "input_lengths", "request_output_len") if n not in self.inputs]
+        if missing or "output_ids" not in self.outputs:
+            raise StepError("--target", f"model {self.model!r} does not take token ids (missing {', '.join(missing) or 'output_ids'})",
+                            "point --model at the tensorrt_llm model, or use --target triton-grpc for the ensemble")
+        self.length_input = next((n for n in ("min_tokens", "min_length") if n in self.inputs), None)
+        self.count_server = True
+        if self.force_output_len and self.length_input:
+            self.info.forced_output_len = f"{self.length_input}=request_output_len, end_id={UNREACHABLE_END_ID}"
+        self.info.output_tokens_source = "server_ids"
+
+    def build(self, request: BenchRequest, request_id: str) -> pb.ModelInferRequest:
+        if request.input_ids is None:
+            raise StepError("--tokenizer", "the token-id target needs token ids", "pass --tokenizer DIR or a dataset with input_ids")
+        message = pb.ModelInferRequest(model_name=self.model, id=request_id)
+        message.parameters["triton_enable_empty_final_response"].bool_param = True
+        i32 = lambda v: struct.pack("<i", v)  # noqa: E731
+        ids = request.input_ids
+        self._tensor(message, "input_ids", "INT32", struct.pack(f"<{len(ids)}i", *ids), len(ids))
+        self._tensor(message, "input_lengths", "INT32", i32(len(ids)))
+        self._tensor(message, "request_output_len", "INT32", i32(request.output_tokens))
+        self._tensor(message, "streaming", "BOOL", b"\x01")
+        self._tensor(message, "exclude_input_in_output", "BOOL", b"\x01")
+        if self.force_output_len and self.length_input:
+            self._tensor(message, self.length_input, "INT32", i32(request.output_tokens))
+        if self.force_output_len:
+            self._tensor(message, "end_id", "INT32", i32(UNREACHABLE_END_ID))
+        return message
+
+    def parse_response(self, response, record: RequestRecord, stamp: int) -> bool:
+        tokens = 0
+        server_ns = None
+        for output, raw in zip(response.outputs, response.raw_output_contents):
+            if output.name == "output_ids":
+                tokens = output.shape[-1] if output.shape else len(raw) // 4
+            elif output.name == "send_time_ns" and raw:
+                server_ns = struct.unpack_from("<q", raw, 0)[0]
+        final = response.parameters["triton_final_response"].bool_param
+        record.recv_ns.append(stamp)
+        record.tokens.append(tokens)
+        record.empty.append(tokens == 0)
+        record.final.append(final)
+        if server_ns is not None:
+            record.server_send_ns.append(server_ns)
+        return final

@@ -1,0 +1,193 @@
+"""`trtllm-forge bench`: load-test a deployed endpoint; `bench compare RUN_DIR...` puts runs side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from trtllm_forge.commands.deploy_cmd import DefaultCommandGroup
+from trtllm_forge.commands.options import json_option, load, workdir_option
+from trtllm_forge.errors import ConfigError, StepError
+from trtllm_forge.ui import emit_json
+
+TARGETS = ("triton-grpc", "triton-grpc-tokens", "triton-http", "openai")
+
+
+class BenchGroup(DefaultCommandGroup):
+    default_command = "run"
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage(ctx.command_path, "[run] [CONFIG] [OPTIONS] | compare RUN_DIR... | import FILE")
+
+
+def _list(text: str | None, flag: str, kind=int) -> list:
+    if not text:
+        return []
+    try:
+        values = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(flag, f"{text!r} is not a comma-separated list of numbers", f"e.g. {flag} 1,4,16") from None
+    if any(v <= 0 for v in values):
+        raise ConfigError(flag, "values must be > 0", f"e.g. {flag} 1,4,16")
+    return values
+
+
+def _slo(items: tuple[str, ...]) -> dict[str, float]:
+    slo = {}
+    for item in items:
+        key, _, value = item.partition(":")
+        try:
+            if key not in ("ttft", "tpot", "e2e"):
+                raise ValueError
+            slo[key] = float(value)
+        except ValueError:
+            raise ConfigError("--slo", f"{item!r} is not an SLO", "use ttft:MS, tpot:MS or e2e:MS (repeatable)") from None
+    return slo
+
+
+@click.group("bench", cls=BenchGroup, invoke_without_command=False)
+def bench_group() -> None:
+    """Load-test a deployed endpoint and report TTFT, TPOT, ITL, E2E, throughput and self-checks.
+
+    \b
+    trtllm-forge bench CONFIG                      the config's bench section against its deployment
+    trtllm-forge bench --target triton-grpc --url 127.0.0.1:8001 --model ensemble --concurrency 1,8
+    trtllm-forge bench compare RUN_DIR RUN_DIR...  side-by-side table (and Pareto plot) of runs
+    """
+
+
+@bench_group.command("run")
+@click.argument("config_file", metavar="[CONFIG]", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--target", type=click.Choice(TARGETS), default=None, help="Endpoint kind. Default triton-grpc.")
+@click.option("--url", default=None, help="gRPC host:port, or http://host:port for the HTTP targets. Default: the workdir's deployment.")
+@click.option("--model", default=None, help="Model name (ensemble, tensorrt_llm_bls, tensorrt_llm; the served name for openai).")
+@click.option("--concurrency", default=None, help="Closed-loop concurrencies, comma-separated (a sweep).")
+@click.option("--request-rate", default=None, help="Open-loop request rates in requests/s, comma-separated (a sweep).")
+@click.option("--arrival", type=click.Choice(["constant", "poisson", "gamma"]), default="poisson", show_default=True, help="Open-loop arrivals.")
+@click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape (1 = Poisson).")
+@click.option("--max-concurrency", type=click.IntRange(min=1), default=None, help="Cap on requests in flight in open loop.")
+@click.option("--num-requests", type=click.IntRange(min=1), default=None, help="Measured requests per sweep point. Default 32.")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, help="Stop sending after S seconds per point.")
+@click.option("--warmup", "warmup_requests", type=click.IntRange(min=0), default=None, help="Warm-up requests (distinct prompts, excluded). Default 2.")
+@click.option("--input-len", default=None, help="Prompt tokens: MEAN, MEAN:STD or LO..HI. Default 128.")
+@click.option("--output-len", default=None, help="Output tokens: MEAN, MEAN:STD or LO..HI. Default 64.")
+@click.option("--dataset", type=click.Path(dir_okay=False, path_type=Path), default=None, help="JSONL {prompt|input_ids, output_tokens} or ShareGPT JSON.")
+@click.option("--tokenizer", type=click.Path(file_okay=False, path_type=Path), default=None, help="HF tokenizer directory (exact prompt lengths, token counts).")
+@click.option("--seed", type=int, default=None, help="Seed for prompts, lengths and arrivals (0 is a real seed). Default 0.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="Output directory. Default <workdir>/bench/<workload> or ./bench-out.")
+@click.option("--slo", multiple=True, help="Goodput SLO: ttft:MS, tpot:MS or e2e:MS (repeatable).")
+@click.option("--metrics-url", default=None, help="Triton Prometheus URL to scrape. Default: the deployment's.")
+@click.option("--streams", type=click.IntRange(min=1), default=1, show_default=True, help="gRPC streams to spread requests over.")
+@click.option("--no-force-output-len", is_flag=True, help="Do not force the output length (min_tokens/end_id, ignore_eos).")
+@click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds per request.")
+@click.option("--openai-endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True, help="For --target openai.")
+@workdir_option
+@json_option
+def bench_run(config_file, target, url, model, concurrency, request_rate, arrival, burstiness, max_concurrency, num_requests,
+              duration, warmup_requests, input_len, output_len, dataset, tokenizer, seed, out, slo, metrics_url, streams,
+              no_force_output_len, request_timeout, openai_endpoint, workdir, as_json) -> None:
+    """Run a benchmark (the default subcommand)."""
+    from trtllm_forge.bench.run import BenchOptions, run_bench
+    from trtllm_forge.bench.workload import LengthSpec
+
+    flags = dict(
+        target=target, url=url, model=model, arrival=arrival, burstiness=burstiness, max_concurrency=max_concurrency,
+        metrics_url=metrics_url, streams=streams, force_output_len=not no_force_output_len,
+        request_timeout_s=request_timeout, openai_endpoint=openai_endpoint,
+    )
+    load_flags = dict(
+        concurrency=_list(concurrency, "--concurrency"), request_rate=_list(request_rate, "--request-rate", float),
+        num_requests=num_requests, duration_s=duration, warmup_requests=warmup_requests, seed=seed,
+        input_len=LengthSpec.parse(input_len, "--input-len") if input_len else None,
+        output_len=LengthSpec.parse(output_len, "--output-len") if output_len else None,
+        dataset=dataset, tokenizer=tokenizer, slo=_slo(slo),
+    )
+    if config_file is not None:
+        runs = _from_config(config_file, workdir, flags, load_flags, out)
+    else:
+        if not url or not model:
+            raise ConfigError("--url/--model", "needed without CONFIG", "give CONFIG (uses its deployment) or --url and --model")
+        flags["target"] = flags["target"] or "triton-grpc"
+        runs = [BenchOptions(**_merge(flags, load_flags), out=out or Path("bench-out"))]
+    documents = [run_bench(options) for options in runs]
+    document = documents[0] if len(documents) == 1 else {"schema": "trtllm-forge.bench-workloads/1", "workloads": documents}
+    if as_json:
+        emit_json(document)
+    _fail_on_errors(documents)
+
+
+def _merge(flags: dict, load_flags: dict, base: dict | None = None) -> dict:
+    merged = dict(base or {})
+    for key, value in {**flags, **load_flags}.items():
+        if value is None or value == [] or value == {}:
+            continue
+        merged[key] = value
+    if "output_len" in load_flags and load_flags["output_len"] is not None:
+        merged["output_len_given"] = True
+    return merged
+
+
+def _from_config(config_file: Path, workdir: Path | None, flags: dict, load_flags: dict, out: Path | None) -> list:
+    from trtllm_forge.bench.run import BenchOptions
+    from trtllm_forge.bench.workload import LengthSpec
+    from trtllm_forge.deploy.state import read_state
+
+    config, wd = load(config_file, workdir)
+    state = read_state(wd)
+    target = flags.get("target") or "triton-grpc"
+    names = config.triton.model_names
+    if not flags.get("url"):
+        if state is None or not state.running:
+            raise StepError("bench", f"no running deployment in {wd}", f"run `trtllm-forge deploy {config_file}` first, or pass --url and --model")
+        flags["url"] = state.grpc_url if target.startswith("triton-grpc") else state.http_url
+        flags["metrics_url"] = flags.get("metrics_url") or state.metrics_url
+    if not flags.get("model"):
+        flags["model"] = {"triton-grpc-tokens": names.tensorrt_llm}.get(target, names.bls if config.triton.entrypoint == "bls" else names.ensemble)
+    flags["target"] = target
+    checkpoint = wd / "import" / "checkpoint"
+    workloads = config.bench.workloads or [None]
+    runs = []
+    for workload in workloads:
+        base: dict = {"tokenizer": checkpoint if (checkpoint / "tokenizer_config.json").is_file() else None}
+        name = "default"
+        if workload is not None:
+            name = workload.name
+            base.update(
+                concurrency=list(workload.concurrency), request_rate=list(workload.request_rate), arrival=workload.arrival,
+                num_requests=workload.num_requests, duration_s=workload.duration_s, warmup_requests=workload.warmup_requests,
+                input_len=LengthSpec.parse(workload.input_len, f"bench.workloads[{name}].input_len"),
+                output_len=LengthSpec.parse(workload.output_len, f"bench.workloads[{name}].output_len"),
+                dataset=Path(workload.dataset) if workload.dataset else None, seed=workload.seed, slo=dict(workload.slo_ms),
+            )
+            if workload.request_rate and not workload.concurrency:
+                base["concurrency"] = []
+        merged = _merge(flags, load_flags, base)
+        runs.append(BenchOptions(**merged, out=out / name if (out and len(workloads) > 1) else (out or wd / "bench" / name)))
+    return runs
+
+
+def _fail_on_errors(documents: list[dict]) -> None:
+    points = [p for d in documents for p in (d.get("points") or [d])]
+    failed = sum(p["requests"]["failed"] for p in points)
+    if failed:
+        sent = sum(p["requests"]["sent"] for p in points)
+        kinds: dict[str, int] = {}
+        for p in points:
+            for k, v in p["requests"]["errors_by_kind"].items():
+                kinds[k] = kinds.get(k, 0) + v
+        detail = ", ".join(f"{k}: {v}" for k, v in kinds.items())
+        raise StepError("bench", f"{failed} of {sent} requests failed ({detail})", f"records and summary of what completed are in {points[-1]['out_dir']}")
+
+
+@bench_group.command("compare")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="Write compare.json, compare.csv and pareto.png here.")
+@json_option
+def bench_compare(run_dirs, out, as_json) -> None:
+    """Put several runs (ours, or imported GenAI-Perf/AIPerf exports) side by side."""
+    from trtllm_forge.bench.compare import compare_runs
+
+    document = compare_runs(list(run_dirs), out)
+    if as_json:
+        emit_json(document)

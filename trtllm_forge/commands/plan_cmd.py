@@ -1,0 +1,112 @@
+"""`trtllm-forge plan`: will it fit, how many sequences at once, and how fast it can possibly go."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from trtllm_forge.commands.options import dry_run_option, json_option, load, workdir_option
+from trtllm_forge.errors import ConfigError
+from trtllm_forge.ui import emit_json, info, warn
+
+
+@click.command("plan")
+@click.argument("config_file", metavar="[CONFIG]", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--measure-host", is_flag=True,
+              help="Measure this machine's memory bandwidth and matrix throughput (a few seconds) and store them "
+              "as the 'cpu' hardware entry used by every later plan and report.")
+@click.option("--input-len", type=click.IntRange(min=1), default=None,
+              help="Prompt tokens of the workload. Default: the first bench workload, else engine.max_input_len.")
+@click.option("--output-len", type=click.IntRange(min=1), default=None,
+              help="Output tokens of the workload. Default: the first bench workload, else max_seq_len - max_input_len.")
+@click.option("--plot/--no-plot", default=True, show_default=True, help="Write the roofline PNG.")
+@workdir_option
+@json_option
+@dry_run_option
+def plan(config_file: Path | None, measure_host: bool, input_len: int | None, output_len: int | None, plot: bool,
+         workdir: Path | None, as_json: bool, dry_run: bool) -> None:
+    """Memory per GPU, KV-cache capacity, build limits and the roofline of CONFIG on its target hardware.
+
+    \b
+    Writes <workdir>/plan/plan.json and <workdir>/plan/roofline.png.
+    Exits 2 with the smallest change that would fit when one full sequence does not fit.
+    """
+    if config_file is None and not measure_host:
+        raise ConfigError("CONFIG", "missing", "pass a config file, or --measure-host to calibrate this machine")
+    result: dict = {}
+    if measure_host:
+        result["host"] = _measure_host(dry_run)
+    if config_file is None:
+        if as_json:
+            emit_json(result)
+        return
+
+    from trtllm_forge.plan.advise import refusal
+    from trtllm_forge.plan.planner import default_workload, make_plan
+    from trtllm_forge.plan.report import plan_to_dict, show_report
+
+    config, wd = load(config_file, workdir)
+    workload = _workload(config, default_workload(config), input_len, output_len)
+    the_plan = make_plan(config, workload)
+    data = {**result, **plan_to_dict(the_plan)}
+    if not the_plan.fits:
+        if as_json:
+            emit_json(data)
+        raise ConfigError(*refusal(the_plan))
+
+    out_dir = wd / "plan"
+    files = [out_dir / "plan.json"] + ([out_dir / "roofline.png"] if plot and the_plan.machine else [])
+    if dry_run:
+        for path in files:
+            info(f"would write {path}")
+    else:
+        _write_json(files[0], data)
+        if len(files) > 1:
+            from trtllm_forge.plan.plot import plot_roofline
+
+            plot_roofline(the_plan, files[1])
+        data["files"] = [str(p) for p in files]
+    if plot and the_plan.machine is None:
+        warn("no roofline plot: the target's bandwidth and throughput are unknown")
+    show_report(the_plan, data)
+    if not dry_run:
+        info("wrote " + ", ".join(str(p) for p in files))
+    if as_json:
+        emit_json(data)
+
+
+def _workload(config, default, input_len: int | None, output_len: int | None):
+    from trtllm_forge.plan.planner import Workload
+
+    workload = Workload(input_len or default.input_len, output_len or default.output_len)
+    limit = config.engine.max_seq_len
+    if workload.seq_len > limit:
+        flag = "--output-len" if output_len else "--input-len"
+        raise ConfigError(flag, f"input + output = {workload.seq_len} tokens exceeds engine.max_seq_len ({limit})",
+                          f"keep input + output <= {limit}")
+    return workload
+
+
+def _measure_host(dry_run: bool) -> dict:
+    from trtllm_forge.hardware import host_profile_path
+    from trtllm_forge.plan.host import measure_host, store_host_profile
+
+    path = host_profile_path()
+    if dry_run:
+        info(f"would measure this host (about 4 s) and write {path}")
+        return {"path": str(path), "measured": False}
+    info("measuring memory bandwidth and fp32 matrix throughput (a few seconds)...")
+    profile = measure_host()
+    store_host_profile(profile, path)
+    info(f"cpu: {profile['memory_gb']:.1f} GiB RAM, {profile['bandwidth_gb_s']:.1f} GB/s, "
+         f"{profile['fp32_tflops'] * 1e3:.1f} GFLOP/s fp32; stored in {path}")
+    return {"path": str(path), "measured": True, **profile}
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    tmp.replace(path)

@@ -1,0 +1,36 @@
+"""`trtllm-forge run CONFIG`: the whole chain, import → build → render → deploy → smoke → verify → bench → report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from trtllm_forge.commands.options import config_argument, force_option, json_option, load, workdir_option
+from trtllm_forge.ui import emit_json
+
+
+@click.command("run")
+@config_argument
+@workdir_option
+@force_option
+@json_option
+@click.option("--keep-serving", is_flag=True, help="Leave the Triton server running at the end.")
+@click.option("--skip-bench", is_flag=True, help="Stop after verify, even when the config has bench workloads.")
+@click.option("--dry-run", is_flag=True, help="Print each stage's commands and files; change nothing.")
+def run(config_file: Path, workdir: Path | None, force: bool, as_json: bool, keep_serving: bool, skip_bench: bool, dry_run: bool) -> None:
+    """Run every stage for CONFIG; stages whose inputs are unchanged are skipped.
+
+    The server is stopped at the end (also on errors and Ctrl-C) unless --keep-serving is given.
+    """
+    from trtllm_forge.pipeline import run_pipeline, show_dry_run
+
+    config, workdir = load(config_file, workdir)
+    if dry_run:
+        show_dry_run(config, config_file, workdir, as_json)
+        return
+    report = run_pipeline(config, workdir, force=force, keep_serving=keep_serving, run_bench=not skip_bench)
+    if as_json:
+        emit_json(report.to_json())
+    if not report.passed:
+        raise SystemExit(1)

@@ -1,0 +1,202 @@
+"""Find a `tritonserver` binary and prepare what it needs to run the python backend on this machine.
+
+Three places are searched, in order: `tritonserver` on PATH, `/opt/tritonserver/bin/tritonserver` (the NGC
+image layout), and the server bundled in the `nvidia-pytriton` wheel. The wheel's server needs two things a
+container install already has: its bundled shared libraries on LD_LIBRARY_PATH, and a backend directory
+whose `python/` folder holds the python backend plus the stub built for the running Python version.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trtllm_forge.errors import StepError
+
+OPT_TRITONSERVER = Path("/opt/tritonserver/bin/tritonserver")
+# The wheel's python stub was built against NumPy 1.x: under NumPy 2 it hands models garbage for BYTES
+# (string) tensors. A NumPy 1.x installed here (pip --target) is put ahead of the venv's for the stubs only.
+STUB_SITE_ENV = "TRTLLM_FORGE_STUB_SITE"
+STUB_SITE_DEFAULT = "triton-stub-site"
+STUB = "triton_python_backend_stub"
+INSTALL_HINT = (
+    "install Triton: `pip install --no-deps nvidia-pytriton==0.7.0` (bundles tritonserver 2.51), or put "
+    "`tritonserver` on PATH, or use the NGC image (/opt/tritonserver)"
+)
+
+
+@dataclass(frozen=True)
+class TritonInstall:
+    """Where a usable server lives and what its environment needs."""
+
+    kind: str  # "path" | "opt" | "pytriton"
+    binary: Path
+    library_dirs: list[Path] = field(default_factory=list)
+    # For the wheel only: the files the backend directory is assembled from.
+    python_backend_dir: Path | None = None
+    stub: Path | None = None
+
+
+def _pytriton_root() -> Path | None:
+    # find_spec on a top-level name does not import the package (pytriton's __init__ is heavy).
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def python_tag() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def find_tritonserver() -> TritonInstall:
+    """The first usable server, or a StepError saying how to install one."""
+    on_path = shutil.which("tritonserver")
+    if on_path:
+        return TritonInstall("path", Path(on_path))
+    if OPT_TRITONSERVER.is_file() and os.access(OPT_TRITONSERVER, os.X_OK):
+        return TritonInstall("opt", OPT_TRITONSERVER)
+    root = _pytriton_root()
+    if root is not None:
+        server = root / "tritonserver"
+        binary = server / "bin" / "tritonserver"
+        if binary.is_file():
+            stub = server / "python_backend_stubs" / python_tag() / STUB
+            if not stub.is_file():
+                raise StepError(
+                    "deploy.tritonserver",
+                    f"the nvidia-pytriton wheel has no python backend stub for Python {python_tag()} ({stub})",
+                    "run trtllm-forge with a Python the wheel supports (3.8-3.13)",
+                )
+            return TritonInstall(
+                "pytriton",
+                binary,
+                library_dirs=[root.parent / "nvidia_pytriton.libs"],
+                python_backend_dir=server / "backends" / "python",
+                stub=stub,
+            )
+    raise StepError("deploy.tritonserver", "no tritonserver found (PATH, /opt/tritonserver, nvidia-pytriton)", INSTALL_HINT)
+
+
+def backend_files(install: TritonInstall) -> dict[str, Path]:
+    """Target name in `<backends>/python/` → source file, for installs that need a backend directory."""
+    if install.python_backend_dir is None or install.stub is None:
+        return {}
+    return {
+        "libtriton_python.so": install.python_backend_dir / "libtriton_python.so",
+        "triton_python_backend_utils.py": install.python_backend_dir / "triton_python_backend_utils.py",
+        STUB: install.stub,
+    }
+
+
+def prepare_backend_dir(install: TritonInstall, workdir: Path) -> Path | None:
+    """Assemble `<wd>/deploy/backends/python/` for the wheel's server; None when the install has its own."""
+    files = backend_files(install)
+    if not files:
+        return None
+    backends = workdir / "deploy" / "backends"
+    target = backends / "python"
+    target.mkdir(parents=True, exist_ok=True)
+    for name, source in files.items():
+        if not source.is_file():
+            raise StepError("deploy.tritonserver", f"the nvidia-pytriton wheel lacks {source}", "reinstall it: " + INSTALL_HINT)
+        dest = target / name
+        if dest.is_file() and dest.stat().st_size == source.stat().st_size and dest.stat().st_mtime >= source.stat().st_mtime:
+            continue
+        tmp = dest.with_name(f".{name}.tmp")
+        shutil.copy2(source, tmp)
+        os.replace(tmp, dest)
+    return backends
+
+
+def _numpy_major(site: Path) -> int | None:
+    found = sorted(site.glob("numpy-*.dist-info"))
+    if not found:
+        return None
+    try:
+        return int(found[-1].name.split("-")[1].split(".")[0])
+    except (IndexError, ValueError):
+        return None
+
+
+def venv_site_packages() -> Path:
+    import sysconfig
+
+    return Path(sysconfig.get_paths()["purelib"])
+
+
+def stub_numpy_site(install: TritonInstall) -> Path | None:
+    """The NumPy 1.x directory the wheel's stubs need, or None when the venv's own NumPy is already 1.x."""
+    if install.kind != "pytriton" or (_numpy_major(venv_site_packages()) or 0) < 2:
+        return None
+    site = Path(os.environ.get(STUB_SITE_ENV) or Path(sys.prefix) / STUB_SITE_DEFAULT)
+    major = _numpy_major(site)
+    if major is None or major >= 2:
+        raise StepError(
+            "deploy.python_stub",
+            f"the nvidia-pytriton stub needs NumPy 1.x (with NumPy 2 it corrupts string tensors) and {site} has none",
+            f"install one for the stubs only: `{sys.executable} -m pip install --target {site} 'numpy<2'` "
+            f"(or point {STUB_SITE_ENV} at such a directory)",
+        )
+    return site
+
+
+def prepare_stub_env(install: TritonInstall, workdir: Path) -> Path | None:
+    """A tiny virtual environment for the python stubs: NumPy 1.x first, then this venv's packages.
+
+    The stub's embedded Python finds its prefix from the first `python3` on PATH and that file's pyvenv.cfg,
+    so `<wd>/deploy/stub-env/bin` goes first on the server's PATH.
+    """
+    numpy_site = stub_numpy_site(install)
+    if numpy_site is None:
+        return None
+    env_dir = workdir / "deploy" / "stub-env"
+    site = env_dir / "lib" / f"python{python_tag()}" / "site-packages"
+    site.mkdir(parents=True, exist_ok=True)
+    (env_dir / "bin").mkdir(exist_ok=True)
+    base_python = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
+    (env_dir / "pyvenv.cfg").write_text(
+        f"home = {base_python.parent}\ninclude-system-site-packages = false\nversion = {sys.version.split()[0]}\n"
+    )
+    link = env_dir / "bin" / "python3"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(base_python)
+    # .pth lines starting with `import` run at start-up; addsitedir also honours the venv's own .pth files.
+    (site / "forge-stub.pth").write_text(
+        f"import site; site.addsitedir({str(numpy_site)!r})\n"
+        f"import site; site.addsitedir({str(venv_site_packages())!r})\n"
+    )
+    return env_dir
+
+
+def stub_bin_dir(install: TritonInstall, workdir: Path) -> Path:
+    """Where the stubs' `python3` is found: the stub env when one is needed, else this venv's bin."""
+    if stub_numpy_site(install) is not None:
+        return workdir / "deploy" / "stub-env" / "bin"
+    return Path(sys.executable).parent
+
+
+def server_environment(install: TritonInstall, workdir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment changes the server (and the python stubs it starts) needs.
+
+    The stub embeds Python and finds its site-packages from the first `python3` on PATH; PYTHONPATH does not
+    reach it. Putting our bin directory first makes the stubs import this venv's packages even for models
+    without an EXECUTION_ENV_PATH parameter.
+    """
+    base = dict(os.environ if base is None else base)
+    env: dict[str, str] = {}
+    if install.library_dirs:
+        dirs = [str(d) for d in install.library_dirs]
+        if base.get("LD_LIBRARY_PATH"):
+            dirs.append(base["LD_LIBRARY_PATH"])
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(dirs)
+    bin_dir = str(stub_bin_dir(install, workdir))
+    path = base.get("PATH", "")
+    if path.split(os.pathsep)[0] != bin_dir:
+        env["PATH"] = os.pathsep.join([bin_dir, path]) if path else bin_dir
+    return env

@@ -1,0 +1,243 @@
+"""What a local start runs: the server argv, its environment, ports and the models to wait for.
+
+Built without side effects, so `deploy --dry-run` prints exactly what a real start would do.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import re
+import shlex
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trtllm_forge.config import ForgeConfig
+from trtllm_forge.deploy.discovery import (
+    TritonInstall,
+    backend_files,
+    find_tritonserver,
+    server_environment,
+    stub_numpy_site,
+)
+from trtllm_forge.errors import ConfigError, StepError
+
+WILDCARDS = {"0.0.0.0", "::", "", "[::]"}
+PORT_NAMES = ("http", "grpc", "metrics")
+# Triton's own default is 30 s; deploy stop's grace period is longer so a SIGTERM can finish cleanly.
+EXIT_TIMEOUT_S = 10
+
+
+@dataclass
+class LaunchPlan:
+    argv: list[str]
+    env: dict[str, str]  # changes on top of the caller's environment
+    install: TritonInstall
+    backend_dir: Path | None  # <wd>/deploy/backends, assembled at start (wheel installs only)
+    backend_files: dict[str, str] = field(default_factory=dict)  # dest -> source
+    stub_env: Path | None = None  # <wd>/deploy/stub-env, assembled at start when the stubs need NumPy 1.x
+    repository: Path = Path()
+    models: list[str] = field(default_factory=list)
+    ports: dict[str, int] = field(default_factory=dict)
+    bind_address: str = "127.0.0.1"
+    host: str = "127.0.0.1"
+    log: Path = Path()
+    world_size: int = 1
+    warnings: list[str] = field(default_factory=list)
+
+    def describe(self) -> dict:
+        return {
+            "argv": self.argv,
+            "command": shlex.join(self.argv),
+            "env": self.env,
+            "tritonserver": {"kind": self.install.kind, "binary": str(self.install.binary)},
+            "backend_directory": str(self.backend_dir) if self.backend_dir else None,
+            "files": {
+                **self.backend_files,
+                **({str(self.stub_env): "(python stub environment: NumPy 1.x, then this venv)"} if self.stub_env else {}),
+                str(self.log): "(server log)",
+            },
+            "repository": str(self.repository),
+            "models": self.models,
+            "ports": self.ports,
+            "bind_address": self.bind_address,
+            "world_size": self.world_size,
+            "warnings": self.warnings,
+        }
+
+
+def connect_host(bind_address: str) -> str:
+    return "127.0.0.1" if bind_address in WILDCARDS else bind_address
+
+
+def _family(address: str) -> int:
+    return socket.AF_INET6 if ":" in address else socket.AF_INET
+
+
+def port_in_use(address: str, port: int) -> bool:
+    with socket.socket(_family(address), socket.SOCK_STREAM) as sock:
+        # Servers set SO_REUSEADDR, so a port in TIME_WAIT is free for them: test the same way.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((address.strip("[]"), port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return True
+            raise
+    return False
+
+
+def free_port(address: str, taken: set[int]) -> int:
+    for _ in range(50):
+        with socket.socket(_family(address), socket.SOCK_STREAM) as sock:
+            sock.bind((address.strip("[]"), 0))
+            port = sock.getsockname()[1]
+        if port not in taken:
+            return port
+    raise StepError("triton ports", "could not find a free port", "set triton.http_port/grpc_port/metrics_port explicitly")
+
+
+def resolve_ports(config: ForgeConfig) -> dict[str, int]:
+    """Configured ports, with 0 replaced by a free port; a configured port already in use is an error."""
+    address = config.triton.bind_address or "0.0.0.0"
+    wanted = {name: getattr(config.triton, f"{name}_port") for name in PORT_NAMES}
+    fixed = [p for p in wanted.values() if p]
+    if len(set(fixed)) != len(fixed):
+        raise ConfigError("triton ports", f"http/grpc/metrics ports must differ, got {wanted}", "use three distinct ports or 0")
+    ports: dict[str, int] = {}
+    for name, port in wanted.items():
+        if port and port_in_use(address, port):
+            raise StepError(
+                f"triton.{name}_port",
+                f"port {port} on {address} is already in use",
+                f"stop whatever listens there (`trtllm-forge deploy stop`?) or set triton.{name}_port: 0 to pick a free one",
+            )
+    taken = set(fixed)
+    for name, port in wanted.items():
+        if not port:
+            port = free_port(address, taken)
+            taken.add(port)
+        ports[name] = port
+    return ports
+
+
+def repository_models(repository: Path) -> list[str]:
+    """Model names Triton will load from the repository (every folder with a config.pbtxt)."""
+    if not repository.is_dir():
+        raise ConfigError(
+            "--repository",
+            f"model repository {repository} does not exist",
+            "run `trtllm-forge render CONFIG` first or pass --repository DIR",
+        )
+    models = sorted(p.name for p in repository.iterdir() if p.is_dir() and (p / "config.pbtxt").is_file())
+    if not models:
+        raise ConfigError("--repository", f"{repository} holds no model (no */config.pbtxt)", "point it at a Triton model repository")
+    return models
+
+
+_ENV_PATH_RE = re.compile(r'key:\s*"EXECUTION_ENV_PATH"\s*value:\s*\{\s*string_value:\s*"([^"]*)"')
+
+
+def stub_env_warnings(repository: Path, models: list[str], needs_numpy1: bool) -> list[str]:
+    """Models whose EXECUTION_ENV_PATH would hand the stub NumPy 2 (their string tensors would arrive corrupted)."""
+    if not needs_numpy1:
+        return []
+    warnings = []
+    for name in models:
+        for env_path in _ENV_PATH_RE.findall((repository / name / "config.pbtxt").read_text(errors="replace")):
+            if any(Path(env_path).glob("lib/python*/site-packages/numpy-2*.dist-info")):
+                warnings.append(
+                    f"model {name}: EXECUTION_ENV_PATH={env_path} has NumPy 2, which the nvidia-pytriton stub "
+                    "mishandles (string tensors arrive corrupted); drop the parameter: deploy gives the stubs "
+                    "a suitable environment itself"
+                )
+    return warnings
+
+
+def render_manifest(workdir: Path) -> dict:
+    path = workdir / "render" / "manifest.json"
+    try:
+        return json.loads(path.read_text()).get("outputs", {}) if path.is_file() else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def default_repository(workdir: Path) -> Path:
+    rendered = render_manifest(workdir).get("repository")
+    return Path(rendered) if rendered else workdir / "render" / "model_repository"
+
+
+def _rendered_leader_command(workdir: Path, world_size: int) -> list[str]:
+    command = render_manifest(workdir).get("launch_command")
+    if not command:
+        raise ConfigError(
+            "parallel",
+            f"world size {world_size} needs the MPI leader-mode command that `trtllm-forge render` writes "
+            f"(launch_command in {workdir / 'render' / 'manifest.json'}), and none is there",
+            "run `trtllm-forge render CONFIG` first",
+        )
+    return shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
+
+
+def single_rank_argv(binary: Path, repository: Path, backend_dir: Path | None, ports: dict[str, int], bind: str) -> list[str]:
+    argv = [
+        str(binary),
+        f"--model-repository={repository}",
+        "--model-control-mode=none",
+        # The GPU launcher always passes it: the repository must be complete on its own, here too.
+        "--disable-auto-complete-config",
+        f"--http-port={ports['http']}",
+        f"--grpc-port={ports['grpc']}",
+        f"--metrics-port={ports['metrics']}",
+        f"--http-address={bind}",
+        f"--grpc-address={bind}",
+        f"--metrics-address={bind}",
+        f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
+    ]
+    if backend_dir is not None:
+        argv.append(f"--backend-directory={backend_dir}")
+    return argv
+
+
+def plan_launch(config: ForgeConfig, workdir: Path, repository: Path | None = None, *, check_ports: bool = True) -> LaunchPlan:
+    repository = (repository or default_repository(workdir)).resolve()
+    models = repository_models(repository)
+    install = find_tritonserver()
+    files = backend_files(install)
+    backend_dir = workdir / "deploy" / "backends" if files else None
+    bind = config.triton.bind_address or "0.0.0.0"
+    world_size = config.parallel.world_size
+    if world_size > 1:
+        argv = _rendered_leader_command(workdir, world_size)
+        ports = {name: getattr(config.triton, f"{name}_port") for name in PORT_NAMES}
+        if 0 in ports.values():
+            raise ConfigError(
+                "triton ports",
+                "port 0 (pick a free port) cannot be used with world size > 1: the rendered MPI command fixes the ports",
+                "set triton.http_port/grpc_port/metrics_port",
+            )
+    else:
+        ports = resolve_ports(config) if check_ports else {n: getattr(config.triton, f"{n}_port") for n in PORT_NAMES}
+        argv = single_rank_argv(install.binary, repository, backend_dir, ports, bind)
+    env = server_environment(install, workdir)
+    stub_env = workdir / "deploy" / "stub-env" if stub_numpy_site(install) is not None else None
+    libraries = [str(config.resolve_path(p)) for p in config.engine.plugins.custom_libraries]
+    if libraries and config.engine.backend == "tensorrt-llm":
+        env["LD_PRELOAD"] = ":".join(libraries)
+    return LaunchPlan(
+        argv=argv,
+        env=env,
+        install=install,
+        backend_dir=backend_dir,
+        backend_files={str(backend_dir / "python" / name): str(src) for name, src in files.items()} if backend_dir else {},
+        stub_env=stub_env,
+        repository=repository,
+        models=models,
+        ports=ports,
+        bind_address=bind,
+        host=connect_host(bind),
+        log=workdir / "logs" / "tritonserver.log",
+        world_size=world_size,
+        warnings=stub_env_warnings(repository, models, stub_env is not None),
+    )

@@ -1,0 +1,366 @@
+"""Start, watch and stop a local Triton server; the Python API `run` and the tests use.
+
+The server runs in its own session (process group), so Ctrl-C in the terminal does not reach it and
+`stop` can signal it together with the python-backend stubs it starts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from trtllm_forge.config import ForgeConfig
+from trtllm_forge.deploy.discovery import prepare_backend_dir, prepare_stub_env
+from trtllm_forge.deploy.launch import LaunchPlan, plan_launch
+from trtllm_forge.deploy.state import Deployment, read_state, write_state
+from trtllm_forge.errors import StepError
+from trtllm_forge.ui import console, info, warn
+
+LOG_TAIL_LINES = 40
+STOP_GRACE_S = 20.0
+FAILED_START_GRACE_S = 5.0  # a server that failed to start has nothing worth a graceful shutdown
+POLL_S = 0.25
+
+# Servers started by this process, so they are reaped (no zombies) when stopped from here.
+_CHILDREN: dict[int, subprocess.Popen] = {}
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# ---- processes -------------------------------------------------------------------------------------------
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, pgid) of a process from /proc, or None when it does not exist."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = raw[raw.rfind(")") + 2 :].split()
+    return fields[0], int(fields[2])
+
+
+def _reap(pid: int) -> None:
+    child = _CHILDREN.get(pid)
+    if child is not None and child.poll() is not None:
+        _CHILDREN.pop(pid, None)
+
+
+def pid_alive(pid: int | None) -> bool:
+    """True while the process exists and is not a zombie (an orphan may sit unreaped as a zombie)."""
+    if not pid:
+        return False
+    _reap(pid)
+    stat = _proc_stat(pid)
+    if stat is None:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return not Path("/proc").is_dir() or Path(f"/proc/{pid}").exists()
+    return stat[0] != "Z"
+
+
+def group_members(pgid: int | None) -> list[int]:
+    """Live (non-zombie) processes of a process group."""
+    if not pgid:
+        return []
+    if not Path("/proc").is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return []
+        return [pgid]
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _proc_stat(int(entry.name))
+            if stat and stat[1] == pgid and stat[0] != "Z":
+                members.append(int(entry.name))
+    return members
+
+
+def _is_our_server(deployment: Deployment) -> bool:
+    """Guard against a recycled pid: the process must still run the command we started."""
+    if not pid_alive(deployment.pid):
+        return False
+    try:
+        argv0 = Path(f"/proc/{deployment.pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return True
+    return not deployment.command or Path(argv0).name == Path(deployment.command[0]).name
+
+
+# ---- readiness -------------------------------------------------------------------------------------------
+
+
+def _http_ok(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - our own local server
+            return response.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def server_live(http_url: str) -> bool:
+    return _http_ok(f"{http_url}/v2/health/live")
+
+
+def model_readiness(http_url: str, models: list[str]) -> dict[str, bool]:
+    return {name: _http_ok(f"{http_url}/v2/models/{name}/ready") for name in models}
+
+
+def log_tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last lines of the server log, without blank lines and the server-options table (long, never the cause)."""
+    try:
+        text = Path(log).read_text(errors="replace")
+    except OSError:
+        return f"(no log at {log})"
+    kept, in_options = [], False
+    for line in text.splitlines():
+        if line.startswith("| Option "):
+            in_options = True
+            kept = kept[:-1] if kept and kept[-1].startswith("+---") else kept
+            continue
+        if in_options:
+            in_options = line.startswith(("|", "+"))
+            if in_options:
+                continue
+        if line.strip():
+            kept.append(line)
+    return "\n".join(kept[-lines:])
+
+
+_UNAVAILABLE = re.compile(r"^\|\s*(\S+)\s*\|\s*\d+\s*\|\s*UNAVAILABLE:\s*(.*?)\s*\|$", re.MULTILINE)
+
+
+def failed_models(log: Path) -> dict[str, str]:
+    """Model name -> first line of the reason, from the model status table Triton prints."""
+    try:
+        return dict(_UNAVAILABLE.findall(Path(log).read_text(errors="replace")))
+    except OSError:
+        return {}
+
+
+# ---- start -----------------------------------------------------------------------------------------------
+
+
+def _deployment_from_plan(plan: LaunchPlan, workdir: Path, proc: subprocess.Popen, target: str) -> Deployment:
+    return Deployment(
+        running=False,
+        pid=proc.pid,
+        pgid=proc.pid,  # start_new_session: the server leads its own group
+        host=plan.host,
+        bind_address=plan.bind_address,
+        ports=plan.ports,
+        repository=str(plan.repository),
+        models={name: False for name in plan.models},
+        started_at=_now(),
+        command=plan.argv,
+        log=str(plan.log),
+        workdir=str(workdir),
+        target=target,
+        env=plan.env,
+    )
+
+
+def _fail(deployment: Deployment, problem: str, valid: str) -> StepError:
+    """Show the log tail, stop what is left, record the stop, and return the error to raise."""
+    tail = log_tail(Path(deployment.log))
+    console.print(f"--- last lines of {deployment.log} ---", markup=False, highlight=False)
+    console.print(tail, markup=False, highlight=False)
+    console.print("--- end of log ---", markup=False, highlight=False)
+    stop_server(deployment, grace_s=FAILED_START_GRACE_S, quiet=True)
+    return StepError("deploy", problem, valid)
+
+
+def start_server(
+    config: ForgeConfig,
+    workdir: Path,
+    repository: Path | None = None,
+    *,
+    ready_timeout_s: float | None = None,
+) -> Deployment:
+    """Start tritonserver on the repository and wait until it is live and every model is ready.
+
+    On any failure the server is stopped, the log tail is printed and a StepError is raised.
+    """
+    workdir = Path(workdir).resolve()
+    previous = read_state(workdir)
+    if previous is not None and group_members(previous.pgid) and _is_our_server(previous):
+        raise StepError(
+            "deploy",
+            f"a server from this workdir is already running (pid {previous.pid}, grpc {previous.grpc_url})",
+            f"stop it first: `trtllm-forge deploy stop --workdir {workdir}`",
+        )
+    plan = plan_launch(config, workdir, repository)
+    for message in plan.warnings:
+        warn(message)
+    prepare_backend_dir(plan.install, workdir)
+    prepare_stub_env(plan.install, workdir)
+    plan.log.parent.mkdir(parents=True, exist_ok=True)
+    timeout = config.deploy.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
+
+    info(f"[dim]$ {shlex.join(plan.argv)}[/dim]")
+    with plan.log.open("w") as log:
+        log.write(f"$ {shlex.join(plan.argv)}\n")
+        log.flush()
+        try:
+            proc = subprocess.Popen(
+                plan.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **plan.env},
+                cwd=workdir,
+                start_new_session=True,
+            )
+        except FileNotFoundError:
+            raise StepError("deploy", f"command not found: {plan.argv[0]}", "install it or fix PATH") from None
+    _CHILDREN[proc.pid] = proc
+    deployment = _deployment_from_plan(plan, workdir, proc, "local")
+    write_state(deployment)  # recorded before waiting, so `deploy stop` can find a server that hangs
+
+    deadline = time.monotonic() + timeout
+    try:
+        with console.status(f"waiting for Triton (pid {proc.pid}) and {len(plan.models)} model(s) …"):
+            while True:
+                code = proc.poll()
+                if code is not None:
+                    failed = "; ".join(f"model {n}: {why}" for n, why in failed_models(plan.log).items())
+                    problem = f"tritonserver exited with code {code} during start-up" + (f" ({failed})" if failed else "")
+                    raise _fail(deployment, problem, f"see the log {plan.log}")
+                if server_live(deployment.http_url):
+                    ready = model_readiness(deployment.http_url, plan.models)
+                    deployment.models = ready
+                    if all(ready.values()):
+                        break
+                if time.monotonic() > deadline:
+                    waiting = [n for n, ok in deployment.models.items() if not ok] or ["(server not live)"]
+                    raise _fail(
+                        deployment,
+                        f"not ready after {timeout:g}s (waiting for {', '.join(waiting)})",
+                        f"raise deploy.ready_timeout_s or see the log {plan.log}",
+                    )
+                time.sleep(POLL_S)
+    except BaseException as exc:
+        if not isinstance(exc, StepError):
+            stop_server(deployment, grace_s=FAILED_START_GRACE_S, quiet=True)
+        raise
+    deployment.running = True
+    write_state(deployment)
+    info(f"[green]✓[/green] deploy: Triton ready (pid {proc.pid}) grpc {deployment.grpc_url}  http {deployment.http_url}")
+    return deployment
+
+
+# ---- stop and status -------------------------------------------------------------------------------------
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _wait_gone(pgid: int, pid: int | None, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while True:
+        if pid:
+            _reap(pid)
+        if not group_members(pgid):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+
+
+def _stub_shm_regions(pids: list[int]) -> list[Path]:
+    """Shared-memory files of the python stubs among `pids` (argv[2] of each stub names its region)."""
+    regions = []
+    for pid in pids:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 2 and argv[0].endswith(b"triton_python_backend_stub"):
+            name = argv[2].decode(errors="replace")
+            if "/" not in name:
+                regions.append(Path("/dev/shm") / name)
+    return regions
+
+
+def stop_server(target: Path | Deployment, *, grace_s: float = STOP_GRACE_S, quiet: bool = False) -> Deployment | None:
+    """SIGTERM the server's process group, SIGKILL after the grace period; record the stop in state.json.
+
+    Returns the updated deployment, or None when the workdir has no state.json.
+    """
+    deployment = target if isinstance(target, Deployment) else read_state(Path(target))
+    if deployment is None:
+        return None
+    pgid = deployment.pgid or deployment.pid
+    leader_alive = pid_alive(deployment.pid)
+    if leader_alive and not _is_our_server(deployment):
+        if not quiet:
+            info(f"pid {deployment.pid} now runs another program; not signalling it")
+    elif pgid and group_members(pgid):
+        # Stubs killed before they clean up leave their shared-memory region behind: note them first.
+        regions = _stub_shm_regions(group_members(pgid))
+        _signal_group(pgid, signal.SIGTERM)
+        if not _wait_gone(pgid, deployment.pid, grace_s):
+            if not quiet:
+                info(f"server did not stop within {grace_s:g}s of SIGTERM; sending SIGKILL")
+            _signal_group(pgid, signal.SIGKILL)
+            if not _wait_gone(pgid, deployment.pid, 10.0):
+                raise StepError("deploy stop", f"processes {group_members(pgid)} of group {pgid} survived SIGKILL", "check them with ps")
+        for region in regions:
+            region.unlink(missing_ok=True)
+    child = _CHILDREN.pop(deployment.pid or -1, None)
+    if child is not None:
+        try:
+            child.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    deployment.running = False
+    deployment.models = {name: False for name in deployment.models}
+    deployment.stopped_at = _now()
+    write_state(deployment)
+    if not quiet:
+        info(f"[green]✓[/green] deploy: stopped (pid {deployment.pid})")
+    return deployment
+
+
+def server_status(workdir: Path) -> Deployment | None:
+    """The recorded deployment with `running` and model readiness checked now; None when nothing was deployed."""
+    deployment = read_state(Path(workdir))
+    if deployment is None:
+        return None
+    alive = _is_our_server(deployment)
+    live = alive and server_live(deployment.http_url)
+    deployment.running = bool(live)
+    deployment.models = model_readiness(deployment.http_url, list(deployment.models)) if live else {n: False for n in deployment.models}
+    return deployment
+
+
+@contextmanager
+def serving(config: ForgeConfig, workdir: Path, repository: Path | None = None, keep: bool = False) -> Iterator[Deployment]:
+    """A running server for the body of a `with` block; stopped on exit (errors and Ctrl-C too) unless keep."""
+    deployment = start_server(config, workdir, repository)
+    try:
+        yield deployment
+    finally:
+        if not keep:
+            stop_server(deployment)

@@ -1,0 +1,70 @@
+"""`<wd>/deploy/state.json`: what a running (or stopped) deployment looks like to other commands and scripts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from trtllm_forge.stages import write_json_atomic
+
+
+@dataclass
+class Deployment:
+    running: bool
+    pid: int | None
+    pgid: int | None
+    host: str  # where clients connect (loopback when the server binds a wildcard address)
+    bind_address: str
+    ports: dict[str, int]  # http, grpc, metrics
+    repository: str
+    models: dict[str, bool]  # name -> ready
+    started_at: str
+    command: list[str]
+    log: str
+    workdir: str
+    target: str = "local"
+    stopped_at: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # what deploy added to the server's environment
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.host}:{self.ports['grpc']}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.ports['http']}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.ports['metrics']}/metrics"
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data.update(grpc_url=self.grpc_url, http_url=self.http_url, metrics_url=self.metrics_url)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Deployment":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def state_path(workdir: Path) -> Path:
+    return Path(workdir) / "deploy" / "state.json"
+
+
+def write_state(deployment: Deployment) -> Path:
+    path = state_path(Path(deployment.workdir))
+    write_json_atomic(path, deployment.to_dict())
+    return path
+
+
+def read_state(workdir: Path) -> Deployment | None:
+    path = state_path(workdir)
+    if not path.is_file():
+        return None
+    try:
+        return Deployment.from_dict(json.loads(path.read_text()))
+    except (json.JSONDecodeError, TypeError, KeyError):
+        return None

@@ -1,0 +1,247 @@
+"""The import stage: check or convert model.source into <workdir>/import/ (see the package docstring)."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from trtllm_forge.config import ForgeConfig
+from trtllm_forge.errors import ConfigError, StepError
+from trtllm_forge.importer.gguf_to_hf import CONVERTER_VERSION
+from trtllm_forge.importer.sources import ImportSource, check_family_gguf, check_family_hf, resolve_source
+from trtllm_forge.stages import StageRecorder, StageResult, hash_inputs, read_manifest, run_stage
+
+STAGE = "import"
+CHECKPOINT = "checkpoint"
+REPORT = "convert-report.json"
+STAGING = f".{STAGE}.tmp-<random>"  # how --dry-run names run_stage's temporary directory
+CONVERTED_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                   "tokenizer_config.json", "chat_template.jinja")
+CHILD_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+@dataclass
+class ImportPlan:
+    """What the import would do; the same facts drive the real run and --dry-run."""
+
+    source: ImportSource
+    workdir: Path
+    dtype: str
+    values: dict
+    input_paths: dict[str, Path]
+    tokenizer_dir: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def stage_dir(self) -> Path:
+        return self.workdir / STAGE
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.stage_dir / CHECKPOINT if self.source.is_gguf else self.source.path
+
+    def convert_argv(self, staging: Path) -> list[str]:
+        return [sys.executable, "-m", "trtllm_forge.importer.gguf_to_hf", "--gguf", str(self.source.path),
+                "--out", str(staging / CHECKPOINT), "--dtype", self.dtype, "--report", str(staging / REPORT)]
+
+    def would_skip(self) -> bool:
+        previous = read_manifest(self.stage_dir)
+        return bool(previous) and previous.get("input_hash") == hash_inputs(self.values, self.input_paths)
+
+    def files(self) -> list[str]:
+        out = [str(self.stage_dir / "manifest.json")]
+        if self.source.is_gguf:
+            out += [str(self.checkpoint_dir / name) for name in CONVERTED_FILES]
+            out += [str(self.stage_dir / REPORT), str(self.workdir / "logs" / f"{STAGE}-convert.log")]
+        return out
+
+    def to_json(self, force: bool = False) -> dict:
+        skip = self.would_skip() and not force
+        return {
+            "stage": STAGE,
+            "source": self.source.spec,
+            "source_kind": self.source.kind,
+            "source_path": str(self.source.path),
+            "checkpoint_dir": str(self.checkpoint_dir),
+            "dtype": self.dtype,
+            "would_skip": skip,
+            "commands": [] if skip or not self.source.is_gguf else [self.convert_argv(self.workdir / STAGING)],
+            "files": [] if skip else self.files(),
+            "notes": self.notes,
+        }
+
+
+def _dtype(config: ForgeConfig, source: ImportSource) -> str:
+    # GGUF weights are dequantized to float32 by transformers; "auto" keeps that.
+    if config.model.dtype != "auto":
+        return config.model.dtype
+    return "float32" if source.is_gguf else "auto"
+
+
+def plan_import(config: ForgeConfig, workdir: Path) -> ImportPlan:
+    """Locate and pre-check the source (ConfigError on problems) without writing anything."""
+    from trtllm_forge.importer.gguf_meta import read_gguf_info
+    from trtllm_forge.importer.hf_checkpoint import check_hf_dir, fingerprint
+
+    source = resolve_source(config)
+    family = config.model.family
+    tokenizer_dir = config.resolve_path(config.model.tokenizer).resolve() if config.model.tokenizer else None
+    values = {
+        "source": source.spec,
+        "source_kind": source.kind,
+        "source_path": str(source.path),
+        "dtype": _dtype(config, source),
+        "family": family,
+        "trust_remote_code": config.model.trust_remote_code,
+        "tokenizer": str(tokenizer_dir) if tokenizer_dir else None,
+    }
+    input_paths: dict[str, Path] = {}
+    notes: list[str] = []
+    if source.is_gguf:
+        info = read_gguf_info(source.path)
+        check_family_gguf(family, info.architecture, info.expert_count)
+        values["converter_version"] = CONVERTER_VERSION
+        values["transformers"] = _version("transformers")
+        input_paths["gguf"] = source.path
+        if tokenizer_dir:
+            notes.append("model.tokenizer is recorded, but the converted checkpoint carries the GGUF's own tokenizer")
+    else:
+        hf_config = check_hf_dir(source.path, tokenizer_dir)
+        check_family_hf(family, str(hf_config.get("model_type", "")))
+        values["fingerprint"] = fingerprint(source.path)
+        notes.append("weights are not copied: checkpoint_dir points at the source directory")
+        notes.append("input hash: content of small files, size+mtime of weight files (--force to re-check)")
+    if tokenizer_dir and tokenizer_dir != source.path:
+        values["tokenizer_fingerprint"] = fingerprint(tokenizer_dir)
+    return ImportPlan(source, workdir, values["dtype"], values, input_paths, tokenizer_dir, notes)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@contextmanager
+def terminate_as_error(workdir: Path) -> Iterator[None]:
+    """Turn SIGTERM into a StepError while the stage runs, so run_stage removes its temporary directory
+    and subprocess.run kills the child, as for Ctrl-C (Python's default SIGTERM does neither)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise StepError(STAGE, "terminated by SIGTERM; the partial output was discarded",
+                        f"logs are kept in {workdir / 'logs'}; rerun to import")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def remove_stale_staging(workdir: Path) -> list[Path]:
+    """Temporary directories left by an import that was killed outright (SIGKILL cannot clean up)."""
+    stale = [p for p in workdir.glob(f".{STAGE}.tmp-*") if p.is_dir()]
+    stale += [p for p in workdir.glob(f".{STAGE}.old-*") if p.is_dir()]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
+
+
+def _gguf_body(plan: ImportPlan, config: ForgeConfig):
+    def body(tmp: Path, recorder: StageRecorder) -> dict:
+        import json
+
+        record = recorder.run(plan.convert_argv(tmp), step="convert", env=CHILD_ENV)
+        report = json.loads((tmp / REPORT).read_text())
+        check = report["model_check"]
+        check_family_hf(config.model.family, check["model_type"])
+        recorder.tool_versions.update(report["tool_versions"])
+        recorder.timed("convert_s", record.seconds)
+        recorder.notes.append(f"tokenizer: {report['tokenizer_mode']}")
+        recorder.notes.extend(plan.notes)
+        return {
+            "checkpoint_dir": str(plan.checkpoint_dir),
+            "tokenizer_dir": str(plan.tokenizer_dir or plan.checkpoint_dir),
+            "source_kind": plan.source.kind,
+            "source_path": str(plan.source.path),
+            "model_type": check["model_type"],
+            "architecture": check["architecture"],
+            "num_parameters": check["num_parameters"],
+            "dtype": check["dtype"],
+            "tokenizer": report["tokenizer"],
+            "gguf": report["gguf"],
+            "self_check": {k: check[k] for k in ("probe_tokens", "max_abs_logit_diff", "argmax_equal")},
+            "files": report["files"],
+        }
+
+    return body
+
+
+def _hf_body(plan: ImportPlan, config: ForgeConfig):
+    def body(tmp: Path, recorder: StageRecorder) -> dict:
+        import json
+
+        from trtllm_forge.importer.hf_checkpoint import (
+            checkpoint_dtype,
+            safetensors_summary,
+            tokenizer_facts,
+            weight_files,
+        )
+
+        hf_config = json.loads((plan.source.path / "config.json").read_text())
+        num_parameters, by_dtype = safetensors_summary(weight_files(plan.source.path))
+        tokenizer_dir = plan.tokenizer_dir or plan.source.path
+        try:
+            facts = tokenizer_facts(tokenizer_dir, config.model.trust_remote_code)
+        except Exception as exc:  # noqa: BLE001 - any load failure is the checkpoint's problem
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise StepError("import.tokenizer", f"cannot load the tokenizer in {tokenizer_dir} ({first})",
+                            "fix the tokenizer files or set model.tokenizer") from None
+        recorder.tool_versions["transformers"] = _version("transformers") or "?"
+        recorder.notes.extend(plan.notes)
+        stored = checkpoint_dtype(hf_config, by_dtype)
+        return {
+            "checkpoint_dir": str(plan.source.path),
+            "tokenizer_dir": str(tokenizer_dir),
+            "source_kind": plan.source.kind,
+            "source_path": str(plan.source.path),
+            "model_type": hf_config.get("model_type"),
+            "architecture": (hf_config.get("architectures") or [None])[0],
+            "num_parameters": num_parameters,
+            "dtype": stored if plan.dtype == "auto" else plan.dtype,
+            "checkpoint_dtype": stored,
+            "weight_dtypes": by_dtype,
+            "tokenizer": facts.to_json(),
+            "files": sorted(p.name for p in plan.source.path.iterdir() if p.is_file()),
+        }
+
+    return body
+
+
+def import_checkpoint(config: ForgeConfig, workdir: Path, force: bool = False) -> StageResult:
+    """Run the import stage; skipped when its inputs are unchanged unless `force`."""
+    plan = plan_import(config, workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    remove_stale_staging(workdir)
+    body = _gguf_body(plan, config) if plan.source.is_gguf else _hf_body(plan, config)
+    with terminate_as_error(workdir):
+        return run_stage(workdir, STAGE, plan.values, plan.input_paths, body, force=force)
+
+
+def checkpoint_dir_of(result: StageResult) -> Path:
+    """Where later stages find the checkpoint (from the manifest, so a skipped stage answers too)."""
+    try:
+        return Path(result.manifest["outputs"]["checkpoint_dir"])
+    except KeyError:
+        raise ConfigError("import", "manifest has no checkpoint_dir", "rerun `trtllm-forge import --force`") from None

@@ -1,0 +1,166 @@
+"""A plan as one JSON document and as a readable report."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from rich.table import Table
+
+from trtllm_forge.plan.advise import quantization_comparison, recommend
+from trtllm_forge.plan.planner import Plan
+from trtllm_forge.ui import console
+
+GiB = 1024**3
+
+
+def plan_to_dict(plan: Plan) -> dict:
+    limiting = min(plan.memory, key=lambda r: r.blocks_from_memory)
+    dev, w = plan.device, plan.workload
+    data = {
+        "config": plan.config.name,
+        "fits": plan.fits,
+        "model": {
+            "name": plan.config.model.name or plan.config.model.source,
+            "shape_from": plan.shape.origin,
+            "parameters": plan.parameters,
+            "layers": plan.shape.num_hidden_layers,
+            "hidden_size": plan.shape.hidden_size,
+            "attention_heads": plan.shape.num_attention_heads,
+            "kv_heads": plan.shape.num_key_value_heads,
+            "head_dim": plan.shape.head_dim,
+            "intermediate_size": plan.shape.intermediate_size,
+            "vocab_size": plan.shape.vocab_size,
+            "tie_word_embeddings": plan.shape.tie_word_embeddings,
+            "experts": plan.shape.num_local_experts,
+            "experts_per_token": plan.shape.num_experts_per_tok,
+        },
+        "hardware": {k: v for k, v in asdict(dev).items()},
+        "parallel": asdict(plan.mapping),
+        "quantization": {"algorithm": plan.algorithm, "dtype": plan.dtype, "kv_dtype_bytes": plan.kv_dtype_bytes},
+        "memory": {
+            "device_bytes": round(limiting.device_bytes),
+            "weights_bytes_per_gpu": round(plan.weights_bytes_per_gpu),
+            "activation_bytes_per_gpu": round(limiting.activations),
+            "runtime_overhead_bytes": round(limiting.overhead),
+            "free_bytes_per_gpu": round(limiting.free),
+            "kv_cache_bytes_per_gpu": plan.kv.max_tokens * limiting.kv_bytes_per_token,
+            "per_stage": [
+                {"stage": r.stage, "layers": wt.layers, "weights_bytes": round(r.weights),
+                 "embedding_bytes": round(wt.embedding), "lm_head_bytes": round(wt.lm_head), "free_bytes": round(r.free), "kv_bytes_per_token": r.kv_bytes_per_token,
+                 "kv_blocks_from_memory": r.blocks_from_memory}
+                for r, wt in zip(plan.memory, plan.weights)
+            ],
+        },
+        "kv_cache": {
+            "bytes_per_token": plan.kv.bytes_per_token,
+            "tokens_per_block": plan.kv.tokens_per_block,
+            "blocks": plan.kv.blocks,
+            "max_tokens": plan.kv.max_tokens,
+            "limited_by": plan.kv.limited_by,
+            "max_seq_len": plan.max_seq_len,
+            "blocks_per_sequence": plan.blocks_per_sequence,
+            "workload": {"input_len": w.input_len, "output_len": w.output_len},
+            "max_concurrent_sequences": plan.max_concurrent_sequences,
+            "max_concurrent_full_sequences": plan.max_concurrent_full_sequences,
+        },
+        "roofline": roofline_dict(plan),
+        "notes": plan.notes,
+    }
+    if plan.fits:
+        rec = recommend(plan)
+        data["recommendations"] = asdict(rec)
+    data["quantization_comparison"] = quantization_comparison(plan)
+    return data
+
+
+def roofline_dict(plan: Plan) -> dict:
+    m = plan.machine
+    if m is None:
+        return {"available": False, "decode_tokens_per_s": {},
+                "reason": f"no memory bandwidth or tensor throughput for {plan.device.name}"
+                + (": run `trtllm-forge plan --measure-host`" if not plan.device.is_gpu else "")}
+    points = [plan.point(b) for b in plan.batches()]
+    zero_kv = plan.cost.compute_bound_batch(m, 0.0)
+    return {
+        "available": True,
+        "bandwidth_bytes_per_s": m.bandwidth,
+        "peak_flops": m.peak_flops,
+        "compute_precision": m.compute_precision,
+        "mean_context_tokens": plan.workload.mean_context,
+        "decode_tokens_per_s": {str(p.batch): p.tokens_per_s for p in points},
+        "tpot_ms": {str(p.batch): p.decode.seconds * 1e3 for p in points},
+        "ttft_ms": {str(p.batch): p.prefill.seconds * 1e3 for p in points},
+        "prefill_tokens_per_s": {str(p.batch): p.batch * plan.workload.input_len / p.prefill.seconds for p in points},
+        "decode_bound": {str(p.batch): "compute" if p.decode.compute_bound else "memory" for p in points},
+        "kv_limited": {str(p.batch): p.kv_limited for p in points},
+        "compute_bound_batch": plan.compute_bound_batch(),
+        "compute_bound_batch_without_kv": zero_kv,
+    }
+
+
+def _gb(value: float) -> str:
+    return f"{value / GiB:,.2f} GiB"
+
+
+def show_report(plan: Plan, data: dict) -> None:
+    mem, kv, roof = data["memory"], data["kv_cache"], data["roofline"]
+    p = plan.mapping
+    verdict = "[green]fits[/green]" if plan.fits else "[red]does not fit[/red]"
+    console.print(
+        f"[bold]{data['model']['name']}[/bold] ({plan.parameters / 1e9:.2f} B parameters) on "
+        f"{plan.mapping.tp * plan.mapping.pp} x {plan.device.name} (tp {p.tp}, pp {p.pp}"
+        + (f", moe ep {p.moe_ep} x tp {p.moe_tp}" if plan.shape.is_moe else "")
+        + f"), {plan.algorithm if plan.algorithm != 'none' else plan.dtype} weights, "
+        f"{plan.kv_dtype_bytes}-byte KV: {verdict}"
+    )
+    table = Table(title="Memory per GPU", show_header=False)
+    for label, value in (
+        ("device", _gb(mem["device_bytes"])),
+        ("weights", _gb(mem["weights_bytes_per_gpu"])),
+        ("activations (max_num_tokens)", _gb(mem["activation_bytes_per_gpu"])),
+        ("runtime overhead", _gb(mem["runtime_overhead_bytes"])),
+        ("free after load", _gb(mem["free_bytes_per_gpu"])),
+        ("KV cache", _gb(mem["kv_cache_bytes_per_gpu"])),
+    ):
+        table.add_row(label, value)
+    console.print(table)
+    console.print(
+        f"KV cache: {kv['bytes_per_token']:,} B/token per GPU, {kv['blocks']:,} blocks x {kv['tokens_per_block']} = "
+        f"{kv['max_tokens']:,} tokens (limited by {kv['limited_by']}); one {kv['max_seq_len']}-token sequence needs "
+        f"{kv['blocks_per_sequence']} blocks; {kv['max_concurrent_sequences']} sequences of "
+        f"{kv['workload']['input_len']}+{kv['workload']['output_len']} tokens at once "
+        f"({kv['max_concurrent_full_sequences']} of max_seq_len)"
+    )
+    if roof["available"]:
+        rt = Table(title=f"Roofline ({roof['compute_precision']} GEMMs, mean context {roof['mean_context_tokens']:.0f} tokens)")
+        for col in ("batch", "tokens/s", "TPOT ms", "TTFT ms", "decode bound", "fits KV"):
+            rt.add_column(col, justify="right")
+        for b in roof["decode_tokens_per_s"]:
+            rt.add_row(b, f"{roof['decode_tokens_per_s'][b]:,.0f}", f"{roof['tpot_ms'][b]:.2f}", f"{roof['ttft_ms'][b]:.1f}",
+                       roof["decode_bound"][b], "no" if roof["kv_limited"][b] else "yes")
+        console.print(rt)
+        knee = roof["compute_bound_batch"]
+        console.print(
+            f"decode turns compute-bound at batch {knee}" if knee else
+            "decode stays memory-bound at every batch for this context (KV reads grow as fast as FLOPs); "
+            f"without KV reads it would turn compute-bound at batch {roof['compute_bound_batch_without_kv']}"
+        )
+    if "recommendations" in data:
+        rec = data["recommendations"]
+        rtab = Table(title="Recommended settings")
+        for col in ("setting", "value", "why"):
+            rtab.add_column(col)
+        for key, why in rec["reasons"].items():
+            rtab.add_row(key, str(rec[key]), why)
+        console.print(rtab)
+    qt = Table(title="Quantization choices (same model, GPU and parallelism)")
+    for col in ("algorithm", "supported", "weights/GPU", "KV tokens", "sequences", "tokens/s"):
+        qt.add_column(col, justify="right")
+    for row in data["quantization_comparison"]:
+        tps = row["decode_tokens_per_s"]
+        qt.add_row(row["algorithm"], "yes" if row["supported"] else "no", _gb(row["weights_bytes_per_gpu"]),
+                   f"{row['kv_max_tokens']:,}", str(row["max_concurrent_sequences"]),
+                   f"{tps:,.0f} @ {row['batch']}" if tps else "-")
+    console.print(qt)
+    for note in plan.notes:
+        console.print(f"note: {note}")

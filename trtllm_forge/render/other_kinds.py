@@ -1,0 +1,118 @@
+"""The engine-less repository kinds: `llmapi` (TensorRT-LLM PyTorch backend via the LLM API) and `vllm`
+(Triton's vLLM backend), both serving the checkpoint directly."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.render.templates import render_template, templates_root
+
+
+def checkpoint_for(config: ForgeConfig, workdir: Path) -> tuple[str, list[str]]:
+    """What the serving engine should load: the imported checkpoint, a local HF directory, or the model id."""
+    imported = workdir / "import" / "checkpoint"
+    if (imported / "config.json").is_file():
+        return str(imported.resolve()), []
+    source = config.resolve_path(config.model.source)
+    if source.is_dir():
+        return str(source.resolve()), []
+    warning = f"no imported checkpoint at {imported}; the model.yaml points at it (run `trtllm-forge import` first)"
+    return str(imported.resolve()), [warning]
+
+
+def _python_env(config: ForgeConfig) -> str | None:
+    return str(Path(sys.prefix).resolve()) if config.deploy.target == "local" else None
+
+
+def llm_api_args(config: ForgeConfig, model: str) -> dict:
+    eng, rt, par = config.engine, config.runtime, config.parallel
+    kv_cache = {"free_gpu_memory_fraction": rt.kv_cache_free_gpu_mem_fraction, "enable_block_reuse": rt.enable_kv_cache_reuse}
+    if rt.max_tokens_in_paged_kv_cache is not None:
+        kv_cache["max_tokens"] = rt.max_tokens_in_paged_kv_cache
+    if config.quantization.kv_cache != "none":
+        kv_cache["dtype"] = config.quantization.kv_cache
+    args: dict = {
+        "model": model,
+        "backend": "pytorch",
+        "tensor_parallel_size": par.tp,
+        "pipeline_parallel_size": par.pp,
+        "max_batch_size": eng.max_batch_size,
+        "max_seq_len": eng.max_seq_len,
+        "max_num_tokens": eng.resolved_max_num_tokens,
+        "max_beam_width": eng.max_beam_width,
+        "enable_chunked_prefill": rt.enable_chunked_context,
+        "trust_remote_code": config.model.trust_remote_code,
+        "kv_cache_config": kv_cache,
+    }
+    if par.moe_ep:
+        args["moe_expert_parallel_size"] = par.moe_ep
+    if par.moe_tp:
+        args["moe_tensor_parallel_size"] = par.moe_tp
+    if config.model.dtype != "auto":
+        args["dtype"] = config.model.dtype
+    # Kept for model.py's own checks; the server ignores it because auto-complete is disabled.
+    args["triton_config"] = {"max_batch_size": 0, "decoupled": config.triton.decoupled}
+    return args
+
+
+def write_llmapi_repository(config: ForgeConfig, workdir: Path, out: Path) -> tuple[list[Path], list[str]]:
+    import yaml
+
+    model, warnings = checkpoint_for(config, workdir)
+    name = config.triton.model_names.tensorrt_llm
+    version = out / name / "1"
+    version.mkdir(parents=True, exist_ok=True)
+    context = {
+        "name": name,
+        "max_batch_size": 0,
+        "decoupled": config.triton.decoupled,
+        "instance_count": config.triton.instances.tensorrt_llm,
+        "parameters": {"EXECUTION_ENV_PATH": _python_env(config)},
+        "llm_args": llm_api_args(config, model),
+    }
+    config_path = out / name / "config.pbtxt"
+    config_path.write_text(render_template("llmapi/tensorrt_llm/config.pbtxt.j2", context))
+    (version / "model.yaml").write_text(
+        "# LLM() arguments for the TensorRT-LLM PyTorch backend (all top-level keys except triton_config).\n"
+        "# Rendered by trtllm-forge from the config.\n" + yaml.safe_dump(context["llm_args"], sort_keys=False))
+    shutil.copyfile(templates_root() / "llmapi" / "tensorrt_llm" / "model.py", version / "model.py")
+    return [config_path, version / "model.yaml", version / "model.py"], warnings
+
+
+def vllm_engine_args(config: ForgeConfig, model: str) -> dict:
+    eng, rt = config.engine, config.runtime
+    args = {
+        "model": model,
+        "disable_log_requests": True,
+        "gpu_memory_utilization": rt.kv_cache_free_gpu_mem_fraction,
+        "tensor_parallel_size": config.parallel.tp,
+        "pipeline_parallel_size": config.parallel.pp,
+        "max_model_len": eng.max_seq_len,
+        "max_num_seqs": eng.max_batch_size,
+        "max_num_batched_tokens": eng.resolved_max_num_tokens,
+        "enable_prefix_caching": rt.enable_kv_cache_reuse,
+        "enable_chunked_prefill": rt.enable_chunked_context,
+        "block_size": eng.tokens_per_block,
+        "trust_remote_code": config.model.trust_remote_code,
+    }
+    if config.model.dtype != "auto":
+        args["dtype"] = config.model.dtype
+    if config.quantization.kv_cache == "fp8":
+        args["kv_cache_dtype"] = "fp8"
+    return args
+
+
+def write_vllm_repository(config: ForgeConfig, workdir: Path, out: Path) -> tuple[list[Path], list[str]]:
+    model, warnings = checkpoint_for(config, workdir)
+    name = "vllm_model"
+    version = out / name / "1"
+    version.mkdir(parents=True, exist_ok=True)
+    config_path = out / name / "config.pbtxt"
+    config_path.write_text(render_template("vllm/model/config.pbtxt.j2", {"name": name, "decoupled": config.triton.decoupled}))
+    (version / "model.json").write_text(json.dumps(vllm_engine_args(config, model), indent=2) + "\n")
+    return [config_path, version / "model.json"], warnings + [
+        "the vllm kind needs Triton's vLLM backend (e.g. the nvcr.io/nvidia/tritonserver:<yy.mm>-vllm-python-py3 image)"]

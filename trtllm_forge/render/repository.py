@@ -1,0 +1,162 @@
+"""`render_repository`: config + engine directory -> a validated Triton model repository in the workdir
+(stage `render`: <wd>/render/model_repository, <wd>/render/launch.sh, launch argv in the manifest)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.engine_config import EngineInfo, read_engine_config
+from trtllm_forge.errors import ConfigError
+from trtllm_forge.render import launch as launch_mod
+from trtllm_forge.render.other_kinds import write_llmapi_repository, write_vllm_repository
+from trtllm_forge.render.templates import templates_root, write_engine_repository
+from trtllm_forge.render.validate import Problem, check_repository, raise_on_errors
+from trtllm_forge.render.values import ENGINE_KINDS, choose_kind, compute_values
+from trtllm_forge.stages import StageResult, replace_directory, run_stage
+
+STAGE = "render"
+REPOSITORY = "model_repository"
+LAUNCH_SCRIPT = "launch.sh"
+BACKENDS = "backends"
+
+
+@dataclass
+class RenderedRepository:
+    kind: str
+    repository: Path
+    files: list[Path]
+    models: list[str]
+    warnings: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    world_size: int = 1
+    engine_model: str | None = None
+
+
+def default_engine_dir(workdir: Path) -> Path | None:
+    candidate = workdir / "build" / "engine"
+    return candidate if (candidate / "config.json").is_file() else None
+
+
+def resolve_engine(config: ForgeConfig, workdir: Path, engine_dir: Path | None, kind: str) -> EngineInfo | None:
+    if kind not in ENGINE_KINDS:
+        return read_engine_config(Path(engine_dir).resolve()) if engine_dir else None
+    engine_dir = engine_dir or default_engine_dir(workdir)
+    if engine_dir is None:
+        raise ConfigError("--engine-dir", f"no engine given and {workdir / 'build' / 'engine'} has no config.json",
+                          "run `trtllm-forge build CONFIG` first or pass --engine-dir DIR")
+    return read_engine_config(Path(engine_dir).resolve())
+
+
+def write_repository(config: ForgeConfig, workdir: Path, engine: EngineInfo | None, kind: str, out: Path) -> RenderedRepository:
+    """Render into `out` (which must not hold another repository) and validate the result."""
+    out.mkdir(parents=True, exist_ok=True)
+    if kind in ENGINE_KINDS:
+        values = compute_values(config, workdir, engine, kind)
+        files = write_engine_repository(values, out)
+        warnings, world_size = values.warnings, engine.world_size
+        engine_model = values.names["tensorrt_llm"]
+    elif kind == "llmapi":
+        files, warnings = write_llmapi_repository(config, workdir, out)
+        world_size, engine_model = 1, config.triton.model_names.tensorrt_llm
+    else:
+        files, warnings = write_vllm_repository(config, workdir, out)
+        world_size, engine_model = 1, None
+    problems = check_repository(out)
+    raise_on_errors(problems)
+    models = sorted(p.name for p in out.iterdir() if p.is_dir())
+    return RenderedRepository(kind, out, files, models, warnings, problems, world_size, engine_model)
+
+
+def launch_plan_for(config: ForgeConfig, rendered: RenderedRepository, repository: Path, backend_dir: Path | None):
+    local = launch_mod.find_local_triton() if config.deploy.target == "local" else None
+    return launch_mod.plan_launch(config, repository, world_size=rendered.world_size, engine_model=rendered.engine_model,
+                                  backend_dir=backend_dir, local=local)
+
+
+def stage_inputs(config: ForgeConfig, engine: EngineInfo | None, kind: str) -> tuple[dict, dict]:
+    values = {"kind": kind, "config": config.model_dump(mode="json"), "deploy_python": str(Path(__import__("sys").prefix))}
+    paths = {"templates": templates_root()}
+    if engine is not None:
+        paths["engine_config"] = engine.directory / "config.json"
+        values["engine_dir"] = str(engine.directory.resolve())
+    return values, paths
+
+
+def render_repository(config: ForgeConfig, workdir: Path, engine_dir: Path | None, kind: str | None = None,
+                      force: bool = False) -> StageResult:
+    """Render, validate and record the repository in <workdir>/render (skipped when inputs are unchanged)."""
+    workdir = Path(workdir).resolve()
+    kind = choose_kind(config, kind)
+    engine = resolve_engine(config, workdir, Path(engine_dir) if engine_dir else None, kind)
+    final = workdir / STAGE
+    values, paths = stage_inputs(config, engine, kind)
+
+    def body(tmp: Path, recorder) -> dict:
+        rendered = write_repository(config, workdir, engine, kind, tmp / REPOSITORY)
+        recorder.notes.extend(rendered.warnings)
+        recorder.notes.extend(f"{p.file}:{p.line}: {p.message}" for p in rendered.problems)
+        backend_dir = None
+        local = launch_mod.find_local_triton() if config.deploy.target == "local" else None
+        if local is not None:
+            launch_mod.make_backend_dir(local, tmp / BACKENDS)
+            backend_dir = final / BACKENDS
+        plan = launch_plan_for(config, rendered, final / REPOSITORY, backend_dir)
+        (tmp / LAUNCH_SCRIPT).write_text(plan.script())
+        (tmp / LAUNCH_SCRIPT).chmod(0o755)
+        return {
+            "kind": kind,
+            "repository": str(final / REPOSITORY),
+            "models": rendered.models,
+            "launch_command": plan.argv,
+            "launch_env": plan.env,
+            "launch_script": str(final / LAUNCH_SCRIPT),
+            "world_size": plan.world_size,
+            "engine_dir": str(engine.directory.resolve()) if engine else None,
+            "warnings": rendered.warnings + [f"{p.file}:{p.line}: {p.message}" for p in rendered.problems],
+        }
+
+    return run_stage(workdir, STAGE, values, paths, body, force=force)
+
+
+def render_to_directory(config: ForgeConfig, workdir: Path, engine_dir: Path | None, kind: str | None, out: Path) -> RenderedRepository:
+    """Render into `out` (replaced atomically) without a stage manifest: for --out."""
+    workdir = Path(workdir).resolve()
+    kind = choose_kind(config, kind)
+    engine = resolve_engine(config, workdir, Path(engine_dir) if engine_dir else None, kind)
+    out = Path(out).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        rendered = write_repository(config, workdir, engine, kind, tmp)
+        replace_directory(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    rendered.repository = out
+    rendered.files = [out / f.relative_to(tmp) for f in rendered.files]
+    return rendered
+
+
+def dry_run(config: ForgeConfig, workdir: Path, engine_dir: Path | None, kind: str | None, out: Path | None) -> dict:
+    """What render would write and run, computed in a scratch directory outside the workdir."""
+    workdir = Path(workdir).resolve()
+    kind = choose_kind(config, kind)
+    engine = resolve_engine(config, workdir, Path(engine_dir) if engine_dir else None, kind)
+    target = Path(out).resolve() if out else workdir / STAGE / REPOSITORY
+    with tempfile.TemporaryDirectory(prefix="forge-render-dry-") as scratch:
+        rendered = write_repository(config, workdir, engine, kind, Path(scratch) / REPOSITORY)
+        files = sorted(str(target / f.relative_to(Path(scratch) / REPOSITORY)) for f in rendered.files)
+    backend_dir = workdir / STAGE / BACKENDS if (config.deploy.target == "local" and launch_mod.find_local_triton()) else None
+    plan = launch_plan_for(config, rendered, target, backend_dir)
+    return {
+        "kind": kind,
+        "repository": str(target),
+        "files": files + ([] if out else [str(workdir / STAGE / LAUNCH_SCRIPT), str(workdir / STAGE / "manifest.json")]),
+        "launch_command": plan.argv,
+        "launch_env": plan.env,
+        "warnings": rendered.warnings,
+    }

@@ -1,0 +1,95 @@
+"""Write a model repository from the templates in model_repo_templates/ (Jinja2, StrictUndefined)."""
+
+from __future__ import annotations
+
+import importlib.resources
+import shutil
+from pathlib import Path
+
+import jinja2
+
+from trtllm_forge.errors import StepError
+from trtllm_forge.render.values import RepositoryValues
+
+# (role, template directory, python files copied into <model>/1/ from python_models/)
+ENGINE_KIND_MODELS = (
+    ("ensemble", "ensemble", ()),
+    ("preprocessing", "preprocessing", ("preprocessing/model.py", "tokenizer_loading.py")),
+    ("tensorrt_llm", "tensorrt_llm", ()),
+    ("postprocessing", "postprocessing", ("postprocessing/model.py", "forge_detokenize.py", "tokenizer_loading.py")),
+    ("bls", "tensorrt_llm_bls", ("tensorrt_llm_bls/model.py", "forge_detokenize.py", "tokenizer_loading.py")),
+)
+CPU_ENGINE_MODEL = Path("cpu") / "tensorrt_llm" / "model.py"
+EMPTY_VERSION_MARKER = ".gitkeep"
+
+
+def templates_root() -> Path:
+    return Path(str(importlib.resources.files("trtllm_forge.model_repo_templates")))
+
+
+def pb_string(value) -> str:
+    """A protobuf text-format string literal (UTF-8 kept as is; only backslash, quote and newlines escaped)."""
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return f'"{text}"'
+
+
+def pb_bool(value) -> str:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected a bool, got {value!r}")
+    return "true" if value else "false"
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_root())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["pbstr"] = pb_string
+    env.filters["pbbool"] = pb_bool
+    return env
+
+
+def render_template(name: str, context: dict) -> str:
+    try:
+        return environment().get_template(name).render(**context)
+    except jinja2.UndefinedError as exc:
+        raise StepError("render", f"template {name} uses an undefined value ({exc.message})", "this is a bug in trtllm-forge") from None
+
+
+def _copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+
+
+def write_engine_repository(values: RepositoryValues, out: Path) -> list[Path]:
+    """The five models (ensemble, preprocessing, engine model, postprocessing, BLS) into `out`."""
+    root = templates_root()
+    cpu_model = root / CPU_ENGINE_MODEL
+    if values.kind == "cpu" and not cpu_model.is_file():
+        raise StepError(
+            "render", f"the CPU engine model {CPU_ENGINE_MODEL} is missing from model_repo_templates/",
+            "it is written by issue #4 (the CPU engine); reinstall trtllm-forge or use --kind inflight_batcher_llm")
+    context = values.template_context()
+    written: list[Path] = []
+    for role, template_dir, python_files in ENGINE_KIND_MODELS:
+        model_dir = out / values.names[role]
+        version_dir = model_dir / "1"
+        version_dir.mkdir(parents=True, exist_ok=True)
+        config = model_dir / "config.pbtxt"
+        config.write_text(render_template(f"inflight_batcher_llm/{template_dir}/config.pbtxt.j2", context))
+        written.append(config)
+        for relative in python_files:
+            target = version_dir / Path(relative).name
+            _copy(root / "python_models" / relative, target)
+            written.append(target)
+        if role == "tensorrt_llm" and values.kind == "cpu":
+            _copy(cpu_model, version_dir / "model.py")
+            written.append(version_dir / "model.py")
+        if not any(version_dir.iterdir()):
+            (version_dir / EMPTY_VERSION_MARKER).write_text("")
+            written.append(version_dir / EMPTY_VERSION_MARKER)
+    return written
