@@ -30,8 +30,14 @@ def test_example_configs_fit_their_hardware(name):
     assert plan.weights_bytes_per_gpu < plan.device.memory_gb * 1e9
 
 
-def test_plan_json_keys_and_files(tmp_path):
-    result = run_cli("plan", str(CONFIGS / "llama3.1-8b-fp8-h100.yaml"), "--json", "--workdir", str(tmp_path / "wd"))
+def test_plan_json_keys_and_files(tmp_path, write_config):
+    config = write_config("""
+model: {source: /nonexistent/Llama-3.1-8B-Instruct, name: meta-llama/Llama-3.1-8B-Instruct, dtype: bfloat16}
+engine: {backend: tensorrt-llm, max_batch_size: 64, max_input_len: 4096, max_seq_len: 8192, max_num_tokens: 8192}
+quantization: {algorithm: fp8, kv_cache: fp8}
+hardware: {gpu: H100-SXM}
+""")
+    result = run_cli("plan", str(config), "--json", "--workdir", str(tmp_path / "wd"))
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["fits"] is True
@@ -66,7 +72,8 @@ hardware: {gpu: L4}
 
     as_json = run_cli("plan", str(config), "--json", "--workdir", str(tmp_path / "wd"))
     assert as_json.returncode == 2
-    assert json.loads(as_json.stdout)["fits"] is False
+    refused = json.loads(as_json.stdout)
+    assert refused["fits"] is False and refused["refusal"]["field"] == "engine.max_seq_len"
 
 
 def test_kv_cap_below_one_sequence_names_the_cap(write_config, tmp_path):

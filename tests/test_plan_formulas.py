@@ -376,3 +376,17 @@ def test_recommendations_respect_kv_capacity_and_speculative_limits():
     assert rec.max_batch_size <= plan.max_concurrent_sequences
     assert rec.max_num_tokens >= 4096 + rec.max_batch_size and rec.max_num_tokens % 1024 == 0
     assert rec.tokens_per_block in (32, 64)
+
+
+def test_engine_build_adds_draft_tokens_to_each_sequence():
+    def eagle(target):
+        config = gpu_config(LLAMA8, "H100-SXM", max_batch_size=8, max_seq_len=8192, max_input_len=4096)
+        config.engine.target = target
+        config.engine.speculative.mode = "eagle"
+        config.engine.speculative.max_draft_len = 63
+        config.engine.speculative.draft_model = "/nonexistent/eagle"
+        return make_plan(config)
+
+    assert eagle("engine").max_seq_len == 8192 + 63
+    assert eagle("engine").blocks_per_sequence == math.ceil((8192 + 63) / 32)
+    assert eagle("llmapi").max_seq_len == 8192  # no trtllm-build, no silent adjustment

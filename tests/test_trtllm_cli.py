@@ -11,12 +11,12 @@ import yaml
 
 from trtllm_forge.builders.tensorrt_llm.container import probe
 
-from trtllm_helpers import GPU_CONFIGS, REPO
+from trtllm_helpers import ENGINE_CONFIGS, LLMAPI_CONFIGS, REPO
 
 NO_TRTLLM = probe().missing("1.2.1", ["1.2.0", "1.2.1"]) is not None
 
 
-@pytest.mark.parametrize("config_path", GPU_CONFIGS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("config_path", ENGINE_CONFIGS, ids=lambda p: p.stem)
 def test_dry_run_json_prints_the_full_plan(cli, tmp_path, config_path):
     workdir = tmp_path / "wd"
     result = cli("build-engine", str(config_path), "--workdir", str(workdir), "--dry-run", "--json")
@@ -36,6 +36,17 @@ def test_dry_run_json_prints_the_full_plan(cli, tmp_path, config_path):
     assert not workdir.exists(), "a dry run writes nothing"
 
 
+@pytest.mark.parametrize("config_path", LLMAPI_CONFIGS, ids=lambda p: p.stem)
+def test_dry_run_json_of_llmapi_examples(cli, tmp_path, config_path):
+    workdir = tmp_path / "wd"
+    result = cli("build-engine", str(config_path), "--workdir", str(workdir), "--dry-run", "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)["plan"]
+    assert [s["name"] for s in plan["steps"]] == ["write-model-yaml", "write-llm-api-options"]
+    assert "llmapi/model.yaml" in plan["files"]
+    assert not workdir.exists(), "a dry run writes nothing"
+
+
 def test_dry_run_text_shows_argv_files_and_warnings(cli, tmp_path):
     result = cli("build-engine", str(REPO / "configs/mistral-7b-int4awq-a10g.yaml"), "--workdir", str(tmp_path / "wd"), "--dry-run")
     assert result.returncode == 0, result.stderr
@@ -49,7 +60,7 @@ def test_dry_run_text_shows_argv_files_and_warnings(cli, tmp_path):
 
 
 @pytest.mark.skipif(not NO_TRTLLM, reason="TensorRT-LLM 1.2.x and a GPU are present: the refusal path does not apply")
-@pytest.mark.parametrize("config_name", ["llama3.1-8b-fp8-h100.yaml", "mixtral-8x7b-fp16-h100x8-ep.yaml"])
+@pytest.mark.parametrize("config_name", ["qwen2.5-7b-fp16-l40s-tp2.yaml", "mixtral-8x7b-fp16-h100x8-ep.yaml"])
 def test_without_trtllm_exits_2_with_container_command_and_leaves_nothing(cli, tmp_path, config_name):
     workdir = tmp_path / "wd"
     result = cli("build-engine", str(REPO / "configs" / config_name), "--workdir", str(workdir))
@@ -97,11 +108,11 @@ def test_llmapi_target_writes_model_yaml_and_serve_command(cli, tmp_path):
 
 def test_llmapi_speculative_eagle_config(cli, tmp_path):
     source = yaml.safe_load((REPO / "configs/llama3.1-8b-fp8-h100.yaml").read_text())
-    source["engine"]["target"] = "llmapi"
+    assert source["engine"]["target"] == "llmapi"
     config = tmp_path / "eagle-llmapi.yaml"
     config.write_text(yaml.safe_dump(source))
     result = cli("build-engine", str(config), "--workdir", str(tmp_path / "wd"), "--dry-run", "--json")
     assert result.returncode == 0, result.stderr
     llmapi = json.loads(result.stdout)["plan"]["llmapi"]
     assert llmapi["model_yaml"]["speculative_config"] == {
-        "decoding_type": "Eagle", "max_draft_len": 63, "speculative_model_dir": "/models/EAGLE-LLaMA3.1-Instruct-8B"}
+        "decoding_type": "Eagle", "max_draft_len": 63, "speculative_model_dir": "/models/EAGLE3-LLaMA3.1-Instruct-8B"}

@@ -12,12 +12,12 @@ from trtllm_forge.builders.tensorrt_llm.spec import load_spec
 from trtllm_forge.engine_config import read_engine_config
 from trtllm_forge.errors import ConfigError
 
-from trtllm_helpers import GPU_CONFIGS, example
+from trtllm_helpers import ENGINE_CONFIGS, eagle_engine_example, example
 
 SPEC = load_spec()
 
 
-@pytest.mark.parametrize("config_path", GPU_CONFIGS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("config_path", ENGINE_CONFIGS, ids=lambda p: p.stem)
 def test_expected_engine_config_has_the_spec_keys_and_reads_back(tmp_path, config_path):
     config = example(config_path)
     plan = plan_build(config)
@@ -38,8 +38,8 @@ def test_expected_engine_config_has_the_spec_keys_and_reads_back(tmp_path, confi
 
 
 def test_expected_engine_config_values_for_the_examples():
-    by_name = {p.stem: plan_build(example(p)) for p in GPU_CONFIGS}
-    eagle = expected_engine_config(by_name["llama3.1-8b-fp8-h100"])
+    by_name = {p.stem: plan_build(example(p)) for p in ENGINE_CONFIGS}
+    eagle = expected_engine_config(plan_build(eagle_engine_example()))
     assert eagle["build_config"]["speculative_decoding_mode"] == 32
     assert eagle["build_config"]["max_seq_len"] == 8192 + 63 + 4
     assert eagle["pretrained_config"]["architecture"] == "EagleForCausalLM"

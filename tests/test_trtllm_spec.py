@@ -10,7 +10,7 @@ from trtllm_forge.builders.tensorrt_llm import plan_build
 from trtllm_forge.builders.tensorrt_llm.spec import load_spec
 from trtllm_forge.errors import ConfigError
 
-from trtllm_helpers import GPU_CONFIGS, example
+from trtllm_helpers import ENGINE_CONFIGS, eagle_engine_example, example
 
 SPEC = load_spec("1.2.1")
 
@@ -32,16 +32,17 @@ def test_unknown_version_is_a_config_error():
         load_spec("0.9.0")
 
 
-@pytest.mark.parametrize("config_path", GPU_CONFIGS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("config_path", [*ENGINE_CONFIGS, "eagle-engine"], ids=lambda p: getattr(p, "stem", p))
 def test_every_generated_argv_parses_with_the_spec_parser(config_path):
-    plan = plan_build(example(config_path))
+    config = eagle_engine_example() if config_path == "eagle-engine" else example(config_path)
+    plan = plan_build(config)
     build_steps = [s for s in plan.steps if s.tool == "trtllm-build"]
     assert build_steps, "every engine plan ends with trtllm-build"
     parser = SPEC.parser("trtllm-build")
     for step in build_steps:
         parsed = parser.parse(step.argv[1:])
         assert parsed.values["checkpoint_dir"].endswith("checkpoint")
-        assert parsed.values["max_batch_size"] == example(config_path).engine.max_batch_size
+        assert parsed.values["max_batch_size"] == config.engine.max_batch_size
         # values typed by the table: ints are ints, choices are in the table
         assert isinstance(parsed.values["max_seq_len"], int)
     for step in plan.steps:

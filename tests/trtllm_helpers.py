@@ -33,3 +33,21 @@ def unchecked_config(**overrides) -> ForgeConfig:
 
 def example(path: Path) -> ForgeConfig:
     return load_config(path)
+
+
+# The GPU examples that build trtllm-build engines (the others use engine.target: llmapi).
+ENGINE_CONFIGS = [p for p in GPU_CONFIGS if example(p).engine.target == "engine"]
+LLMAPI_CONFIGS = [p for p in GPU_CONFIGS if example(p).engine.target == "llmapi"]
+
+
+def eagle_engine_example() -> ForgeConfig:
+    """The Llama-3.1-8B EAGLE example on the 1.2.x engine path (BF16: the EAGLE converter cannot quantize)."""
+    import yaml
+
+    data = yaml.safe_load((REPO / "configs/llama3.1-8b-fp8-h100.yaml").read_text())
+    data["engine"]["target"] = "engine"
+    data["model"]["source"] = "/models/Llama-3.1-8B-Instruct"
+    data["engine"]["speculative"]["draft_model"] = "/models/EAGLE-LLaMA3.1-Instruct-8B"
+    data["quantization"] = {"algorithm": "none", "kv_cache": "none"}
+    data["engine"]["plugins"]["fp8_context_fmha"] = False
+    return ForgeConfig.model_validate(data)

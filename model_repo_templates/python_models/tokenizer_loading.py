@@ -60,13 +60,13 @@ class FastTokenizer:
 
         self.backend = Tokenizer.from_file(str(directory / "tokenizer.json"))
         config_path = directory / "tokenizer_config.json"
-        config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+        config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
         self.clean_up = bool(config.get("clean_up_tokenization_spaces", False))
         self.eos_token = _token_text(config.get("eos_token"))
         self.pad_token = _token_text(config.get("pad_token"))
         generation = directory / "generation_config.json"
         if self.eos_token is None and generation.is_file():
-            eos = json.loads(generation.read_text()).get("eos_token_id")
+            eos = json.loads(generation.read_text(encoding="utf-8")).get("eos_token_id")
             eos = eos[0] if isinstance(eos, list) and eos else eos
             if isinstance(eos, int):
                 self.eos_token = self.backend.id_to_token(eos)

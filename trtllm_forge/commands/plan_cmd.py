@@ -52,9 +52,11 @@ def plan(config_file: Path | None, measure_host: bool, input_len: int | None, ou
     the_plan = make_plan(config, workload)
     data = {**result, **plan_to_dict(the_plan)}
     if not the_plan.fits:
+        where, problem, valid = refusal(the_plan)
+        data["refusal"] = {"field": where, "problem": problem, "fix": valid}
         if as_json:
             emit_json(data)
-        raise ConfigError(*refusal(the_plan))
+        raise ConfigError(where, problem, valid)
 
     out_dir = wd / "plan"
     files = [out_dir / "plan.json"] + ([out_dir / "roofline.png"] if plot and the_plan.machine else [])

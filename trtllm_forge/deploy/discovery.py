@@ -174,6 +174,17 @@ def prepare_stub_env(install: TritonInstall, workdir: Path) -> Path | None:
     return env_dir
 
 
+def python_library_dir() -> Path | None:
+    """The folder of this interpreter's libpython, so the stub (linked to libpython3.X) embeds the same Python
+    whose standard library it will load, and needs no system libpython."""
+    import sysconfig
+
+    libdir, soname = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("INSTSONAME")
+    if sysconfig.get_config_var("Py_ENABLE_SHARED") and libdir and soname and (Path(libdir) / soname).is_file():
+        return Path(libdir)
+    return None
+
+
 def stub_bin_dir(install: TritonInstall, workdir: Path) -> Path:
     """Where the stubs' `python3` is found: the stub env when one is needed, else this venv's bin."""
     if stub_numpy_site(install) is not None:
@@ -192,6 +203,9 @@ def server_environment(install: TritonInstall, workdir: Path, base: dict[str, st
     env: dict[str, str] = {}
     if install.library_dirs:
         dirs = [str(d) for d in install.library_dirs]
+        libpython = python_library_dir()
+        if libpython is not None:
+            dirs.append(str(libpython))
         if base.get("LD_LIBRARY_PATH"):
             dirs.append(base["LD_LIBRARY_PATH"])
         env["LD_LIBRARY_PATH"] = os.pathsep.join(dirs)

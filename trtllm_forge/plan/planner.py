@@ -152,7 +152,8 @@ def default_workload(config: ForgeConfig) -> Workload:
 
 def effective_max_seq_len(config: ForgeConfig) -> int:
     spec = config.engine.speculative
-    extra = spec.max_draft_len if config.engine.backend == "tensorrt-llm" and spec.mode in DRAFTING_MODES else 0
+    engine_build = config.engine.backend == "tensorrt-llm" and config.engine.target == "engine"
+    extra = spec.max_draft_len if engine_build and spec.mode in DRAFTING_MODES else 0
     return config.engine.max_seq_len + extra
 
 

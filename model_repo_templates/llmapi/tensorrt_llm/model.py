@@ -42,7 +42,7 @@ class TritonPythonModel:
         model_config = json.loads(args["model_config"])
         params = {k: v.get("string_value", "") for k, v in (model_config.get("parameters") or {}).items()}
         path = params.get("llm_config_path") or os.environ.get("LLM_CONFIG_PATH") or str(Path(__file__).with_name("model.yaml"))
-        llm_args = yaml.safe_load(Path(path).read_text()) or {}
+        llm_args = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
         llm_args.pop("triton_config", None)
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(model_config)
         from tensorrt_llm import LLM, SamplingParams  # lazy: only present in the serving image
