@@ -195,6 +195,8 @@ def test_grpc_closed_loop_sweep_measures_the_known_schedule(timing_server, tmp_p
     assert record["responses"][-1]["final"] and record["responses"][-1]["empty"]
     assert (tmp_path / "c1" / "summary.csv").read_text().startswith("Metric,avg,min,max,p99")
     assert "ttft_ms" in proc.stderr and "sweep" in proc.stderr  # the console table
+    for png in (tmp_path / "latency_throughput.png", tmp_path / "c8" / "latency_cdf.png", tmp_path / "c8" / "tokens_over_time.png"):
+        assert png.stat().st_size > 1000, png
 
 
 @pytest.mark.slow
@@ -207,6 +209,13 @@ def test_grpc_open_loop_poisson_with_duration_and_tokens_target(timing_server, t
     assert 30 <= doc["requests"]["sent"] <= 100  # ~40/s for 1.5 s
     assert doc["metrics"]["ttft_from_intended_ms"]["p50"] >= doc["metrics"]["ttft_ms"]["p50"]
     assert doc["self_checks"]["late_share"] < 0.2
+
+    proc, doc = _bench("--url", timing_server.grpc_url, "--model", "ensemble", "--concurrency", "4", "--workers", "2",
+                       "--num-requests", "8", "--output-len", "6", "--no-plots", "--out", str(tmp_path / "sharded"))
+    assert proc.returncode == 0, proc.stderr
+    assert doc["requests"]["completed"] == 8 and doc["metrics"]["itl_ms"]["p50"] == pytest.approx(GAP_MS, abs=0.5)
+    workers = {json.loads(line)["worker"] for line in (tmp_path / "sharded" / "requests.jsonl").read_text().splitlines()}
+    assert workers == {0, 1}
 
     dataset = tmp_path / "ids.jsonl"
     dataset.write_text("".join(json.dumps({"input_ids": list(range(1, 1 + n)), "output_tokens": 6}) + "\n" for n in (4, 9, 17)))
@@ -296,3 +305,81 @@ def test_killing_the_server_mid_run_keeps_records_and_exits_1(tmp_path):
     records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     assert len(records) == summary["requests"]["sent"]
     assert any(r["error"] and r["error"]["kind"] == "connection" for r in records)
+
+
+def test_emit_writes_inputs_and_commands_and_import_feeds_compare(tmp_path):
+    proc = run_cli("bench", "--url", "127.0.0.1:8001", "--model", "ensemble", "--concurrency", "4", "--num-requests", "3",
+                   "--input-len", "5", "--output-len", "7", "--emit", "perf_analyzer", "--emit", "genai-perf", "--emit", "aiperf",
+                   "--out", str(tmp_path / "w"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    emitted = {e["tool"]: e for e in json.loads(proc.stdout)["emitted"]}
+    pa = json.loads((tmp_path / "w" / "emit" / "perf_analyzer_inputs.json").read_text())["data"]
+    assert len(pa) == 3 and pa[0]["max_tokens"] == [7] and len(pa[0]["text_input"][0].split()) == 5
+    assert "--concurrency-range 4" in emitted["perf_analyzer"]["commands"][0]
+    assert "--output-tokens-mean 7" in emitted["genai-perf"]["commands"][0]
+    assert "/v2/models/ensemble/generate_stream" in emitted["aiperf"]["commands"][0]
+    assert len((tmp_path / "w" / "emit" / "aiperf_inputs.jsonl").read_text().splitlines()) == 3
+
+    # Exports in the documented shapes of GenAI-Perf (CSV) and AIPerf (per-request JSONL).
+    gp = tmp_path / "gp" / "profile_export_genai_perf.csv"
+    gp.parent.mkdir()
+    gp.write_text("Metric,avg,min,max,p99,p95,p90,p75,p50,p25,p10,p5,p1\n"
+                  "Time To First Token (ms),30.00,20.00,40.00,39.00,38.00,37.00,35.00,31.00,25.00,22.00,21.00,20.00\n"
+                  "Inter Token Latency (ms),5.00,4.00,6.00,6.00,6.00,6.00,5.50,5.00,4.50,4.20,4.10,4.00\n"
+                  "Request Latency (ms),200.00,150.00,250.00,249.00,245.00,240.00,220.00,201.00,180.00,160.00,155.00,151.00\n"
+                  "\nMetric,Value\nOutput Token Throughput (tokens/sec),1234.5\nRequest Throughput (per sec),12.5\nRequest Count (count),40\n")
+    ai = tmp_path / "ai" / "profile_export.jsonl"
+    ai.parent.mkdir()
+    ai.write_text("".join(json.dumps({
+        "metadata": {"request_start_ns": i * 10**8, "request_end_ns": i * 10**8 + 2 * 10**8, "benchmark_phase": "profiling"},
+        "metrics": {"time_to_first_token": {"value": 10.0 + i, "unit": "ms"}, "request_latency": {"value": 200.0, "unit": "ms"},
+                    "inter_chunk_latency": {"value": [5.0, 5.0, 6.0], "unit": "ms"}, "output_sequence_length": {"value": 4, "unit": "tokens"}},
+        "error": None}) + "\n" for i in range(5)))
+    proc = run_cli("bench", "import", str(gp), str(ai.parent), "--out", str(tmp_path / "imp"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    runs = json.loads(proc.stdout)["runs"]
+    imported = json.loads((Path(runs[0]) / "summary.json").read_text())
+    assert imported["source"] == "genai-perf" and imported["metrics"]["ttft_ms"]["p50"] == 31.0
+    assert imported["metrics"]["tpot_ms"]["avg"] == 5.0  # GenAI-Perf's ITL is a per-request decode average
+    assert imported["metrics"]["output_token_throughput_per_s"]["avg"] == 1234.5
+    aiperf = json.loads((Path(runs[1]) / "summary.json").read_text())
+    assert aiperf["metrics"]["ttft_ms"]["p50"] == 12.0 and aiperf["metrics"]["itl_ms"]["count"] == 15
+    assert aiperf["metrics"]["request_throughput_per_s"]["avg"] == pytest.approx(5 / 0.6)
+    proc = run_cli("bench", "compare", *runs, "--out", str(tmp_path / "cmp"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["runs"]
+    assert [r["source"] for r in rows] == ["genai-perf", "aiperf"] and rows[0]["ttft_ms_p50"] == 31.0
+    assert (tmp_path / "cmp" / "pareto.png").stat().st_size > 1000
+
+
+def test_bench_usage_errors_are_one_line_exit_2(tmp_path):
+    for args, where in ((["--concurrency", "0", "--url", "x:1", "--model", "m"], "--concurrency"),
+                        (["--input-len", "abc", "--url", "x:1", "--model", "m"], "--input-len"),
+                        (["--slo", "latency:5", "--url", "x:1", "--model", "m"], "--slo"),
+                        (["--concurrency", "2"], "--url")):
+        proc = run_cli("bench", *args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and where in lines[0], proc.stderr
+    proc = run_cli("bench", "--url", "127.0.0.1:1", "--model", "ensemble", "--num-requests", "1")
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith("error: --url: cannot read model")
+
+
+def test_synthetic_prompts_reencode_to_the_exact_length(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from trtllm_forge.bench.workload import load_tokenizer, synthetic
+
+    vocab = {"[UNK]": 0, **{f"w{i}": i + 1 for i in range(500)}}
+    raw = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="[UNK]").save_pretrained(tmp_path / "tok")
+    tokenizer = load_tokenizer(tmp_path / "tok")
+    requests = synthetic(20, LengthSpec.parse("10..40", "--input-len"), LengthSpec(8), np.random.default_rng(3), tokenizer)
+    for r in requests:
+        assert r.input_tokens_source == "client_tokenizer"
+        assert len(tokenizer.encode(r.prompt, add_special_tokens=False)) == r.input_tokens == len(r.input_ids)
+        assert 10 <= r.input_tokens <= 40
+    again = synthetic(20, LengthSpec.parse("10..40", "--input-len"), LengthSpec(8), np.random.default_rng(3), tokenizer)
+    assert [r.prompt for r in again] == [r.prompt for r in requests]  # seeded

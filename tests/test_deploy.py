@@ -184,3 +184,21 @@ def test_stub_numpy_1_missing_is_explained(monkeypatch, tmp_path):
     with pytest.raises(StepError) as caught:
         discovery.prepare_stub_env(install, tmp_path / "wd")
     assert "numpy<2" in caught.value.format_message()
+
+
+def test_execution_env_with_numpy_2_is_refused(tmp_path, write_config, repo):
+    import sys
+
+    from trtllm_forge.deploy import discovery
+
+    install = discovery.find_tritonserver()
+    if install.kind != "pytriton" or (discovery._numpy_major(discovery.venv_site_packages()) or 0) < 2:
+        pytest.skip("only the nvidia-pytriton stub under NumPy 2 corrupts tensors")
+    config_pbtxt = repo / "echo" / "config.pbtxt"
+    config_pbtxt.write_text(
+        config_pbtxt.read_text() + f'parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{sys.prefix}" }} }}\n'
+    )
+    result = run_cli("deploy", str(write_config(CPU_CONFIG)), "--workdir", str(tmp_path / "wd"), "--repository", str(repo), "--dry-run")
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: {config_pbtxt}: EXECUTION_ENV_PATH={sys.prefix} gives the nvidia-pytriton")
+    assert "drop that parameter" in result.stderr

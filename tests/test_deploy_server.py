@@ -238,3 +238,31 @@ def test_status_notices_a_dead_server_and_stop_cleans_up(triton_launcher, tmp_pa
     assert status.running is False and not any(status.models.values())
     stop_server(tmp_path / "wd", grace_s=5)
     assert not group_alive(deployment.pgid)
+
+
+def test_a_picked_port_taken_before_bind_is_picked_again(tmp_path, monkeypatch):
+    import socket
+
+    from trtllm_forge.deploy import launch, start_server, stop_server
+
+    real = launch.resolve_ports
+    calls = []
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+
+        def racy(config):
+            ports = real(config)
+            if not calls:  # the first pick loses the race for the HTTP port
+                ports["http"] = busy.getsockname()[1]
+            calls.append(ports)
+            return ports
+
+        monkeypatch.setattr(launch, "resolve_ports", racy)
+        deployment = start_server(forge_test_config(), tmp_path / "wd", write_tiny_repository(tmp_path / "repo"))
+        try:
+            assert len(calls) == 2 and deployment.ports == calls[1]
+            assert deployment.running and all(deployment.models.values())
+        finally:
+            stop_server(deployment)
+    assert not group_alive(deployment.pgid)

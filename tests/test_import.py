@@ -388,3 +388,26 @@ def test_import_is_registered_without_heavy_imports():
             "bad = [m for m in ('torch', 'transformers', 'tensorrt_llm') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+@pytest.mark.slow
+def test_fallback_tokenizer_path_is_checked_after_reloading(tmp_path, monkeypatch):
+    """GGUF vocabularies we do not rebuild go through transformers' GGUF tokenizer, corrected and re-checked;
+    forced here on the SmolLM2 file, the only GGUF on this machine."""
+    from trtllm_forge.importer import gguf_to_hf
+    from trtllm_forge.importer.gguf_meta import open_reader, read_gguf_info
+
+    path = gguf_path()
+    reader = open_reader(path)
+    info = read_gguf_info(path, reader)
+    monkeypatch.setattr(gguf_to_hf, "builds_natively", lambda info: False)
+    mode, tokenizer = gguf_to_hf.convert_tokenizer(reader, path, tmp_path, info)
+    assert mode.startswith("transformers GGUF tokenizer")
+    facts = gguf_to_hf.check_tokenizer(tmp_path, info, tokenizer, native=False)
+    assert facts["add_bos_token"] is False and facts["eos_token_id"] == 2
+
+    # A saved tokenizer that disagrees with the GGUF is refused, not passed on.
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "eos_token": "<|im_start|>"}))
+    with pytest.raises(gguf_to_hf.ConversionError, match="eos_token_id"):
+        gguf_to_hf.check_tokenizer(tmp_path, info, tokenizer, native=False)

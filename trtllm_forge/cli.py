@@ -18,13 +18,15 @@ from trtllm_forge.errors import ConfigError, ForgeError
 # (module, attribute) of every command; each module registers one command or group.
 COMMANDS: list[tuple[str, str]] = [
     ("trtllm_forge.commands.config_cmd", "config_group"),
-    ("trtllm_forge.commands.version_cmd", "version"),
-    ("trtllm_forge.commands.bench_cmd", "bench_group"),
-    ("trtllm_forge.commands.render_cmd", "render"),
-    ("trtllm_forge.commands.import_cmd", "import_model"),
     ("trtllm_forge.commands.plan_cmd", "plan"),
-    ("trtllm_forge.commands.deploy_cmd", "deploy_group"),
+    ("trtllm_forge.commands.import_cmd", "import_model"),
     ("trtllm_forge.commands.build_cmd", "build_engine"),
+    ("trtllm_forge.commands.render_cmd", "render"),
+    ("trtllm_forge.commands.deploy_cmd", "deploy_group"),
+    ("trtllm_forge.commands.verify_cmd", "verify"),
+    ("trtllm_forge.commands.bench_cmd", "bench_group"),
+    ("trtllm_forge.commands.run_cmd", "run"),
+    ("trtllm_forge.commands.version_cmd", "version"),
 ]
 
 

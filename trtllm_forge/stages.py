@@ -180,6 +180,7 @@ def run_stage(
 
     recorder = StageRecorder(stage=name, logs_dir=workdir / "logs")
     tmp = Path(tempfile.mkdtemp(dir=workdir, prefix=f".{name}.tmp-"))
+    tmp.chmod(0o755)  # mkdtemp makes it 0700; stage outputs are read by servers and containers as other users
     started = time.time()
     try:
         with console.status(f"{name} …"):

@@ -8,7 +8,8 @@ from typing import Any
 
 from rich.console import Console
 
-console = Console(stderr=True, highlight=False, soft_wrap=True)
+# Tables wrap at 80 columns when stderr is not a terminal (logs, CI); give them room there.
+console = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
 
 
 def info(message: str) -> None:

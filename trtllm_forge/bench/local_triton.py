@@ -55,7 +55,7 @@ def stub_env(log_dir: Path | None = None) -> Path:
 
 
 def render_timing_model(repository: Path, name: str = "ensemble", ttft_ms: float = 20.0, gap_ms: float = 10.0,
-                        max_batch_size: int = 256, contract: str = "text") -> Path:
+                        max_batch_size: int = 256, contract: str = "text", instances: int = 1) -> Path:
     """Write the timing model as `<repository>/<name>/` and return its directory.
 
     contract "text" is the ensemble's (text_input/max_tokens → text_output); "tokens" is the tensorrt_llm
@@ -65,7 +65,7 @@ def render_timing_model(repository: Path, name: str = "ensemble", ttft_ms: float
     (model_dir / "1" / "model.py").write_text((TIMING_MODEL_DIR / "model.py").read_text())
     template = jinja2.Template((TIMING_MODEL_DIR / ("config_tokens.pbtxt" if contract == "tokens" else "config.pbtxt")).read_text(), undefined=jinja2.StrictUndefined)
     (model_dir / "config.pbtxt").write_text(template.render(
-        name=name, ttft_ms=ttft_ms, gap_ms=gap_ms, max_batch_size=max_batch_size, env_path=stub_env(),
+        name=name, ttft_ms=ttft_ms, gap_ms=gap_ms, max_batch_size=max_batch_size, env_path=stub_env(), instances=instances,
     ))
     return model_dir
 

@@ -11,13 +11,14 @@ from pathlib import Path
 import numpy as np
 
 from trtllm_forge import __version__
-from trtllm_forge.bench import report, server_metrics
+from trtllm_forge.bench import plots, report, server_metrics
 from trtllm_forge.bench.metrics import summarize
-from trtllm_forge.bench.runner import LoadSpec, run_load
+from trtllm_forge.bench.runner import LoadSpec, RunResult, run_load
+from trtllm_forge.bench.target import now_ns
 from trtllm_forge.bench.target import Target
 from trtllm_forge.bench.workload import BenchRequest, LengthSpec, from_dataset, load_tokenizer, synthetic, take
-from trtllm_forge.errors import ConfigError
-from trtllm_forge.ui import info
+from trtllm_forge.errors import ConfigError, StepError
+from trtllm_forge.ui import info, warn
 
 TARGETS = ("triton-grpc", "triton-grpc-tokens", "triton-http", "openai")
 
@@ -44,10 +45,13 @@ class BenchOptions:
     out: Path = Path("bench-out")
     slo: dict[str, float] = field(default_factory=dict)
     metrics_url: str | None = None
-    streams: int = 1
+    streams: int | None = None  # gRPC streams (one channel each); None = auto from the concurrency
     force_output_len: bool = True
     request_timeout_s: float = 600.0
     openai_endpoint: str = "completions"
+    plots: bool = True
+    workers: int = 1  # client processes the load is sharded over
+    http_url: str | None = None  # the deployment's HTTP URL (for emitted AIPerf commands)
 
     def loads(self) -> list[LoadSpec]:
         common = dict(num_requests=self.num_requests, duration_s=self.duration_s, warmup_requests=self.warmup_requests)
@@ -62,13 +66,23 @@ class BenchOptions:
         return data
 
 
+STREAM_SHARE = 16  # requests in flight per gRPC stream when --streams is not given
+
+
+def auto_streams(options: BenchOptions) -> int:
+    """Enough streams that none carries more than STREAM_SHARE requests in flight (at most 16)."""
+    in_flight = max([*options.concurrency, options.max_concurrency or 0, *(4 * r for r in options.request_rate), 1])
+    per_worker = -(-int(in_flight) // max(1, options.workers))
+    return max(1, min(16, -(-per_worker // STREAM_SHARE)))
+
+
 def make_target(options: BenchOptions, tokenizer) -> Target:
     kwargs = dict(tokenizer=tokenizer, force_output_len=options.force_output_len, request_timeout=options.request_timeout_s)
     if options.target in ("triton-grpc", "triton-grpc-tokens"):
         from trtllm_forge.bench.target_grpc import TritonGrpcTarget, TritonGrpcTokensTarget
 
         cls = TritonGrpcTarget if options.target == "triton-grpc" else TritonGrpcTokensTarget
-        return cls(options.url, options.model, streams=options.streams, **kwargs)
+        return cls(options.url, options.model, streams=options.streams or auto_streams(options), **kwargs)
     from trtllm_forge.bench.target_http import OpenAITarget, TritonHttpTarget
 
     if options.target == "triton-http":
@@ -76,11 +90,15 @@ def make_target(options: BenchOptions, tokenizer) -> Target:
     return OpenAITarget(options.url, options.model, endpoint=options.openai_endpoint, **kwargs)
 
 
+MAX_UNIQUE_PROMPTS = 4096  # duration-bound points cycle through at most this many synthetic prompts
+
+
 def build_requests(options: BenchOptions, tokenizer, n: int, rng: np.random.Generator) -> list[BenchRequest]:
     if options.dataset is not None:
         pool = from_dataset(options.dataset, tokenizer, options.output_len if options.output_len_given else None, rng)
         return take(pool, n, rng)
-    return synthetic(n, options.input_len, options.output_len, rng, tokenizer)
+    requests = synthetic(min(n, MAX_UNIQUE_PROMPTS), options.input_len, options.output_len, rng, tokenizer)
+    return [requests[i % len(requests)] for i in range(n)]
 
 
 def _versions() -> dict:
@@ -104,7 +122,10 @@ async def _run_all(options: BenchOptions, tokenizer) -> list[tuple[LoadSpec, dic
             info(f"bench {options.target} {options.model}: {load.label} ({len(requests) if load.duration_s is None else f'{load.duration_s:g} s'}), warm-up {len(warmup)}")
             before = server_metrics.scrape(options.metrics_url)
             with server_metrics.Sampler(options.metrics_url) as sampler:
-                result = await run_load(target, requests, warmup, load, options.seed)
+                if options.workers > 1:
+                    result = await asyncio.get_running_loop().run_in_executor(None, run_sharded, options, load, requests, warmup)
+                else:
+                    result = await run_load(target, requests, warmup, load, options.seed)
             after = server_metrics.scrape(options.metrics_url)
             context = {
                 "target": {**target.info.__dict__},
@@ -122,6 +143,86 @@ async def _run_all(options: BenchOptions, tokenizer) -> list[tuple[LoadSpec, dic
     return results
 
 
+def _shard_main(options: BenchOptions, load: LoadSpec, requests, warmup, shard: int, ready, start_queue, results) -> None:
+    """One client process of a sharded run (multiprocessing target)."""
+
+    async def main():
+        target = make_target(options, load_tokenizer(options.tokenizer))
+        await target.open()
+        loop = asyncio.get_running_loop()
+
+        async def start_at() -> int:
+            ready.put(shard)
+            return await loop.run_in_executor(None, start_queue.get)
+
+        try:
+            mine = warmup[shard::options.workers]
+            return await run_load(target, requests, mine, load, options.seed, (shard, options.workers), start_at)
+        finally:
+            await target.close()
+
+    try:
+        results.put((shard, asyncio.run(main())))
+    except BaseException as exc:  # noqa: BLE001 - reported by the parent as one line
+        ready.put(shard)
+        results.put((shard, f"{type(exc).__name__}: {exc}"))
+
+
+def run_sharded(options: BenchOptions, load: LoadSpec, requests, warmup) -> RunResult:
+    """Spread one sweep point over `options.workers` processes that start together; merge their records."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    ready, results = ctx.Queue(), ctx.Queue()
+    starts = [ctx.Queue() for _ in range(options.workers)]
+    procs = [ctx.Process(target=_shard_main, args=(options, load, requests, warmup, k, ready, starts[k], results), daemon=True)
+             for k in range(options.workers)]
+    for proc in procs:
+        proc.start()
+    for _ in procs:
+        ready.get(timeout=300)
+    start = now_ns() + 20_000_000  # every shard waits for the same monotonic instant
+    for queue in starts:
+        queue.put(start)
+    parts = dict(results.get() for _ in procs)
+    for proc in procs:
+        proc.join(30)
+    failures = [v for v in parts.values() if isinstance(v, str)]
+    if failures:
+        raise StepError("bench --workers", f"a client process failed: {failures[0]}", "rerun with --workers 1 to see the error directly")
+    runs: list[RunResult] = [parts[k] for k in sorted(parts)]
+    return RunResult(
+        load, [r for run in runs for r in run.records], min(r.start_ns for r in runs), max(r.end_ns for r in runs),
+        min(r.wall_start_ns for r in runs), max(r.cpu_seconds for r in runs), [x for r in runs for x in r.loop_lag_ns],
+        next((r.aborted for r in runs if r.aborted), None),
+    )
+
+
+def emit_workload(options: BenchOptions, kind: str) -> dict:
+    """Write the workload of `options` for another tool (no request is sent)."""
+    from trtllm_forge.bench.interop import emit
+
+    tokenizer = load_tokenizer(options.tokenizer)
+    requests = build_requests(options, tokenizer, options.num_requests, np.random.default_rng([options.seed, 0]))
+    http_url = options.url if options.url.startswith("http") else options.http_url
+    result = emit(kind, requests, options.out / "emit", url=options.url, http_url=http_url, model=options.model,
+                  concurrency=options.concurrency, rates=options.request_rate, num_requests=options.num_requests,
+                  tokenizer=options.tokenizer, seed=options.seed)
+    info(f"{kind}: wrote {', '.join(result['files'])}")
+    for command in result["commands"]:
+        info(f"  {command}")
+    return result
+
+
+def _plots(make, out: Path) -> list[str]:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        return make()
+    except Exception as exc:  # noqa: BLE001 - a plot must never lose the measurements
+        warn(f"plots not written: {type(exc).__name__}: {exc}")
+        return []
+
+
 def run_bench(options: BenchOptions) -> dict:
     """Run every sweep point; return the document `--json` prints (one point's summary, or a sweep)."""
     tokenizer = load_tokenizer(options.tokenizer)
@@ -134,6 +235,8 @@ def run_bench(options: BenchOptions) -> dict:
     for load, summary, records in results:
         point_dir = out / load.label if multi else out
         summary["out_dir"] = str(point_dir)
+        if options.plots:
+            summary["plots"] = _plots(lambda: plots.point_plots(point_dir, records, f"{options.model} {load.label}"), point_dir)
         report.write_point(point_dir, summary, records)
         report.print_point(summary, f"{options.target} {options.model} {load.label}")
         summaries.append(summary)
@@ -141,6 +244,8 @@ def run_bench(options: BenchOptions) -> dict:
         return summaries[0]
     report.print_sweep(summaries)
     document = {"schema": "trtllm-forge.bench-sweep/1", "points": summaries, "out_dir": str(out)}
+    if options.plots:
+        document["plots"] = _plots(lambda: [plots.sweep_plot(out, summaries)], out)
     tmp = out / "sweep.json.tmp"
     tmp.write_text(json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")
     os.replace(tmp, out / "sweep.json")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -106,15 +107,27 @@ async def _warmup(target: Target, warmup: list[BenchRequest], concurrency: int) 
     return records
 
 
-async def run_load(target: Target, requests: list[BenchRequest], warmup: list[BenchRequest], load: LoadSpec, seed: int = 0) -> RunResult:
-    warm = await _warmup(target, warmup, int(load.value) if load.mode == "concurrency" else (load.max_concurrency or 8))
+def shard_share(total: int, shard: int, shards: int) -> int:
+    return total // shards + (1 if shard < total % shards else 0)
+
+
+async def run_load(target: Target, requests: list[BenchRequest], warmup: list[BenchRequest], load: LoadSpec, seed: int = 0,
+                   shard: tuple[int, int] = (0, 1), start_at: Callable[[], Awaitable[int]] | None = None) -> RunResult:
+    """Run one sweep point. With `shard` = (k, n) this process sends only the requests whose index is k mod n
+    (and k's share of the concurrency); `start_at` then returns the common start time of all shards."""
+    k, n_shards = shard
+    concurrency = shard_share(int(load.value), k, n_shards) if load.mode == "concurrency" else 0
+    warm = await _warmup(target, warmup, max(1, concurrency) if load.mode == "concurrency" else (load.max_concurrency or 8))
+    for record in warm:
+        record.worker = k
     records: list[RequestRecord] = []
     stop = asyncio.Event()
     aborted: list[str] = []
     lag = _LagSampler()
+    start = await start_at() if start_at else now_ns()
+    await _sleep_until(start)
     cpu0 = time.process_time()
-    wall0 = time.time_ns()
-    start = now_ns()
+    wall0 = time.time_ns() - (now_ns() - start)
     deadline = start + int(load.duration_s * 1e9) if load.duration_s else None
     lag.start()
 
@@ -122,6 +135,7 @@ async def run_load(target: Target, requests: list[BenchRequest], warmup: list[Be
 
     async def send(request: BenchRequest, index: int, intended: int) -> None:
         record = _record(request, index, "measure", intended)
+        record.worker = k
         records.append(record)
         records_by_index[index] = record
         try:
@@ -137,7 +151,7 @@ async def run_load(target: Target, requests: list[BenchRequest], warmup: list[Be
         return deadline is None or now_ns() < deadline
 
     if load.mode == "concurrency":
-        counter = iter(range(len(requests)))
+        counter = iter(range(k, len(requests), n_shards))
 
         async def worker():
             free_since = start  # a slot's next request is due when its previous one ended
@@ -149,11 +163,11 @@ async def run_load(target: Target, requests: list[BenchRequest], warmup: list[Be
                 record = records_by_index[index]
                 free_since = record.recv_ns[-1] if record.recv_ns else now_ns()
 
-        await asyncio.gather(*(worker() for _ in range(int(load.value))))
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
     else:
         rng = np.random.default_rng([seed, int(load.value * 1000)])
         offsets = arrival_offsets(len(requests), load.value, load.arrival, rng, load.burstiness)
-        cap = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
+        cap = asyncio.Semaphore(max(1, shard_share(load.max_concurrency, k, n_shards))) if load.max_concurrency else None
         tasks = []
 
         async def capped(request, index, intended):
@@ -161,6 +175,8 @@ async def run_load(target: Target, requests: list[BenchRequest], warmup: list[Be
                 await send(request, index, intended)
 
         for index, offset in enumerate(offsets):
+            if index % n_shards != k:
+                continue
             intended = start + int(offset * 1e9)
             await _sleep_until(intended)
             if not more(index):

@@ -118,7 +118,13 @@ class TritonGrpcTarget(Target):
         self.inputs = {i["name"]: i for i in data.get("input", [])}
         self.outputs = {o["name"] for o in data.get("output", [])}
         self.check_contract()
-        self.streams = [_Stream(self, self.stub) for _ in range(self.n_streams)]
+        # One channel (own TCP connection) per stream: Triton writes the responses of one stream one at a
+        # time, so a single stream carrying many requests backs up inside the server.
+        self.extra_channels = [grpc.aio.insecure_channel(self.url, options=_CHANNEL_OPTIONS + [("grpc.use_local_subchannel_pool", 1)])
+                               for _ in range(self.n_streams - 1)]
+        self.stubs = [self.stub] + [pb_grpc.GRPCInferenceServiceStub(c) for c in self.extra_channels]
+        self.streams = [_Stream(self, stub) for stub in self.stubs]
+        self.info.notes.append(f"{self.n_streams} gRPC stream(s), one connection each")
 
     def check_contract(self) -> None:
         missing = [name for name in ("text_input", "max_tokens") if name not in self.inputs]
@@ -191,7 +197,7 @@ class TritonGrpcTarget(Target):
                 await self.stub.ServerReady(pb.ServerReadyRequest(), timeout=2)
             except grpc.aio.AioRpcError as exc:
                 raise TargetDown(exc.details() or "server unreachable") from None
-            stream = self.streams[index] = _Stream(self, self.stub)
+            stream = self.streams[index] = _Stream(self, self.stubs[index])
         return stream
 
     async def send(self, request: BenchRequest, record: RequestRecord) -> None:
@@ -223,8 +229,9 @@ class TritonGrpcTarget(Target):
     async def close(self) -> None:
         for stream in self.streams:
             await stream.close()
-        if self.channel is not None:
-            await self.channel.close()
+        for channel in [self.channel, *getattr(self, "extra_channels", [])]:
+            if channel is not None:
+                await channel.close()
 
 
 class TritonGrpcTokensTarget(TritonGrpcTarget):

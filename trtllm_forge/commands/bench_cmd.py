@@ -78,23 +78,27 @@ def bench_group() -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="Output directory. Default <workdir>/bench/<workload> or ./bench-out.")
 @click.option("--slo", multiple=True, help="Goodput SLO: ttft:MS, tpot:MS or e2e:MS (repeatable).")
 @click.option("--metrics-url", default=None, help="Triton Prometheus URL to scrape. Default: the deployment's.")
-@click.option("--streams", type=click.IntRange(min=1), default=1, show_default=True, help="gRPC streams to spread requests over.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Client processes to shard the load over.")
+@click.option("--streams", type=click.IntRange(min=1), default=None, help="gRPC streams (one connection each) to spread requests over. Default: one per 16 requests in flight, at most 16.")
 @click.option("--no-force-output-len", is_flag=True, help="Do not force the output length (min_tokens/end_id, ignore_eos).")
 @click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds per request.")
+@click.option("--emit", type=click.Choice(["perf_analyzer", "genai-perf", "aiperf"]), multiple=True,
+              help="Instead of running: write this workload's input file and exact command lines for another tool (repeatable).")
+@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @click.option("--openai-endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True, help="For --target openai.")
 @workdir_option
 @json_option
 def bench_run(config_file, target, url, model, concurrency, request_rate, arrival, burstiness, max_concurrency, num_requests,
-              duration, warmup_requests, input_len, output_len, dataset, tokenizer, seed, out, slo, metrics_url, streams,
-              no_force_output_len, request_timeout, openai_endpoint, workdir, as_json) -> None:
+              duration, warmup_requests, input_len, output_len, dataset, tokenizer, seed, out, slo, metrics_url, workers, streams,
+              no_force_output_len, request_timeout, emit, no_plots, openai_endpoint, workdir, as_json) -> None:
     """Run a benchmark (the default subcommand)."""
     from trtllm_forge.bench.run import BenchOptions, run_bench
     from trtllm_forge.bench.workload import LengthSpec
 
     flags = dict(
         target=target, url=url, model=model, arrival=arrival, burstiness=burstiness, max_concurrency=max_concurrency,
-        metrics_url=metrics_url, streams=streams, force_output_len=not no_force_output_len,
-        request_timeout_s=request_timeout, openai_endpoint=openai_endpoint,
+        metrics_url=metrics_url, workers=workers, streams=streams, force_output_len=not no_force_output_len,
+        request_timeout_s=request_timeout, openai_endpoint=openai_endpoint, plots=not no_plots,
     )
     load_flags = dict(
         concurrency=_list(concurrency, "--concurrency"), request_rate=_list(request_rate, "--request-rate", float),
@@ -104,12 +108,20 @@ def bench_run(config_file, target, url, model, concurrency, request_rate, arriva
         dataset=dataset, tokenizer=tokenizer, slo=_slo(slo),
     )
     if config_file is not None:
+        flags["_emit"] = bool(emit)
         runs = _from_config(config_file, workdir, flags, load_flags, out)
     else:
         if not url or not model:
             raise ConfigError("--url/--model", "needed without CONFIG", "give CONFIG (uses its deployment) or --url and --model")
         flags["target"] = flags["target"] or "triton-grpc"
         runs = [BenchOptions(**_merge(flags, load_flags), out=out or Path("bench-out"))]
+    if emit:
+        from trtllm_forge.bench.run import emit_workload
+
+        document = {"schema": "trtllm-forge.bench-emit/1", "emitted": [emit_workload(options, kind) for options in runs for kind in emit]}
+        if as_json:
+            emit_json(document)
+        return
     documents = [run_bench(options) for options in runs]
     document = documents[0] if len(documents) == 1 else {"schema": "trtllm-forge.bench-workloads/1", "workloads": documents}
     if as_json:
@@ -129,40 +141,56 @@ def _merge(flags: dict, load_flags: dict, base: dict | None = None) -> dict:
 
 
 def _from_config(config_file: Path, workdir: Path | None, flags: dict, load_flags: dict, out: Path | None) -> list:
+    """One BenchOptions per workload of the config's bench section; flags given on the command line win."""
     from trtllm_forge.bench.run import BenchOptions
     from trtllm_forge.bench.workload import LengthSpec
     from trtllm_forge.deploy.state import read_state
 
     config, wd = load(config_file, workdir)
     state = read_state(wd)
-    target = flags.get("target") or "triton-grpc"
+    running = state is not None and state.running
+    emit = flags.pop("_emit", False)
     names = config.triton.model_names
-    if not flags.get("url"):
-        if state is None or not state.running:
-            raise StepError("bench", f"no running deployment in {wd}", f"run `trtllm-forge deploy {config_file}` first, or pass --url and --model")
-        flags["url"] = state.grpc_url if target.startswith("triton-grpc") else state.http_url
-        flags["metrics_url"] = flags.get("metrics_url") or state.metrics_url
-    if not flags.get("model"):
-        flags["model"] = {"triton-grpc-tokens": names.tensorrt_llm}.get(target, names.bls if config.triton.entrypoint == "bls" else names.ensemble)
-    flags["target"] = target
     checkpoint = wd / "import" / "checkpoint"
     workloads = config.bench.workloads or [None]
+    cli_load = bool(load_flags.get("concurrency") or load_flags.get("request_rate"))
     runs = []
     for workload in workloads:
+        target = flags.get("target") or (workload.target if workload is not None else "triton-grpc")
+        run_flags = {**flags, "target": target}
+        grpc = target.startswith("triton-grpc")
+        if not run_flags.get("url"):
+            if running:
+                run_flags["url"] = state.grpc_url if grpc else state.http_url
+                run_flags["metrics_url"] = run_flags.get("metrics_url") or state.metrics_url
+                run_flags["http_url"] = state.http_url
+            elif emit:
+                t = config.triton
+                run_flags["url"] = f"127.0.0.1:{t.grpc_port}" if grpc else f"http://127.0.0.1:{t.http_port}"
+                run_flags["http_url"] = f"http://127.0.0.1:{t.http_port}"
+            else:
+                raise StepError("bench", f"no running deployment in {wd}", f"run `trtllm-forge deploy {config_file}` first, or pass --url and --model")
+        if not run_flags.get("model"):
+            entry = names.bls if config.triton.entrypoint == "bls" else names.ensemble
+            run_flags["model"] = names.tensorrt_llm if target == "triton-grpc-tokens" else entry
         base: dict = {"tokenizer": checkpoint if (checkpoint / "tokenizer_config.json").is_file() else None}
         name = "default"
         if workload is not None:
             name = workload.name
+            where = f"bench.workloads[{name}]"
+            rates_only = workload.request_rate and "concurrency" not in workload.model_fields_set
             base.update(
-                concurrency=list(workload.concurrency), request_rate=list(workload.request_rate), arrival=workload.arrival,
-                num_requests=workload.num_requests, duration_s=workload.duration_s, warmup_requests=workload.warmup_requests,
-                input_len=LengthSpec.parse(workload.input_len, f"bench.workloads[{name}].input_len"),
-                output_len=LengthSpec.parse(workload.output_len, f"bench.workloads[{name}].output_len"),
-                dataset=Path(workload.dataset) if workload.dataset else None, seed=workload.seed, slo=dict(workload.slo_ms),
+                concurrency=[] if rates_only else list(workload.concurrency), request_rate=list(workload.request_rate),
+                arrival=workload.arrival, num_requests=workload.num_requests, duration_s=workload.duration_s,
+                warmup_requests=workload.warmup_requests, seed=workload.seed, slo=dict(workload.slo_ms),
+                input_len=LengthSpec.parse(workload.input_len, f"{where}.input_len"),
+                output_len=LengthSpec.parse(workload.output_len, f"{where}.output_len"),
+                output_len_given="output_len" in workload.model_fields_set,
+                dataset=Path(workload.dataset) if workload.dataset else None,
             )
-            if workload.request_rate and not workload.concurrency:
-                base["concurrency"] = []
-        merged = _merge(flags, load_flags, base)
+        if cli_load:  # a load given on the command line replaces the workload's whole sweep
+            base["concurrency"], base["request_rate"] = [], []
+        merged = _merge(run_flags, load_flags, base)
         runs.append(BenchOptions(**merged, out=out / name if (out and len(workloads) > 1) else (out or wd / "bench" / name)))
     return runs
 
@@ -178,6 +206,32 @@ def _fail_on_errors(documents: list[dict]) -> None:
                 kinds[k] = kinds.get(k, 0) + v
         detail = ", ".join(f"{k}: {v}" for k, v in kinds.items())
         raise StepError("bench", f"{failed} of {sent} requests failed ({detail})", f"records and summary of what completed are in {points[-1]['out_dir']}")
+
+
+@bench_group.command("import")
+@click.argument("exports", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Write one run directory per export under here.")
+@json_option
+def bench_import(exports, out, as_json) -> None:
+    """Convert GenAI-Perf (profile_export_genai_perf.json/csv) or AIPerf (profile_export_aiperf.json,
+    profile_export.jsonl) exports into our summary.json, so `bench compare` shows them beside our runs."""
+    import json
+
+    from trtllm_forge.bench.interop import import_export
+    from trtllm_forge.ui import info
+
+    written = []
+    for index, export in enumerate(exports):
+        summary = import_export(export)
+        if summary is None:
+            raise ConfigError("EXPORTS", f"{export} is not a GenAI-Perf or AIPerf export", "give profile_export_genai_perf.json/csv, profile_export_aiperf.json or profile_export.jsonl (or a folder holding one)")
+        run_dir = out / f"{index:02d}-{summary['source']}-{Path(export).stem}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        info(f"imported {export} ({summary['source']}) -> {run_dir}")
+        written.append(str(run_dir))
+    if as_json:
+        emit_json({"schema": "trtllm-forge.bench-import/1", "runs": written})
 
 
 @bench_group.command("compare")

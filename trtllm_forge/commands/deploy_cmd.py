@@ -16,7 +16,7 @@ from trtllm_forge.commands.options import (
     workdir_option,
 )
 from trtllm_forge.errors import ConfigError
-from trtllm_forge.ui import emit_json, info, warn
+from trtllm_forge.ui import emit_json, info
 
 
 class DefaultCommandGroup(click.Group):
@@ -116,8 +116,6 @@ def start(
         click.echo(f"{plan.log} (server log)")
         click.echo(f"{wd / 'deploy' / 'state.json'} (deployment state)")
         info(f"models to wait for: {', '.join(plan.models)}")
-        for message in plan.warnings:
-            warn(message)
         return
     from trtllm_forge.deploy.server import start_server
 

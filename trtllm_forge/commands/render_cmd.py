@@ -53,6 +53,8 @@ def render(config_file, engine_dir, kind, out, check_dir, workdir, dry_run, as_j
             info(f"would render a {plan['kind']} repository into {plan['repository']}:")
             for path in plan["files"]:
                 info(f"  {path}")
+            for argv in plan["commands"]:
+                info(f"would run: [dim]{' '.join(argv)}[/dim]")
             info("launch command:")
             info(f"  [dim]{' '.join(plan['launch_command'])}[/dim]")
         for message in plan["warnings"]:

@@ -44,7 +44,6 @@ class LaunchPlan:
     host: str = "127.0.0.1"
     log: Path = Path()
     world_size: int = 1
-    warnings: list[str] = field(default_factory=list)
 
     def describe(self) -> dict:
         return {
@@ -63,7 +62,6 @@ class LaunchPlan:
             "ports": self.ports,
             "bind_address": self.bind_address,
             "world_size": self.world_size,
-            "warnings": self.warnings,
         }
 
 
@@ -139,20 +137,21 @@ def repository_models(repository: Path) -> list[str]:
 _ENV_PATH_RE = re.compile(r'key:\s*"EXECUTION_ENV_PATH"\s*value:\s*\{\s*string_value:\s*"([^"]*)"')
 
 
-def stub_env_warnings(repository: Path, models: list[str], needs_numpy1: bool) -> list[str]:
-    """Models whose EXECUTION_ENV_PATH would hand the stub NumPy 2 (their string tensors would arrive corrupted)."""
+def check_stub_env_paths(repository: Path, models: list[str], needs_numpy1: bool) -> None:
+    """Refuse models whose EXECUTION_ENV_PATH hands the wheel's stub NumPy 2: their string tensors would arrive
+    corrupted and numeric outputs empty, so the server would load and then fail on the first request."""
     if not needs_numpy1:
-        return []
-    warnings = []
+        return
     for name in models:
         for env_path in _ENV_PATH_RE.findall((repository / name / "config.pbtxt").read_text(errors="replace")):
             if any(Path(env_path).glob("lib/python*/site-packages/numpy-2*.dist-info")):
-                warnings.append(
-                    f"model {name}: EXECUTION_ENV_PATH={env_path} has NumPy 2, which the nvidia-pytriton stub "
-                    "mishandles (string tensors arrive corrupted); drop the parameter: deploy gives the stubs "
-                    "a suitable environment itself"
+                raise ConfigError(
+                    f"{repository / name / 'config.pbtxt'}",
+                    f"EXECUTION_ENV_PATH={env_path} gives the nvidia-pytriton python stub NumPy 2, with which it "
+                    "corrupts string tensors",
+                    "drop that parameter (deploy gives the stubs NumPy 1.x plus this venv itself) or use an "
+                    "environment with numpy<2",
                 )
-    return warnings
 
 
 def render_manifest(workdir: Path) -> dict:
@@ -222,6 +221,7 @@ def plan_launch(config: ForgeConfig, workdir: Path, repository: Path | None = No
         argv = single_rank_argv(install.binary, repository, backend_dir, ports, bind)
     env = server_environment(install, workdir)
     stub_env = workdir / "deploy" / "stub-env" if stub_numpy_site(install) is not None else None
+    check_stub_env_paths(repository, models, stub_env is not None)
     libraries = [str(config.resolve_path(p)) for p in config.engine.plugins.custom_libraries]
     if libraries and config.engine.backend == "tensorrt-llm":
         env["LD_PRELOAD"] = ":".join(libraries)
@@ -239,5 +239,4 @@ def plan_launch(config: ForgeConfig, workdir: Path, repository: Path | None = No
         host=connect_host(bind),
         log=workdir / "logs" / "tritonserver.log",
         world_size=world_size,
-        warnings=stub_env_warnings(repository, models, stub_env is not None),
     )

@@ -23,7 +23,7 @@ from trtllm_forge.deploy.discovery import prepare_backend_dir, prepare_stub_env
 from trtllm_forge.deploy.launch import LaunchPlan, plan_launch
 from trtllm_forge.deploy.state import Deployment, read_state, write_state
 from trtllm_forge.errors import StepError
-from trtllm_forge.ui import console, info, warn
+from trtllm_forge.ui import console, info
 
 LOG_TAIL_LINES = 40
 STOP_GRACE_S = 20.0
@@ -187,6 +187,13 @@ def _fail(deployment: Deployment, problem: str, valid: str) -> StepError:
     return StepError("deploy", problem, valid)
 
 
+class _PortTaken(Exception):
+    """A port picked as free was taken by someone else before the server bound it."""
+
+
+PORT_ATTEMPTS = 3
+
+
 def start_server(
     config: ForgeConfig,
     workdir: Path,
@@ -196,7 +203,8 @@ def start_server(
 ) -> Deployment:
     """Start tritonserver on the repository and wait until it is live and every model is ready.
 
-    On any failure the server is stopped, the log tail is printed and a StepError is raised.
+    On any failure the server is stopped, the log tail is printed and a StepError is raised. Ports picked
+    as free (configured 0) are picked again when another process takes one first.
     """
     workdir = Path(workdir).resolve()
     previous = read_state(workdir)
@@ -206,14 +214,25 @@ def start_server(
             f"a server from this workdir is already running (pid {previous.pid}, grpc {previous.grpc_url})",
             f"stop it first: `trtllm-forge deploy stop --workdir {workdir}`",
         )
-    plan = plan_launch(config, workdir, repository)
-    for message in plan.warnings:
-        warn(message)
-    prepare_backend_dir(plan.install, workdir)
-    prepare_stub_env(plan.install, workdir)
-    plan.log.parent.mkdir(parents=True, exist_ok=True)
     timeout = config.deploy.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        plan = plan_launch(config, workdir, repository)
+        if attempt == 1:
+            prepare_backend_dir(plan.install, workdir)
+            prepare_stub_env(plan.install, workdir)
+        try:
+            return _start_once(plan, workdir, timeout, picked_ports=0 in _configured_ports(config))
+        except _PortTaken:
+            info(f"a port was taken before the server bound it; picking new ports (attempt {attempt + 1})")
+    raise StepError("deploy", f"ports were taken by other processes {PORT_ATTEMPTS} times in a row", "set fixed triton ports")
 
+
+def _configured_ports(config: ForgeConfig) -> list[int]:
+    return [config.triton.http_port, config.triton.grpc_port, config.triton.metrics_port]
+
+
+def _start_once(plan: LaunchPlan, workdir: Path, timeout: float, picked_ports: bool) -> Deployment:
+    plan.log.parent.mkdir(parents=True, exist_ok=True)
     info(f"[dim]$ {shlex.join(plan.argv)}[/dim]")
     with plan.log.open("w") as log:
         log.write(f"$ {shlex.join(plan.argv)}\n")
@@ -240,6 +259,9 @@ def start_server(
             while True:
                 code = proc.poll()
                 if code is not None:
+                    if picked_ports and "already in use" in Path(plan.log).read_text(errors="replace"):
+                        stop_server(deployment, grace_s=FAILED_START_GRACE_S, quiet=True)
+                        raise _PortTaken()
                     failed = "; ".join(f"model {n}: {why}" for n, why in failed_models(plan.log).items())
                     problem = f"tritonserver exited with code {code} during start-up" + (f" ({failed})" if failed else "")
                     raise _fail(deployment, problem, f"see the log {plan.log}")
@@ -257,7 +279,7 @@ def start_server(
                     )
                 time.sleep(POLL_S)
     except BaseException as exc:
-        if not isinstance(exc, StepError):
+        if not isinstance(exc, (StepError, _PortTaken)):
             stop_server(deployment, grace_s=FAILED_START_GRACE_S, quiet=True)
         raise
     deployment.running = True

@@ -84,21 +84,22 @@ def convert_tokenizer(reader, gguf_path: Path, out: Path, info: GGUFInfo) -> tup
         tokenizer.chat_template = info.chat_template
     tokenizer.save_pretrained(str(out))
     if builds_natively(info):
-        _portable_tokenizer_config(out)
-    elif info.add_bos_token is False:
-        strip_bos_from_saved(out, tokenizer.bos_token)
+        # transformers 5 saves `TokenizersBackend`, which 4.x (TensorRT-LLM containers) cannot resolve;
+        # GPT2Tokenizer loads the same tokenizer.json in both.
+        _update_tokenizer_config(out, tokenizer_class="GPT2Tokenizer", add_bos_token=False, add_prefix_space=False)
+    else:
+        # transformers' GGUF tokenizer classes (e.g. CodeLlamaTokenizer) rebuild their pipeline on load
+        # instead of reading tokenizer.json; the generic fast class uses the saved file as it is.
+        _update_tokenizer_config(out, tokenizer_class="PreTrainedTokenizerFast")
+        if info.add_bos_token is False:
+            strip_bos_from_saved(out, tokenizer.bos_token)
     return mode, tokenizer
 
 
-def _portable_tokenizer_config(out: Path) -> None:
-    """Name a class that transformers 4.x (used by TensorRT-LLM containers) knows as well as 5.x.
-
-    transformers 5 saves `TokenizersBackend`, which 4.x cannot resolve; `GPT2Tokenizer` loads the same
-    tokenizer.json in both.
-    """
+def _update_tokenizer_config(out: Path, **values) -> None:
     path = out / "tokenizer_config.json"
     config = json.loads(path.read_text())
-    config.update(tokenizer_class="GPT2Tokenizer", add_bos_token=False, add_prefix_space=False)
+    config.update(values)
     path.write_text(json.dumps(config, ensure_ascii=False, indent=2) + "\n")
 
 

@@ -110,3 +110,9 @@ def check_family_hf(family: str | None, model_type: str) -> None:
             f"{family!r} but the checkpoint's config.json says model_type {model_type!r}",
             f"set model.family: {model_type} or leave it unset to detect it",
         )
+
+
+def check_family_converted(family: str | None, model_type: str) -> None:
+    """After a GGUF conversion: transformers names Mistral/Mixtral GGUFs (llama architecture) 'llama'."""
+    if family and model_type not in FAMILY_GGUF_ARCHITECTURES.get(family, set()) | {family}:
+        check_family_hf(family, model_type)

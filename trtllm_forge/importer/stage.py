@@ -15,7 +15,13 @@ from pathlib import Path
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.errors import ConfigError, StepError
 from trtllm_forge.importer.gguf_to_hf import CONVERTER_VERSION
-from trtllm_forge.importer.sources import ImportSource, check_family_gguf, check_family_hf, resolve_source
+from trtllm_forge.importer.sources import (
+    ImportSource,
+    check_family_converted,
+    check_family_gguf,
+    check_family_hf,
+    resolve_source,
+)
 from trtllm_forge.stages import StageRecorder, StageResult, hash_inputs, read_manifest, run_stage
 
 STAGE = "import"
@@ -74,7 +80,8 @@ class ImportPlan:
             "would_skip": skip,
             "commands": [] if skip or not self.source.is_gguf else [self.convert_argv(self.workdir / STAGING)],
             "files": [] if skip else self.files(),
-            "notes": self.notes,
+            "notes": self.notes + ([] if skip else [
+                f"files are written under {self.workdir / STAGING} and renamed to {self.stage_dir} on success"]),
         }
 
 
@@ -165,7 +172,7 @@ def _gguf_body(plan: ImportPlan, config: ForgeConfig):
         record = recorder.run(plan.convert_argv(tmp), step="convert", env=CHILD_ENV)
         report = json.loads((tmp / REPORT).read_text())
         check = report["model_check"]
-        check_family_hf(config.model.family, check["model_type"])
+        check_family_converted(config.model.family, check["model_type"])
         recorder.tool_versions.update(report["tool_versions"])
         recorder.timed("convert_s", record.seconds)
         recorder.notes.append(f"tokenizer: {report['tokenizer_mode']}")

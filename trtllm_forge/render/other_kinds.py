@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.render.stub_env import project_env
 from trtllm_forge.render.templates import render_template, templates_root
 
 
@@ -25,7 +25,7 @@ def checkpoint_for(config: ForgeConfig, workdir: Path) -> tuple[str, list[str]]:
 
 
 def _python_env(config: ForgeConfig) -> str | None:
-    return str(Path(sys.prefix).resolve()) if config.deploy.target == "local" else None
+    return str(project_env()) if config.deploy.target == "local" else None
 
 
 def llm_api_args(config: ForgeConfig, model: str) -> dict:

@@ -12,6 +12,7 @@ from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.engine_config import EngineInfo, read_engine_config
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.render import launch as launch_mod
+from trtllm_forge.render import stub_env
 from trtllm_forge.render.other_kinds import write_llmapi_repository, write_vllm_repository
 from trtllm_forge.render.templates import templates_root, write_engine_repository
 from trtllm_forge.render.validate import Problem, check_repository, raise_on_errors
@@ -71,14 +72,19 @@ def write_repository(config: ForgeConfig, workdir: Path, engine: EngineInfo | No
     return RenderedRepository(kind, out, files, models, warnings, problems, world_size, engine_model)
 
 
+def uses_wheel_server(config: ForgeConfig, kind: str) -> bool:
+    """Only the cpu kind runs on the Triton carried by nvidia-pytriton (python backend only)."""
+    return config.deploy.target == "local" and kind == "cpu"
+
+
 def launch_plan_for(config: ForgeConfig, rendered: RenderedRepository, repository: Path, backend_dir: Path | None):
-    local = launch_mod.find_local_triton() if config.deploy.target == "local" else None
+    local = launch_mod.find_local_triton() if uses_wheel_server(config, rendered.kind) else None
     return launch_mod.plan_launch(config, repository, world_size=rendered.world_size, engine_model=rendered.engine_model,
                                   backend_dir=backend_dir, local=local)
 
 
 def stage_inputs(config: ForgeConfig, engine: EngineInfo | None, kind: str) -> tuple[dict, dict]:
-    values = {"kind": kind, "config": config.model_dump(mode="json"), "deploy_python": str(Path(__import__("sys").prefix))}
+    values = {"kind": kind, "config": config.model_dump(mode="json"), "stub_env": str(stub_env.stub_env_path())}
     paths = {"templates": templates_root()}
     if engine is not None:
         paths["engine_config"] = engine.directory / "config.json"
@@ -96,11 +102,13 @@ def render_repository(config: ForgeConfig, workdir: Path, engine_dir: Path | Non
     values, paths = stage_inputs(config, engine, kind)
 
     def body(tmp: Path, recorder) -> dict:
+        if uses_wheel_server(config, kind) and stub_env.needs_side_env():
+            stub_env.ensure_stub_env(stub_env.default_stub_env(), recorder.run)
         rendered = write_repository(config, workdir, engine, kind, tmp / REPOSITORY)
         recorder.notes.extend(rendered.warnings)
         recorder.notes.extend(f"{p.file}:{p.line}: {p.message}" for p in rendered.problems)
         backend_dir = None
-        local = launch_mod.find_local_triton() if config.deploy.target == "local" else None
+        local = launch_mod.find_local_triton() if uses_wheel_server(config, kind) else None
         if local is not None:
             launch_mod.make_backend_dir(local, tmp / BACKENDS)
             backend_dir = final / BACKENDS
@@ -136,6 +144,9 @@ def render_to_directory(config: ForgeConfig, workdir: Path, engine_dir: Path | N
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if uses_wheel_server(config, kind) and stub_env.needs_side_env() and not stub_env.stub_env_ready(stub_env.default_stub_env()):
+        rendered.warnings.append(f"the Triton python stub needs {stub_env.default_stub_env()} (numpy 1); "
+                                 "render once without --out to create it")
     rendered.repository = out
     rendered.files = [out / f.relative_to(tmp) for f in rendered.files]
     return rendered
@@ -150,11 +161,15 @@ def dry_run(config: ForgeConfig, workdir: Path, engine_dir: Path | None, kind: s
     with tempfile.TemporaryDirectory(prefix="forge-render-dry-") as scratch:
         rendered = write_repository(config, workdir, engine, kind, Path(scratch) / REPOSITORY)
         files = sorted(str(target / f.relative_to(Path(scratch) / REPOSITORY)) for f in rendered.files)
-    backend_dir = workdir / STAGE / BACKENDS if (config.deploy.target == "local" and launch_mod.find_local_triton()) else None
+    backend_dir = workdir / STAGE / BACKENDS if (uses_wheel_server(config, kind) and launch_mod.find_local_triton()) else None
     plan = launch_plan_for(config, rendered, target, backend_dir)
+    commands = []
+    if uses_wheel_server(config, kind) and stub_env.needs_side_env() and not stub_env.stub_env_ready(stub_env.default_stub_env()):
+        commands = stub_env.creation_steps(stub_env.default_stub_env())
     return {
         "kind": kind,
         "repository": str(target),
+        "commands": commands,
         "files": files + ([] if out else [str(workdir / STAGE / LAUNCH_SCRIPT), str(workdir / STAGE / "manifest.json")]),
         "launch_command": plan.argv,
         "launch_env": plan.env,

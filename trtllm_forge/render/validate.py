@@ -98,6 +98,7 @@ class Validator:
         self.repository = repository
         self.problems: list[Problem] = []
         self.models: dict[str, Model] = {}
+        self.unreadable: set[str] = set()  # models whose config.pbtxt did not parse (already reported)
 
     def rel(self, path: Path) -> str:
         try:
@@ -139,6 +140,7 @@ class Validator:
                 line = exc.GetLine() or 1
                 self.add(config_path, line, f"does not parse as inference.ModelConfig: {exc}",
                          "fix the syntax; unfilled ${...} in typed fields are the usual cause")
+                self.unreadable.add(directory.name)
                 continue
             model = Model(config.name or directory.name, directory, config_path, text, config)
             if config.name and config.name != directory.name:
@@ -214,8 +216,15 @@ class Validator:
                     producers[value] = step.model_name
                     available.setdefault(value, outputs[key])
         for step in steps:
+            if step.model_name in self.unreadable:  # its own parse error is reported; do not cascade
+                fed.update(step.input_map.values())
+                producers.update({value: step.model_name for value in step.output_map.values()})
+                continue
+        for step in steps:
             target = self.models.get(step.model_name)
             step_line = ens.line_of(f'model_name: "{step.model_name}"')
+            if step.model_name in self.unreadable:
+                continue
             if target is None:
                 self.add(path, step_line, f"step model {step.model_name!r} is not in the repository",
                          f"add {step.model_name}/ or fix model_name")

@@ -6,13 +6,13 @@ refused here with the config field to change.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.engine_config import EngineInfo
 from trtllm_forge.errors import ConfigError, ConfigErrors
+from trtllm_forge.render.stub_env import project_env, stub_env_path
 
 KINDS = ("inflight_batcher_llm", "cpu", "llmapi", "vllm")
 ENGINE_KINDS = ("inflight_batcher_llm", "cpu")
@@ -182,7 +182,10 @@ def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind:
         warnings.append(f"triton.instances.bls is {tr.instances.bls}; each BLS instance serves requests one at a time "
                         f"unless decoupled, consider {engine.max_batch_size}")
     names = tr.model_names.model_dump()
-    python_env = str(Path(sys.prefix).resolve()) if config.deploy.target == "local" else None
+    # The side environment works around the nvidia-pytriton stub (cpu kind); GPU hosts run NVIDIA's own server.
+    python_env = None
+    if config.deploy.target == "local":
+        python_env = str(stub_env_path() if kind == "cpu" else project_env())
     common_tokenizer = {
         "tokenizer_dir": str(tokenizer_dir),
         "trust_remote_code": pb_bool(config.model.trust_remote_code),

@@ -86,19 +86,30 @@ def _param_int(params: dict, key: str, default):
         raise pb_utils.TritonModelException(f"parameter {key}: {value!r} is not an integer") from None
 
 
-def _tensor(name: str, array):
-    """An output tensor built through DLPack.
+# The nvidia-pytriton 2.51 stub was built against numpy 1: under numpy 2 its ndarray <-> tensor conversion
+# reads numpy's array descriptor with the old layout, so numeric outputs arrive with a shape but no data and
+# inputs are misread. DLPack does not go through that struct; numpy 1.x (the stub env deploy prepares)
+# takes the ordinary path, whose DLPack capsule handling it does not support.
+_NUMPY2 = int(np.__version__.split(".")[0]) >= 2
 
-    `pb_utils.Tensor(name, ndarray)` is broken for numeric arrays when the stub runs with numpy 2 (the
-    2.51 stub reads numpy's array descriptor with the numpy 1 layout and sees 0 bytes): the response then
-    carries the shape but no data. The DLPack path does not read that struct and works with numpy 1 and 2.
-    """
-    return pb_utils.Tensor.from_dlpack(name, np.ascontiguousarray(array))
+
+def _tensor(name: str, array):
+    array = np.ascontiguousarray(array)
+    if _NUMPY2:
+        return pb_utils.Tensor.from_dlpack(name, array)
+    return pb_utils.Tensor(name, array)
 
 
 def _input(request, name: str):
     tensor = pb_utils.get_input_tensor_by_name(request, name)
-    return None if tensor is None else tensor.as_numpy()
+    if tensor is None:
+        return None
+    if _NUMPY2:
+        try:
+            return np.from_dlpack(tensor)
+        except Exception:  # noqa: BLE001 - e.g. BOOL has no DLPack type here; fall back
+            pass
+    return tensor.as_numpy()
 
 
 def _item_scalar(array, index: int, default=None):
@@ -452,7 +463,11 @@ class TritonPythonModel:
                     continue
                 now = time.time_ns()
                 for engine_id, (job, item) in list(self.active.items()):
-                    self._collect(job, item, now, status)
+                    try:
+                        self._collect(job, item, now, status)
+                    except Exception as exc:  # noqa: BLE001 - fail this request, not the loop
+                        pb_utils.Logger.log_error(f"{self.instance}: request failed: {exc}\n{traceback.format_exc()}")
+                        self._fail(job, f"internal error: {type(exc).__name__}: {exc}")
             except Exception as exc:  # noqa: BLE001 - the loop must survive anything one request does
                 pb_utils.Logger.log_error(f"{self.instance}: engine loop error: {exc}\n{traceback.format_exc()}")
         for job, item in list(self.active.values()):
@@ -495,6 +510,10 @@ class TritonPythonModel:
                 continue
             seen.add(id(job))
             if self._is_cancelled(job):
+                generated = sum(len(other.tokens) for other in job.items)
+                pb_utils.Logger.log_info(
+                    f"{self.instance}: request {job.request_id or '(no id)'} cancelled by the client after {generated} tokens"
+                )
                 for other in job.items:
                     if other.engine_id in self.active:
                         other.handle.stop()

@@ -1,0 +1,170 @@
+"""The CPU `tensorrt_llm` model (OpenVINO GenAI in Triton's python backend) through a real tritonserver,
+called with token ids exactly as the ensemble calls it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trtllm_forge.client import stream_request
+
+pytestmark = pytest.mark.slow
+
+MODEL = "tensorrt_llm"
+PROMPTS = [
+    "The capital of France is",
+    "Water boils at a temperature of",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village,",
+    "The three primary colors are",
+    "To make a cup of tea, first",
+    "import numpy as np\nx = np.",
+    "The largest planet in the solar system is",
+    "My favourite book is",
+    "In 1969, the first man on the moon",
+    "SELECT name FROM users WHERE",
+    "The quick brown fox",
+    "Photosynthesis is the process by which",
+    "A haiku about autumn:",
+    "The meaning of life is",
+    "List three fruits: apple,",
+]
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(smollm2_checkpoint):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(smollm2_checkpoint))
+    return [tokenizer(p)["input_ids"] for p in PROMPTS]
+
+
+def request(server, ids, max_tokens, streaming=False, timeout_s=120.0, **extra):
+    values = {"input_ids": ids, "input_lengths": [len(ids)], "request_output_len": [max_tokens], "streaming": [streaming]}
+    values.update({k: v if isinstance(v, list) else [v] for k, v in extra.items()})
+    return stream_request(server, MODEL, values, timeout_s=timeout_s, raise_on_error=False)
+
+
+def tokens_of(result) -> list[int]:
+    out: list[int] = []
+    for response in result.responses:
+        ids = response["output_ids"]
+        assert ids.dtype == np.int32 and ids.ndim == 3, ids.shape  # [batch, beam, tokens]
+        n = int(response["sequence_length"].reshape(-1)[0])
+        assert n == ids.shape[-1]
+        out.extend(int(t) for t in ids.reshape(-1)[:n])
+    return out
+
+
+def test_greedy_output_equals_transformers(cpu_engine_server, prompt_ids, transformers_greedy):
+    for ids in prompt_ids[:4]:
+        result = request(cpu_engine_server, ids, 24)
+        assert result.error is None, result.error
+        assert len(result.responses) == 1
+        assert tokens_of(result) == transformers_greedy(ids, 24)
+
+
+def test_exclude_input_in_output_false_prepends_the_prompt(cpu_engine_server, prompt_ids):
+    ids = prompt_ids[0]
+    plain = tokens_of(request(cpu_engine_server, ids, 8))
+    with_prompt = request(cpu_engine_server, ids, 8, exclude_input_in_output=False)
+    assert tokens_of(with_prompt) == ids + plain
+
+
+def test_streaming_is_incremental_and_matches_the_non_streamed_output(cpu_engine_server, prompt_ids):
+    ids = prompt_ids[1]
+    whole = tokens_of(request(cpu_engine_server, ids, 32))
+    streamed = request(cpu_engine_server, ids, 32, streaming=True, return_perf_metrics=True)
+    assert streamed.error is None, streamed.error
+    assert len(streamed.responses) == len(whole) > 1  # one response per token
+    assert tokens_of(streamed) == whole
+    assert streamed.arrival_s == sorted(streamed.arrival_s) and streamed.arrival_s[-1] > streamed.arrival_s[0]
+    last = streamed.responses[-1]
+    first_token = int(last["first_token_time_ns"].reshape(-1)[0])
+    assert int(last["arrival_time_ns"].reshape(-1)[0]) <= first_token <= int(last["last_token_time_ns"].reshape(-1)[0])
+
+
+def test_sixteen_concurrent_streams_all_complete_correctly(cpu_engine_server, prompt_ids, transformers_greedy):
+    expected = [transformers_greedy(ids, 16) for ids in prompt_ids]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(lambda ids: request(cpu_engine_server, ids, 16, streaming=True), prompt_ids))
+    for prompt, result, want in zip(PROMPTS, results, expected):
+        assert result.error is None, (prompt, result.error)
+        assert tokens_of(result) == want, prompt
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"request_output_len": [0]}, "request_output_len: 0; must be >= 1"),
+        ({"input_ids": [], "input_lengths": [0]}, "prompt is empty"),
+        ({"input_ids": [1] * 1025, "input_lengths": [1025]}, "more than the engine's max_input_len 1024"),
+        ({"beam_width": [2]}, "beam width 1 only"),
+        ({"input_ids": [49152, 5], "input_lengths": [2]}, "token ids must be in [0, 49152)"),
+    ],
+    ids=["max_tokens_0", "empty_prompt", "too_long", "beam_width_2", "bad_token_id"],
+)
+def test_bad_request_gets_an_error_while_good_ones_succeed(cpu_engine_server, prompt_ids, change, message):
+    good_ids = prompt_ids[:3]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        good = [pool.submit(request, cpu_engine_server, ids, 24, True) for ids in good_ids]
+        time.sleep(0.3)  # the bad request lands while the good ones generate
+        values = {"input_ids": prompt_ids[0], "input_lengths": [len(prompt_ids[0])], "request_output_len": [8], **change}
+        bad = stream_request(cpu_engine_server, MODEL, values, timeout_s=60, raise_on_error=False)
+        good_results = [f.result() for f in good]
+    assert bad.error is not None and message in bad.error
+    for ids, result in zip(good_ids, good_results):
+        assert result.error is None, result.error
+        assert tokens_of(result) == tokens_of(request(cpu_engine_server, ids, 24))
+
+
+_VANISHING_CLIENT = textwrap.dedent(
+    """
+    import sys, time, numpy as np, tritonclient.grpc as g
+    url, n = sys.argv[1], int(sys.argv[2])
+    client = g.InferenceServerClient(url)
+    def tensor(name, array, dtype):
+        t = g.InferInput(name, list(array.shape), dtype); t.set_data_from_numpy(array); return t
+    seen = []
+    client.start_stream(callback=lambda result=None, error=None: seen.append(1))
+    ids = np.array([[1, 504, 3575, 282, 4649, 314]], dtype=np.int32)
+    inputs = [tensor("input_ids", ids, "INT32"), tensor("input_lengths", np.array([[6]], np.int32), "INT32"),
+              tensor("request_output_len", np.array([[n]], np.int32), "INT32"),
+              tensor("streaming", np.array([[True]]), "BOOL")]
+    client.async_stream_infer("tensorrt_llm", inputs, request_id="vanishing-client", enable_empty_final_response=True)
+    while not seen:
+        time.sleep(0.01)
+    print("streaming", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_a_client_that_vanishes_mid_stream_does_not_stall_the_server(cpu_engine_server, prompt_ids):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _VANISHING_CLIENT, cpu_engine_server.grpc_url, "1500"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "streaming"
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = Path(cpu_engine_server.log)
+    deadline = time.monotonic() + 20
+    while "request vanishing-client cancelled by the client" not in log.read_text(errors="replace"):
+        assert time.monotonic() < deadline, "the server kept generating for a client that is gone"
+        time.sleep(0.2)
+    started = time.monotonic()
+    result = request(cpu_engine_server, prompt_ids[0], 8, streaming=True, timeout_s=30)
+    assert result.error is None and len(tokens_of(result)) == 8
+    assert time.monotonic() - started < 10

@@ -1,0 +1,192 @@
+"""`render --check`: clean repositories pass; each seeded fault is found with file, line and a hint."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import CONFIGS, REPO, run_cli
+
+from trtllm_forge.config import load_config
+from trtllm_forge.engine_config import read_engine_config
+from trtllm_forge.render.repository import write_repository
+from trtllm_forge.render.validate import check_repository
+
+ENGINES = REPO / "tests" / "fixtures" / "engines"
+
+
+@pytest.fixture(scope="module")
+def clean_repo(tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("clean")
+    config = load_config(CONFIGS / "smollm2-cpu.yaml")
+    return write_repository(config, workdir, read_engine_config(ENGINES / "smollm2-cpu"), "cpu", workdir / "model_repository").repository
+
+
+@pytest.fixture
+def repo(clean_repo, tmp_path) -> Path:
+    copy = tmp_path / "model_repository"
+    shutil.copytree(clean_repo, copy)
+    return copy
+
+
+def edit(path: Path, old: str, new: str, count: int = 1) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, count))
+
+
+def errors(repo: Path) -> list:
+    return [p for p in check_repository(repo) if p.level == "error"]
+
+
+def assert_found(repo: Path, pattern: str, file_part: str) -> None:
+    found = errors(repo)
+    matching = [p for p in found if re.search(pattern, p.message)]
+    assert matching, f"no error matching {pattern!r}; got {[p.message for p in found]}"
+    assert all(file_part in p.file for p in matching), [p.file for p in matching]
+    assert all(p.line >= 1 and p.hint for p in matching)
+
+
+def test_clean_repositories_pass(clean_repo, tmp_path):
+    assert errors(clean_repo) == []
+    for example in ("llama3.1-70b-fp8-h200-tp4", "qwen2.5-7b-fp16-l40s-tp2"):
+        rendered = write_repository(load_config(CONFIGS / f"{example}.yaml"), tmp_path, read_engine_config(ENGINES / example),
+                                    "inflight_batcher_llm", tmp_path / example)
+        assert errors(rendered.repository) == []
+
+
+def test_fault_unfilled_string_placeholder(repo):
+    edit(repo / "preprocessing" / "config.pbtxt", 'key: "add_special_tokens"\n  value: { string_value: "true" }',
+         'key: "add_special_tokens"\n  value: { string_value: "${add_special_tokens}" }')
+    assert_found(repo, r"unfilled template placeholder \$\{add_special_tokens\}", "preprocessing/config.pbtxt")
+    line = next(p.line for p in errors(repo) if "add_special_tokens" in p.message)
+    assert "${add_special_tokens}" in (repo / "preprocessing" / "config.pbtxt").read_text().splitlines()[line - 1]
+
+
+def test_fault_unfilled_typed_placeholder_does_not_parse(repo):
+    edit(repo / "ensemble" / "config.pbtxt", "max_batch_size: 16", "max_batch_size: ${triton_max_batch_size}")
+    assert_found(repo, r"does not parse as inference.ModelConfig", "ensemble/config.pbtxt")
+    assert_found(repo, r"unfilled", "ensemble/config.pbtxt")
+
+
+def test_fault_wrong_dtype_in_a_map(repo):
+    path = repo / "tensorrt_llm" / "config.pbtxt"
+    edit(path, 'name: "request_output_len"\n  data_type: TYPE_INT32', 'name: "request_output_len"\n  data_type: TYPE_INT64')
+    assert_found(repo, r"'_REQUEST_OUTPUT_LEN' is TYPE_INT32 but input 'request_output_len' is TYPE_INT64", "ensemble/config.pbtxt")
+
+
+def test_fault_wrong_dims_in_a_map(repo):
+    edit(repo / "tensorrt_llm" / "config.pbtxt", 'name: "stop_words_list"\n  data_type: TYPE_INT32\n  dims: [2, -1]',
+         'name: "stop_words_list"\n  data_type: TYPE_INT32\n  dims: [3, -1]')
+    assert_found(repo, r"'_STOP_WORDS_IDS' has dims \[2, -1\] but input 'stop_words_list' has dims \[3, -1\]", "ensemble/config.pbtxt")
+
+
+def test_fault_missing_version_directory(repo):
+    shutil.rmtree(repo / "postprocessing" / "1")
+    assert_found(repo, r"no version directory", "postprocessing")
+
+
+def test_fault_name_differs_from_directory(repo):
+    edit(repo / "postprocessing" / "config.pbtxt", 'name: "postprocessing"', 'name: "postproc"')
+    assert_found(repo, r"model name 'postproc' differs from its directory 'postprocessing'", "postprocessing/config.pbtxt")
+
+
+def _set_decoupled(path: Path, value: bool) -> None:
+    edit(path, "decoupled: true", f"decoupled: {'true' if value else 'false'}")
+
+
+def test_fault_streaming_without_decoupled(repo):
+    _set_decoupled(repo / "tensorrt_llm" / "config.pbtxt", False)
+    _set_decoupled(repo / "tensorrt_llm_bls" / "config.pbtxt", False)
+    assert_found(repo, r"streaming is wired to tensorrt_llm, which is not decoupled", "ensemble/config.pbtxt")
+
+
+def test_fault_bls_decoupled_while_engine_is_not(repo):
+    _set_decoupled(repo / "tensorrt_llm" / "config.pbtxt", False)
+    assert_found(repo, r"tensorrt_llm_bls is decoupled but tensorrt_llm is not", "tensorrt_llm_bls/config.pbtxt")
+
+
+def test_fault_ensemble_batch_above_a_composing_model(repo):
+    edit(repo / "ensemble" / "config.pbtxt", "max_batch_size: 16", "max_batch_size: 64")
+    assert_found(repo, r"ensemble max_batch_size 64 is above preprocessing's 16", "ensemble/config.pbtxt")
+
+
+def test_fault_ensemble_input_feeds_nothing(repo):
+    edit(repo / "ensemble" / "config.pbtxt", "input {", 'input {\n  name: "unused_knob"\n  data_type: TYPE_FP32\n  dims: [1]\n  optional: true\n}\ninput {')
+    assert_found(repo, r"ensemble input 'unused_knob' feeds no step", "ensemble/config.pbtxt")
+
+
+def test_fault_ensemble_output_never_produced(repo):
+    edit(repo / "ensemble" / "config.pbtxt", "output {", 'output {\n  name: "ghost_output"\n  data_type: TYPE_INT32\n  dims: [1]\n}\noutput {')
+    assert_found(repo, r"ensemble output 'ghost_output' is produced by no step", "ensemble/config.pbtxt")
+
+
+def test_fault_step_model_missing(repo):
+    edit(repo / "ensemble" / "config.pbtxt", 'model_name: "postprocessing"', 'model_name: "detokenizer"')
+    assert_found(repo, r"step model 'detokenizer' is not in the repository", "ensemble/config.pbtxt")
+
+
+def test_fault_map_names_an_unknown_input(repo):
+    edit(repo / "ensemble" / "config.pbtxt", 'key: "QUERY" value: "text_input"', 'key: "PROMPT" value: "text_input"')
+    assert_found(repo, r"'PROMPT' is not an input of preprocessing", "ensemble/config.pbtxt")
+    assert_found(repo, r"required input 'QUERY' is not mapped", "ensemble/config.pbtxt")
+
+
+def test_fault_reshape_element_count(repo):
+    edit(repo / "tensorrt_llm" / "config.pbtxt", 'name: "input_lengths"\n  data_type: TYPE_INT32\n  dims: [1]\n  reshape: { shape: [] }',
+         'name: "input_lengths"\n  data_type: TYPE_INT32\n  dims: [1]\n  reshape: { shape: [2] }')
+    assert_found(repo, r"reshape \[2\] has a different element count than dims \[1\]", "tensorrt_llm/config.pbtxt")
+
+
+def test_fault_python_model_without_model_py(repo):
+    (repo / "preprocessing" / "1" / "model.py").unlink()
+    assert_found(repo, r"python model without model.py", "preprocessing/1")
+
+
+def test_fault_directory_without_config(repo):
+    (repo / "stray" / "1").mkdir(parents=True)
+    assert_found(repo, r"model directory without config.pbtxt", "stray")
+
+
+def test_fault_two_scheduling_choices_on_the_ensemble(repo):
+    edit(repo / "ensemble" / "config.pbtxt", 'platform: "ensemble"', 'platform: "ensemble"\ndynamic_batching {}')
+    assert_found(repo, r"does not parse", "ensemble/config.pbtxt")
+
+
+def test_fault_warmup_on_the_ensemble(repo):
+    edit(repo / "ensemble" / "config.pbtxt", 'platform: "ensemble"', 'platform: "ensemble"\nmodel_warmup { name: "w" batch_size: 1 }')
+    assert_found(repo, r"model_warmup is not allowed on an ensemble", "ensemble/config.pbtxt")
+
+
+def test_fault_duplicate_input(repo):
+    edit(repo / "postprocessing" / "config.pbtxt", "input {",
+         'input {\n  name: "SEQUENCE_LENGTH"\n  data_type: TYPE_INT32\n  dims: [-1]\n}\ninput {')
+    assert_found(repo, r"input 'SEQUENCE_LENGTH' is declared twice", "postprocessing/config.pbtxt")
+
+
+def test_duplicate_output_is_only_a_warning(repo):
+    edit(repo / "ensemble" / "config.pbtxt", "output {", 'output {\n  name: "batch_index"\n  data_type: TYPE_INT32\n  dims: [1]\n}\noutput {')
+    problems = check_repository(repo)
+    assert any(p.level == "warning" and "declared twice" in p.message for p in problems)
+    assert errors(repo) == []
+
+
+def test_cli_check_reports_every_problem_at_once(repo):
+    edit(repo / "postprocessing" / "config.pbtxt", 'name: "postprocessing"', 'name: "postproc"')
+    shutil.rmtree(repo / "preprocessing" / "1")
+    result = run_cli("render", "--check", str(repo))
+    assert result.returncode == 2
+    lines = [l for l in result.stderr.splitlines() if l.startswith("error: ")]
+    assert any("model_repository/postprocessing/config.pbtxt:2: model name 'postproc'" in l for l in lines), lines
+    assert any("model_repository/preprocessing:1: no version directory" in l for l in lines), lines
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_check_json_on_a_clean_repository(clean_repo):
+    result = run_cli("render", "--check", str(clean_repo), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["valid"] is True and not [p for p in report["problems"] if p["level"] == "error"]

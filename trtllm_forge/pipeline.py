@@ -1,0 +1,231 @@
+"""The whole chain behind `trtllm-forge run`: import → build → render → deploy → smoke → verify → bench → report.
+
+Each stage is the same code its own command runs; cached stages are skipped when their inputs are unchanged.
+The server is always stopped at the end (errors and Ctrl-C included) unless the caller keeps it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.errors import ConfigError, StepError
+from trtllm_forge.stages import StageResult
+from trtllm_forge.ui import console, info
+
+SMOKE_PROMPT = "The capital of France is"
+
+
+@dataclass
+class StageOutcome:
+    name: str
+    status: str  # done | skipped | failed | not run
+    seconds: float = 0.0
+    detail: str = ""
+
+
+@dataclass
+class RunReport:
+    config_name: str
+    workdir: Path
+    stages: list[StageOutcome] = field(default_factory=list)
+    answer: str | None = None
+    stream_matches: bool | None = None
+    verify: Any = None  # VerifyReport
+    bench: dict | None = None
+    deployment: Any = None  # Deployment
+    kept_serving: bool = False
+    paths: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(s.status in ("done", "skipped") for s in self.stages) and (self.verify is None or self.verify.passed)
+
+    def to_json(self) -> dict:
+        return {
+            "config": self.config_name,
+            "workdir": str(self.workdir),
+            "passed": self.passed,
+            "stages": [vars(s) for s in self.stages],
+            "answer": self.answer,
+            "stream_matches": self.stream_matches,
+            "verify": self.verify.to_json() if self.verify else None,
+            "bench": self.bench,
+            "serving": self.deployment.to_dict() if (self.deployment and self.kept_serving) else None,
+            "paths": self.paths,
+        }
+
+
+class _Stages:
+    """Times each stage and records its outcome, also when it raises."""
+
+    def __init__(self, report: RunReport):
+        self.report = report
+
+    def run(self, name: str, func, *args, **kwargs):
+        started = time.monotonic()
+        outcome = StageOutcome(name, "failed")
+        self.report.stages.append(outcome)
+        try:
+            result = func(*args, **kwargs)
+        finally:
+            outcome.seconds = round(time.monotonic() - started, 2)
+        outcome.status = "skipped" if isinstance(result, StageResult) and result.skipped else "done"
+        if result is None and name == "bench":
+            outcome.status, outcome.detail = "skipped", "no bench workloads in the config"
+        return result
+
+
+def _build(config: ForgeConfig, workdir: Path, checkpoint_dir: Path, force: bool) -> StageResult:
+    if config.engine.backend == "openvino":
+        from trtllm_forge.builders.openvino import build_engine
+
+        return build_engine(config, workdir, checkpoint_dir, force=force)
+    from trtllm_forge.builders.tensorrt_llm import build
+
+    return build(config=config, workdir=workdir, checkpoint_dir=checkpoint_dir, force=force)
+
+
+def _smoke(config: ForgeConfig, deployment, report: RunReport) -> None:
+    from trtllm_forge.client import generate
+
+    names = config.triton.model_names
+    entry = names.ensemble if config.triton.entrypoint == "ensemble" else names.bls
+    whole = generate(deployment, SMOKE_PROMPT, config.verify.max_tokens, model=entry, stream=False)
+    streamed = generate(deployment, SMOKE_PROMPT, config.verify.max_tokens, model=entry, stream=True)
+    report.answer = whole.text
+    report.stream_matches = streamed.text == whole.text
+    info(f"[bold]served answer[/bold] to {SMOKE_PROMPT!r}: {whole.text!r}")
+    if not report.stream_matches:
+        raise StepError("smoke", "the streamed text differs from the non-streamed text", f"streamed {streamed.text!r}")
+
+
+def _bench(config: ForgeConfig, workdir: Path, deployment) -> dict | None:
+    if not config.bench.workloads:
+        return None
+    from trtllm_forge.bench.stage import bench_deployment
+
+    return bench_deployment(config, workdir, deployment)
+
+
+def run_pipeline(config: ForgeConfig, workdir: Path, *, force: bool = False, keep_serving: bool = False, run_bench: bool = True) -> RunReport:
+    from trtllm_forge.deploy import serving
+    from trtllm_forge.importer.stage import checkpoint_dir_of, import_checkpoint
+    from trtllm_forge.render.repository import render_repository
+    from trtllm_forge.verify.stage import verify_deployment
+
+    report = RunReport(config.name or "config", workdir)
+    stages = _Stages(report)
+    try:
+        imported = stages.run("import", import_checkpoint, config, workdir, force=force)
+        checkpoint_dir = checkpoint_dir_of(imported)
+        built = stages.run("build", _build, config, workdir, checkpoint_dir, force)
+        engine_dir = Path(built.manifest["outputs"]["engine_dir"])
+        rendered = stages.run("render", render_repository, config, workdir, engine_dir, force=force)
+        repository = Path(rendered.manifest["outputs"]["repository"])
+        report.paths = {"checkpoint": str(checkpoint_dir), "engine": str(engine_dir), "repository": str(repository),
+                        "logs": str(workdir / "logs")}
+        deploy_outcome = StageOutcome("deploy", "failed")
+        report.stages.append(deploy_outcome)
+        started = time.monotonic()
+        with serving(config, workdir, repository, keep=keep_serving) as deployment:
+            deploy_outcome.status, deploy_outcome.seconds = "done", round(time.monotonic() - started, 2)
+            deploy_outcome.detail = f"grpc {deployment.grpc_url}, http {deployment.http_url}"
+            report.deployment = deployment
+            report.kept_serving = keep_serving
+            stages.run("smoke", _smoke, config, deployment, report)
+            report.verify = stages.run("verify", verify_deployment, config, workdir, deployment)
+            if run_bench:
+                report.bench = stages.run("bench", _bench, config, workdir, deployment)
+    except (ConfigError, StepError, KeyboardInterrupt):
+        present(report, config)
+        raise
+    present(report, config)
+    if not report.passed:
+        problems = "; ".join(report.verify.problems) if report.verify else "a stage failed"
+        raise StepError("run", problems, f"see {workdir / 'verify' / 'report.json'} and {workdir / 'logs'}")
+    return report
+
+
+def stage_table(report: RunReport) -> Table:
+    table = Table(title=f"trtllm-forge run {report.config_name}", title_justify="left")
+    table.add_column("stage")
+    table.add_column("status")
+    table.add_column("seconds", justify="right")
+    table.add_column("detail")
+    colours = {"done": "green", "skipped": "cyan", "failed": "red"}
+    for stage in report.stages:
+        colour = colours.get(stage.status, "white")
+        table.add_row(stage.name, f"[{colour}]{stage.status}[/{colour}]", f"{stage.seconds:.1f}", stage.detail)
+    return table
+
+
+def query_examples(config: ForgeConfig, deployment) -> str:
+    entry = config.triton.model_names.ensemble if config.triton.entrypoint == "ensemble" else config.triton.model_names.bls
+    return (
+        "query it with curl:\n"
+        f"  curl -s -X POST {deployment.http_url}/v2/models/{entry}/generate "
+        "-d '{\"text_input\": \"The capital of France is\", \"max_tokens\": 20}'\n"
+        "or with a few lines of tritonclient (streaming over gRPC):\n"
+        "  from trtllm_forge.client import generate\n"
+        f"  print(generate(\"{deployment.grpc_url}\", \"The capital of France is\", 20, stream=True, model=\"{entry}\").text)"
+    )
+
+
+def present(report: RunReport, config: ForgeConfig) -> None:
+    console.print(stage_table(report))
+    if report.answer is not None:
+        console.print(f"[bold]The capital of France is[/bold]{report.answer}")
+    for name, path in report.paths.items():
+        console.print(f"  {name:11} {path}")
+    if report.deployment is not None:
+        if report.kept_serving:
+            console.print(f"server running (pid {report.deployment.pid}); stop it with `trtllm-forge deploy stop --workdir {report.workdir}`")
+        else:
+            console.print("server stopped; `trtllm-forge deploy CONFIG` (or `run --keep-serving`) serves it again, then")
+        console.print(query_examples(config, report.deployment), markup=False)
+
+
+def show_dry_run(config: ForgeConfig, config_file: Path, workdir: Path, as_json: bool) -> None:
+    """What `run` would do. Import and build are planned exactly; later stages depend on the engine and are
+    described by the commands that would run them."""
+    import shlex
+
+    from trtllm_forge.importer.stage import plan_import
+    from trtllm_forge.ui import emit_json
+
+    import_plan = plan_import(config, workdir)
+    checkpoint_dir = workdir / "import" / "checkpoint"
+    if config.engine.backend == "openvino":
+        from trtllm_forge.builders.openvino import plan_build
+
+        build_plan: dict = plan_build(config, workdir, checkpoint_dir).to_json()
+    else:
+        from trtllm_forge.builders.tensorrt_llm import plan_build
+
+        build_plan = plan_build(config, checkpoint_dir).to_dict()
+    later = [
+        ["trtllm-forge", "render", str(config_file), "--workdir", str(workdir)],
+        ["trtllm-forge", "deploy", str(config_file), "--workdir", str(workdir)],
+        ["trtllm-forge", "verify", str(config_file), "--workdir", str(workdir)],
+        *([["trtllm-forge", "bench", str(config_file), "--workdir", str(workdir)]] if config.bench.workloads else []),
+        ["trtllm-forge", "deploy", "stop", "--workdir", str(workdir)],
+    ]
+    doc = {"dry_run": True, "workdir": str(workdir), "import": import_plan.to_json(), "build": build_plan,
+           "then": [shlex.join(argv) for argv in later]}
+    if as_json:
+        emit_json(doc)
+        return
+    info(f"[bold]run (dry run)[/bold] for {config.name} in {workdir}")
+    for argv in doc["import"]["commands"] or [["(record the checkpoint", import_plan.to_json()["checkpoint_dir"] + ")"]]:
+        info(f"1. import: {shlex.join(argv)}")
+    for argv in build_plan.get("commands") or [step["argv"] for step in build_plan.get("steps", [])]:
+        info(f"2. build: {shlex.join(argv)}")
+    for index, argv in enumerate(later, start=3):
+        info(f"{index}. {shlex.join(argv)}")
+    info("dry run: nothing was run and nothing was written")
