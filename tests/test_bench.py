@@ -188,6 +188,9 @@ def test_grpc_closed_loop_sweep_measures_the_known_schedule(timing_server, tmp_p
         for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "output_token_throughput_per_s", "request_throughput_per_s"):
             assert set(m[key]) >= {"avg", "p50", "p90", "p95", "p99"}
         assert point["server_metrics"]["models"]["ensemble"]["requests"] >= 16
+        # return_perf_metrics: the server's own TTFT is the configured one; the client adds a little on top
+        assert m["server_ttft_ms"]["p50"] == pytest.approx(TTFT_MS, abs=3)
+        assert 0 < m["client_minus_server_ttft_ms"]["p50"] < 5
     assert doc["points"][1]["metrics"]["achieved_concurrency"]["avg"] > 4
     lines = (tmp_path / "c8" / "requests.jsonl").read_text().splitlines()
     assert len(lines) == 18  # 16 measured + 2 warm-up
@@ -251,23 +254,31 @@ def test_http_targets_triton_generate_stream_and_openai(timing_server, tmp_path)
 
 @pytest.mark.slow
 def test_bench_config_uses_the_deployment_and_compare_lists_runs(timing_server, tmp_path):
-    config = tmp_path / "b.yaml"
+    """`bench CONFIG` against a deployment made by trtllm_forge.deploy (serving the timing model)."""
+    from trtllm_forge.bench.local_triton import render_timing_model
+    from trtllm_forge.config import load_config
+    from trtllm_forge.deploy.server import start_server, stop_server
+
+    config_path = tmp_path / "b.yaml"
     base = (Path(__file__).resolve().parent.parent / "configs" / "smollm2-cpu.yaml").read_text()
-    config.write_text(base + "\nbench:\n  workloads:\n    - name: tiny\n      concurrency: [2]\n      num_requests: 6\n"
-                      "      input_len: 8\n      output_len: '4..6'\n      slo_ms: {ttft: 1000}\n")
+    config_path.write_text(base + "\nbench:\n  workloads:\n    - name: tiny\n      concurrency: [2]\n      num_requests: 6\n"
+                           "      input_len: 8\n      output_len: '4..6'\n      slo_ms: {ttft: 1000}\n"
+                           "    - name: paced\n      request_rate: [20]\n      arrival: constant\n      num_requests: 6\n"
+                           "      output_len: 4\n")
     wd = tmp_path / "wd"
-    (wd / "deploy").mkdir(parents=True)
-    host, grpc_port = timing_server.grpc_url.rsplit(":", 1)
-    (wd / "deploy" / "state.json").write_text(json.dumps({
-        "running": True, "pid": timing_server.process.pid, "pgid": None, "host": host, "bind_address": host,
-        "ports": {"http": timing_server.http_port, "grpc": int(grpc_port), "metrics": timing_server.metrics_port},
-        "repository": "", "models": {"ensemble": True}, "started_at": "", "command": [], "log": "", "workdir": str(wd),
-    }))
-    proc, doc = _bench(str(config), "--workdir", str(wd))
+    render_timing_model(tmp_path / "repo", "ensemble", ttft_ms=TTFT_MS, gap_ms=GAP_MS)
+    start_server(load_config(config_path), wd, tmp_path / "repo")
+    try:
+        proc, doc = _bench(str(config_path), "--workdir", str(wd), "--no-plots")
+    finally:
+        stop_server(wd, quiet=True)
     assert proc.returncode == 0, proc.stderr
-    assert doc["requests"]["completed"] == 6 and 4 <= doc["metrics"]["output_tokens"]["min"] <= 6
-    assert doc["metrics"]["goodput_per_s"]["avg"] > 0
-    assert (wd / "bench" / "tiny" / "summary.json").is_file()
+    tiny, paced = doc["workloads"]
+    assert tiny["requests"]["completed"] == 6 and 4 <= tiny["metrics"]["output_tokens"]["min"] <= 6
+    assert tiny["metrics"]["goodput_per_s"]["avg"] > 0 and tiny["load"]["mode"] == "concurrency"
+    assert paced["load"] == {**paced["load"], "mode": "rate", "value": 20.0, "arrival": "constant"}
+    assert tiny["server_metrics"]["models"]["ensemble"]["requests"] >= 6  # scraped from the deployment's metrics URL
+    assert (wd / "bench" / "tiny" / "summary.json").is_file() and (wd / "bench" / "paced" / "requests.jsonl").is_file()
     proc2, _ = _bench("--url", timing_server.grpc_url, "--model", "ensemble", "--num-requests", "4", "--output-len", "4",
                       "--out", str(tmp_path / "other"))
     assert proc2.returncode == 0, proc2.stderr

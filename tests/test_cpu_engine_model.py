@@ -63,12 +63,18 @@ def tokens_of(result) -> list[int]:
     return out
 
 
-def test_greedy_output_equals_transformers(cpu_engine_server, prompt_ids, transformers_greedy):
-    for ids in prompt_ids[:4]:
+@pytest.fixture(scope="module")
+def transformers_outputs(prompt_ids, transformers_greedy):
+    """transformers' greedy 24 tokens for the first 4 prompts (the reference the engine must equal)."""
+    return [transformers_greedy(ids, 24) for ids in prompt_ids[:4]]
+
+
+def test_greedy_output_equals_transformers(cpu_engine_server, prompt_ids, transformers_outputs):
+    for ids, want in zip(prompt_ids, transformers_outputs):
         result = request(cpu_engine_server, ids, 24)
         assert result.error is None, result.error
         assert len(result.responses) == 1
-        assert tokens_of(result) == transformers_greedy(ids, 24)
+        assert tokens_of(result) == want
 
 
 def test_exclude_input_in_output_false_prepends_the_prompt(cpu_engine_server, prompt_ids):
@@ -91,13 +97,15 @@ def test_streaming_is_incremental_and_matches_the_non_streamed_output(cpu_engine
     assert int(last["arrival_time_ns"].reshape(-1)[0]) <= first_token <= int(last["last_token_time_ns"].reshape(-1)[0])
 
 
-def test_sixteen_concurrent_streams_all_complete_correctly(cpu_engine_server, prompt_ids, transformers_greedy):
-    expected = [transformers_greedy(ids, 16) for ids in prompt_ids]
+def test_sixteen_concurrent_streams_all_complete_correctly(cpu_engine_server, prompt_ids, transformers_outputs):
+    one_at_a_time = [tokens_of(request(cpu_engine_server, ids, 16)) for ids in prompt_ids]
     with ThreadPoolExecutor(max_workers=16) as pool:
         results = list(pool.map(lambda ids: request(cpu_engine_server, ids, 16, streaming=True), prompt_ids))
-    for prompt, result, want in zip(PROMPTS, results, expected):
+    for prompt, result, want in zip(PROMPTS, results, one_at_a_time):
         assert result.error is None, (prompt, result.error)
         assert tokens_of(result) == want, prompt
+    for result, reference in zip(results, transformers_outputs):
+        assert tokens_of(result) == reference[:16]
 
 
 @pytest.mark.parametrize(

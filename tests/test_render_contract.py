@@ -283,3 +283,38 @@ def test_llmapi_and_vllm_kinds(tmp_path):
     engine_args = json.loads((vllm.repository / "vllm_model" / "1" / "model.json").read_text())
     assert engine_args["tensor_parallel_size"] == 2 and engine_args["max_model_len"] == 8192
     assert parse(vllm.repository / "vllm_model" / "config.pbtxt").backend == "vllm"
+
+
+def test_cli_render_cpu_default_for_the_wheel_server(tmp_path):
+    result = run_cli("render", str(CONFIGS / "smollm2-cpu.yaml"), "--engine-dir", str(ENGINES / "smollm2-cpu"),
+                     "--workdir", str(tmp_path), "--json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["kind"] == "cpu" and out["world_size"] == 1
+    argv = out["launch_command"]
+    assert argv[0].endswith("pytriton/tritonserver/bin/tritonserver")
+    backend_dir = Path(next(a for a in argv if a.startswith("--backend-directory=")).split("=", 1)[1])
+    assert {p.name for p in (backend_dir / "python").iterdir()} == {
+        "libtriton_python.so", "triton_python_backend_utils.py", "triton_python_backend_stub"}
+    assert "nvidia_pytriton.libs" in out["launch_env"]["LD_LIBRARY_PATH"]
+    assert "--http-address=127.0.0.1" in argv
+    # The python stub gets an environment whose first numpy is 1.x (the wheel's stub breaks on numpy 2).
+    env = Path(parameters(Path(out["repository"]), "preprocessing")["EXECUTION_ENV_PATH"])
+    probe = __import__("subprocess").run([str(env / "bin" / "python"), "-c", "import numpy, tokenizers; print(numpy.__version__)"],
+                                        capture_output=True, text=True)
+    assert probe.returncode == 0 and probe.stdout.startswith("1."), probe.stderr
+
+
+def test_string_parameters_are_escaped(tmp_path):
+    from trtllm_forge.render.templates import pb_string
+
+    tricky = 'dir with "quotes" \\ back\\slash and ünïcode'
+    config = parse_text(f'name: "m"\nparameters {{ key: "k" value: {{ string_value: {pb_string(tricky)} }} }}\n')
+    assert config.parameters["k"].string_value == tricky
+
+
+def parse_text(text: str):
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    return text_format.Parse(text, model_config_pb2.ModelConfig())

@@ -193,3 +193,24 @@ def test_max_tokens_and_bls_stop_words(server):
     [stopped] = http_generate(deployment, "tensorrt_llm_bls", {"text_input": ASCII_PROMPT, "max_tokens": 64, "stop_words": ["Germany"]},
                               stream=False)
     assert stopped["text_output"] == " Paris. The capital of Germany"
+
+
+def test_full_chain_on_the_real_cpu_engine(cpu_engine_fp32, triton_launcher, tmp_path_factory):
+    """render (cpu kind) on the real OpenVINO build: ensemble and BLS, streamed and not, give the same text."""
+    from conftest import cpu_test_config
+
+    config = cpu_test_config()
+    _, build = cpu_engine_fp32
+    workdir = tmp_path_factory.mktemp("render-real")
+    rendered = write_repository(config, workdir, read_engine_config(Path(build.manifest["outputs"]["engine_dir"])), "cpu",
+                                workdir / "model_repository")
+    deployment = triton_launcher(rendered.repository, config=config)
+    for prompt in ("The capital of France is", "Écris une phrase en français sur Paris:"):
+        body = {"text_input": prompt, "max_tokens": 16, "temperature": 0.0, "top_k": 1}
+        texts = {}
+        for model in ("ensemble", "tensorrt_llm_bls"):
+            texts[model] = http_generate(deployment, model, body, stream=False)[0]["text_output"]
+            streamed = http_generate(deployment, model, {**body, "stream": True}, stream=True)
+            texts[f"{model}-stream"] = "".join(r.get("text_output", "") for r in streamed)
+        assert len(set(texts.values())) == 1, texts
+        assert texts["ensemble"].strip()

@@ -24,34 +24,25 @@ from trtllm_forge.errors import StepError
 TIMING_MODEL_DIR = Path(__file__).parent / "timing_model"
 
 
-STUB_NUMPY = "numpy==1.26.4"
-
-
 def stub_env(log_dir: Path | None = None) -> Path:
-    """A Python environment for the python-backend stub in which BYTES inputs work.
+    """The EXECUTION_ENV_PATH for the timing model's stub: the same side environment (numpy 1 for the
+    nvidia-pytriton stubs, see trtllm_forge.render.stub_env) deployments use, created once if missing.
+    FORGE_STUB_ENV overrides."""
+    from trtllm_forge.render.stub_env import ensure_stub_env, needs_side_env, stub_env_path
 
-    The stubs shipped in nvidia-pytriton 0.7.0 are built against numpy 1.x: with numpy 2 in the stub's
-    environment every BYTES (STRING) input reaches the model corrupted (each 4-byte length prefix reads as
-    its first byte repeated) and the stub dies. So the stub gets its own small venv holding numpy 1.26
-    (made once with pip, cached) unless this interpreter already has numpy < 2. FORGE_STUB_ENV overrides.
-    """
     if os.environ.get("FORGE_STUB_ENV"):
         return Path(os.environ["FORGE_STUB_ENV"])
-    import numpy
-
-    if int(numpy.__version__.split(".")[0]) < 2:
+    if not needs_side_env():
         return Path(sys.prefix)
-    env = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "trtllm-forge" / "stub-env-numpy1"
-    if (env / ".ready").is_file():
-        return env
-    log = (log_dir or env.parent) / "stub-env.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        for argv in ([sys.executable, "-m", "venv", "--clear", str(env)], [str(env / "bin/python"), "-m", "pip", "install", "--quiet", STUB_NUMPY]):
+    path = stub_env_path()
+    log = (log_dir or path.parent) / f"{path.name}.log"
+
+    def run(argv: list[str], step: str) -> None:
+        with open(log, "ab") as out:
             if subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
-                raise StepError("stub environment", f"`{' '.join(argv)}` failed", f"see {log}")
-    (env / ".ready").write_text(STUB_NUMPY + "\n")
-    return env
+                raise StepError("stub environment", f"{step}: `{' '.join(argv)}` failed", f"see {log}")
+
+    return ensure_stub_env(path, run)
 
 
 def render_timing_model(repository: Path, name: str = "ensemble", ttft_ms: float = 20.0, gap_ms: float = 10.0,

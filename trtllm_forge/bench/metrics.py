@@ -11,6 +11,9 @@
 - Window: first send → last token-bearing response of a measured request. The steady-state window is the
   span during which the number of requests in flight was at its target (closed loop), or from the first
   completion to the last send (open loop).
+- With TensorRT-LLM's return_perf_metrics: server_ttft = first_token_time − arrival_time (server clock),
+  server_queue = first_scheduled_time − arrival_time, client_minus_server_ttft = client TTFT − server TTFT
+  (network, frontend and client overhead; clock-independent since both are intervals).
 - Throughputs count completed requests and their output tokens over a window; achieved concurrency is
   Σ E2E / window; goodput counts requests meeting every SLO given.
 """
@@ -66,6 +69,7 @@ def summarize(result: RunResult, slo: dict[str, float] | None = None, context: d
     ttft, ttst, e2e, tpot, itl, osl, isl = [], [], [], [], [], [], []
     ttft_i, e2e_i, lag, first_any, final_gap, per_user = [], [], [], [], [], []
     delivery, zero_gaps, n_gaps = [], 0, 0
+    server_ttft, client_minus_server, server_queue = [], [], []
     empty_responses, good = 0, 0
     osl_mismatch = 0
     for r in measured:
@@ -101,6 +105,13 @@ def summarize(result: RunResult, slo: dict[str, float] | None = None, context: d
         empty_responses += sum(r.empty)
         if r.server_send_ns and len(r.server_send_ns) == sum(1 for n in r.tokens if n > 0):
             delivery.extend(((t - s) / MS) for (t, _), s in zip(times, r.server_send_ns))
+        perf = r.server_perf or {}
+        if "arrival_time_ns" in perf and "first_token_time_ns" in perf:
+            s_ttft = (perf["first_token_time_ns"] - perf["arrival_time_ns"]) / MS
+            server_ttft.append(s_ttft)
+            client_minus_server.append(ttft[-1] - s_ttft)
+            if "first_scheduled_time_ns" in perf:
+                server_queue.append((perf["first_scheduled_time_ns"] - perf["arrival_time_ns"]) / MS)
         meets = (ttft[-1] <= slo.get("ttft", float("inf")) and e2e[-1] <= slo.get("e2e", float("inf"))
                  and (r_tpot or 0.0) <= slo.get("tpot", float("inf")))
         good += meets
@@ -144,6 +155,9 @@ def summarize(result: RunResult, slo: dict[str, float] | None = None, context: d
         "achieved_concurrency": scalar(sum(e2e) / 1e3 / window_s if window_s else None, "requests"),
         "event_loop_lag_ms": describe([x / MS for x in result.loop_lag_ns], "ms"),
         "client_delivery_lag_ms": describe(delivery, "ms"),
+        "server_ttft_ms": describe(server_ttft, "ms"),
+        "server_queue_ms": describe(server_queue, "ms"),
+        "client_minus_server_ttft_ms": describe(client_minus_server, "ms"),
     }
     checks = {
         "late_share": late / len(measured) if measured else 0.0,

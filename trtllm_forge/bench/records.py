@@ -26,6 +26,7 @@ class RequestRecord:
     server_send_ns: list[int] = field(default_factory=list)  # the server's own send stamps, when it gives them
     texts: list[str] | None = None  # response texts kept only until tokens are counted on the client
     output_tokens_source: str = "responses"  # "server_count", "server_ids", "client_tokenizer", "responses"
+    server_perf: dict | None = None  # TensorRT-LLM return_perf_metrics: arrival/first_scheduled/first_token/last_token_time_ns
     usage_tokens: int | None = None  # an OpenAI server's usage.completion_tokens
     error_kind: str | None = None
     error_message: str | None = None
@@ -57,6 +58,7 @@ class RequestRecord:
             "output_tokens": self.output_tokens,
             "output_tokens_source": self.output_tokens_source,
             "usage_output_tokens": self.usage_tokens,
+            "server_perf": self.server_perf,
             "error": None if self.ok else {"kind": self.error_kind, "message": self.error_message},
         }
 
@@ -71,7 +73,7 @@ class RequestRecord:
             recv_ns=[r["recv_ns"] for r in responses], tokens=[r["tokens"] for r in responses],
             empty=[r["empty"] for r in responses], final=[r["final"] for r in responses],
             server_send_ns=data.get("server_send_ns") or [], output_tokens_source=data["output_tokens_source"],
-            usage_tokens=data.get("usage_output_tokens"), error_kind=error.get("kind"), error_message=error.get("message"), worker=data.get("worker", 0),
+            usage_tokens=data.get("usage_output_tokens"), server_perf=data.get("server_perf"), error_kind=error.get("kind"), error_message=error.get("message"), worker=data.get("worker", 0),
         )
 
 

@@ -86,6 +86,9 @@ def print_point(summary: dict, title: str) -> None:
         f"event-loop lag p99 {_num(m['event_loop_lag_ms']['p99'])} ms, zero gaps {checks['zero_gap_share']:.2%}, "
         f"empty responses {checks['empty_responses']}, output-length mismatches {checks['osl_mismatch_count']}"
     )
+    if m["client_minus_server_ttft_ms"]["count"]:
+        console.print(f"client vs server TTFT (return_perf_metrics): server TTFT p50 {_num(m['server_ttft_ms']['p50'])} ms, "
+                      f"client − server p50 {_num(m['client_minus_server_ttft_ms']['p50'])} ms, p99 {_num(m['client_minus_server_ttft_ms']['p99'])} ms")
     for warning in summary["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {warning}")
 

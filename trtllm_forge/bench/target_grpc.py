@@ -18,6 +18,7 @@ from trtllm_forge.bench.target import UNREACHABLE_END_ID, Target, TargetDown, no
 from trtllm_forge.bench.workload import BenchRequest
 from trtllm_forge.errors import StepError
 
+PERF_OUTPUTS = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
 _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
 
 
@@ -118,6 +119,9 @@ class TritonGrpcTarget(Target):
         self.inputs = {i["name"]: i for i in data.get("input", [])}
         self.outputs = {o["name"] for o in data.get("output", [])}
         self.check_contract()
+        self.perf = "return_perf_metrics" in self.inputs and "first_token_time_ns" in self.outputs
+        if self.perf:
+            self.info.notes.append("server timestamps requested (return_perf_metrics)")
         # One channel (own TCP connection) per stream: Triton writes the responses of one stream one at a
         # time, so a single stream carrying many requests backs up inside the server.
         self.extra_channels = [grpc.aio.insecure_channel(self.url, options=_CHANNEL_OPTIONS + [("grpc.use_local_subchannel_pool", 1)])
@@ -156,6 +160,8 @@ class TritonGrpcTarget(Target):
         self._tensor(message, "exclude_input_in_output", "BOOL", b"\x01")
         if self.count_server:
             self._tensor(message, "return_num_output_tokens", "BOOL", b"\x01")
+        if self.perf:
+            self._tensor(message, "return_perf_metrics", "BOOL", b"\x01")
         if self.force_output_len and self.length_input:
             self._tensor(message, self.length_input, "INT32", i32(request.output_tokens))
             self._tensor(message, "end_id", "INT32", i32(UNREACHABLE_END_ID))
@@ -174,6 +180,10 @@ class TritonGrpcTarget(Target):
                 tokens = struct.unpack_from("<i", raw, 0)[0] if raw else 0
             elif name == "send_time_ns":
                 server_ns = struct.unpack_from("<q", raw, 0)[0] if raw else None
+            elif name in PERF_OUTPUTS and raw:
+                if record.server_perf is None:
+                    record.server_perf = {}
+                record.server_perf[name] = struct.unpack_from("<q", raw, 0)[0]
         if not self.count_server:
             tokens = 1 if text else 0
         final = response.parameters["triton_final_response"].bool_param
@@ -267,6 +277,8 @@ class TritonGrpcTokensTarget(TritonGrpcTarget):
             self._tensor(message, self.length_input, "INT32", i32(request.output_tokens))
         if self.force_output_len:
             self._tensor(message, "end_id", "INT32", i32(UNREACHABLE_END_ID))
+        if self.perf:
+            self._tensor(message, "return_perf_metrics", "BOOL", b"\x01")
         return message
 
     def parse_response(self, response, record: RequestRecord, stamp: int) -> bool:
@@ -277,6 +289,10 @@ class TritonGrpcTokensTarget(TritonGrpcTarget):
                 tokens = output.shape[-1] if output.shape else len(raw) // 4
             elif output.name == "send_time_ns" and raw:
                 server_ns = struct.unpack_from("<q", raw, 0)[0]
+            elif output.name in PERF_OUTPUTS and raw:
+                if record.server_perf is None:
+                    record.server_perf = {}
+                record.server_perf[output.name] = struct.unpack_from("<q", raw, 0)[0]
         final = response.parameters["triton_final_response"].bool_param
         record.recv_ns.append(stamp)
         record.tokens.append(tokens)

@@ -123,6 +123,7 @@ class TritonHttpTarget(_SseTarget):
             raise StepError("--model", f"{self.model!r} does not take text_input/max_tokens", "use the ensemble or tensorrt_llm_bls model")
         self.length_input = next((n for n in ("min_tokens", "min_length") if n in self.inputs), None)
         self.count_server = "return_num_output_tokens" in self.inputs and "num_output_tokens" in outputs
+        self.perf = "return_perf_metrics" in self.inputs and "first_token_time_ns" in outputs
         if self.force_output_len and self.length_input:
             self.info.forced_output_len = f"{self.length_input}=max_tokens" + (f", end_id={UNREACHABLE_END_ID}" if "end_id" in self.inputs else "")
         self.info.output_tokens_source = "server_count" if self.count_server else ("client_tokenizer" if self.tokenizer else "responses")
@@ -139,6 +140,8 @@ class TritonHttpTarget(_SseTarget):
                 body[name] = value
         if self.count_server:
             body["return_num_output_tokens"] = True
+        if self.perf:
+            body["return_perf_metrics"] = True
         if self.force_output_len and self.length_input:
             body[self.length_input] = request.output_tokens
             if "end_id" in self.inputs:
@@ -154,6 +157,10 @@ class TritonHttpTarget(_SseTarget):
             tokens = int(count[0] if isinstance(count, list) else count)
         else:
             tokens = 1 if text else 0
+        for name in ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns"):
+            if name in data:
+                value = data[name]
+                record.server_perf = {**(record.server_perf or {}), name: int(value[0] if isinstance(value, list) else value)}
         server_ns = data.get("send_time_ns")
         if isinstance(server_ns, list):
             server_ns = server_ns[0]

@@ -167,7 +167,7 @@ def default_repository(workdir: Path) -> Path:
     return Path(rendered) if rendered else workdir / "render" / "model_repository"
 
 
-def _rendered_leader_command(workdir: Path, world_size: int) -> list[str]:
+def rendered_leader_command(workdir: Path, world_size: int) -> list[str]:
     command = render_manifest(workdir).get("launch_command")
     if not command:
         raise ConfigError(
@@ -199,7 +199,7 @@ def single_rank_argv(binary: Path, repository: Path, backend_dir: Path | None, p
     return argv
 
 
-def plan_launch(config: ForgeConfig, workdir: Path, repository: Path | None = None, *, check_ports: bool = True) -> LaunchPlan:
+def plan_launch(config: ForgeConfig, workdir: Path, repository: Path | None = None) -> LaunchPlan:
     repository = (repository or default_repository(workdir)).resolve()
     models = repository_models(repository)
     install = find_tritonserver()
@@ -208,7 +208,7 @@ def plan_launch(config: ForgeConfig, workdir: Path, repository: Path | None = No
     bind = config.triton.bind_address or "0.0.0.0"
     world_size = config.parallel.world_size
     if world_size > 1:
-        argv = _rendered_leader_command(workdir, world_size)
+        argv = rendered_leader_command(workdir, world_size)
         ports = {name: getattr(config.triton, f"{name}_port") for name in PORT_NAMES}
         if 0 in ports.values():
             raise ConfigError(
@@ -217,7 +217,7 @@ def plan_launch(config: ForgeConfig, workdir: Path, repository: Path | None = No
                 "set triton.http_port/grpc_port/metrics_port",
             )
     else:
-        ports = resolve_ports(config) if check_ports else {n: getattr(config.triton, f"{n}_port") for n in PORT_NAMES}
+        ports = resolve_ports(config)
         argv = single_rank_argv(install.binary, repository, backend_dir, ports, bind)
     env = server_environment(install, workdir)
     stub_env = workdir / "deploy" / "stub-env" if stub_numpy_site(install) is not None else None

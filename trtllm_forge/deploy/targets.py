@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from trtllm_forge.config import ForgeConfig
-from trtllm_forge.deploy.launch import _rendered_leader_command
+from trtllm_forge.deploy.launch import rendered_leader_command
 
 CONTAINER_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 # TensorRT-LLM 1.2.1 ships in the 25.12 Triton TRT-LLM container (tensorrtllm_backend pins it there).
@@ -36,7 +36,7 @@ def _gpus(config: ForgeConfig) -> int:
 
 def container_command(config: ForgeConfig, workdir: Path, repository: Path) -> list[str]:
     if config.parallel.world_size > 1:
-        return _rendered_leader_command(workdir, config.parallel.world_size)
+        return rendered_leader_command(workdir, config.parallel.world_size)
     return [
         "tritonserver",
         f"--model-repository={repository}",

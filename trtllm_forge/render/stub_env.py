@@ -49,11 +49,21 @@ def stub_env_path() -> Path:
     return default_stub_env() if needs_side_env() else project_env()
 
 
+def numpy1_site() -> Path | None:
+    """A directory already holding numpy 1.x for the stubs (the one deploy uses, `pip --target`), if any."""
+    import os
+
+    site = Path(os.environ.get("TRTLLM_FORGE_STUB_SITE") or project_env() / "triton-stub-site")
+    found = sorted(site.glob("numpy-1.*.dist-info"))
+    return site if found else None
+
+
 def creation_steps(path: Path) -> list[list[str]]:
     """argv of the commands that create the side environment (for --dry-run and the stage log)."""
     python = str(Path(sys.executable))
-    pip = str(path / "bin" / "pip")
-    return [[python, "-m", "venv", str(path)], [pip, "install", "--quiet", "--no-deps", STUB_NUMPY]]
+    if numpy1_site() is not None:  # reuse that numpy: no download
+        return [[python, "-m", "venv", "--without-pip", str(path)]]
+    return [[python, "-m", "venv", str(path)], [str(path / "bin" / "pip"), "install", "--quiet", "--no-deps", STUB_NUMPY]]
 
 
 def ensure_stub_env(path: Path, run) -> Path:
@@ -64,5 +74,10 @@ def ensure_stub_env(path: Path, run) -> Path:
         run(argv, f"stub-env-{index + 1}")
     purelib = Path(sysconfig.get_paths()["purelib"]).resolve()
     site = next(path.glob("lib/python*/site-packages"))
-    (site / PTH_NAME).write_text(f"{purelib}\n")
+    lines = [f"import site; site.addsitedir({str(purelib)!r})"]
+    if numpy1_site() is not None:
+        lines.insert(0, f"import site; site.addsitedir({str(numpy1_site())!r})")
+    # Lines starting with `import` run at start-up, after the environment's own site-packages (numpy 1, if
+    # installed there) and in this order, so numpy 1 is found before the project venv's numpy 2.
+    (site / PTH_NAME).write_text("\n".join(lines) + "\n")
     return path

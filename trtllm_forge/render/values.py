@@ -181,6 +181,10 @@ def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind:
     if tr.instances.bls < engine.max_batch_size and tr.entrypoint == "bls":
         warnings.append(f"triton.instances.bls is {tr.instances.bls}; each BLS instance serves requests one at a time "
                         f"unless decoupled, consider {engine.max_batch_size}")
+    if config.engine.speculative.mode == "draft_target" and kind == "inflight_batcher_llm":
+        warnings.append("draft-target speculative decoding needs a second engine model for the draft "
+                        "(tensorrt_llm_draft, named by the BLS parameter tensorrt_llm_draft_model_name); render does "
+                        "not add it yet, so requests run without drafting")
     names = tr.model_names.model_dump()
     # The side environment works around the nvidia-pytriton stub (cpu kind); GPU hosts run NVIDIA's own server.
     python_env = None

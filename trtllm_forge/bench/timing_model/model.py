@@ -31,7 +31,8 @@ def _optional(request, name, default):
 
 
 class _Stream:
-    __slots__ = ("sender", "total", "sent", "first_ns", "gap_ns", "stream", "count_tokens", "batched", "tokens")
+    __slots__ = ("sender", "total", "sent", "first_ns", "gap_ns", "stream", "count_tokens", "batched", "tokens",
+                 "perf", "arrival_ns", "first_token_ns")
 
     def __init__(self, sender, total, first_ns, gap_ns, stream, count_tokens, batched, tokens):
         self.sender = sender
@@ -43,6 +44,9 @@ class _Stream:
         self.count_tokens = count_tokens
         self.batched = batched
         self.tokens = tokens
+        self.perf = False
+        self.arrival_ns = 0
+        self.first_token_ns = 0
 
 
 class TritonPythonModel:
@@ -77,6 +81,8 @@ class TritonPythonModel:
                 request.get_response_sender(), max(total, 0), now + int(ttft_ms * 1e6), int(gap_ms * 1e6),
                 stream, count_tokens, self.batched, self.tokens,
             )
+            state.perf = bool(_optional(request, "return_perf_metrics", False))
+            state.arrival_ns = now
             due = state.first_ns if stream else state.first_ns + max(total - 1, 0) * state.gap_ns
             with self.cond:
                 self.seq += 1
@@ -94,7 +100,14 @@ class TritonPythonModel:
             outputs = [pb_utils.Tensor("text_output", text)]
         if state.count_tokens:
             outputs.append(pb_utils.Tensor("num_output_tokens", np.array([n_tokens], dtype=np.int32).reshape(shape)))
-        outputs.append(pb_utils.Tensor("send_time_ns", np.array([time.monotonic_ns()], dtype=np.int64).reshape(shape)))
+        stamp = time.monotonic_ns()
+        if state.perf:
+            # Like TensorRT-LLM's return_perf_metrics (the schedule starts at arrival, so first_scheduled = arrival).
+            state.first_token_ns = state.first_token_ns or stamp
+            for name, value in (("arrival_time_ns", state.arrival_ns), ("first_scheduled_time_ns", state.arrival_ns),
+                                ("first_token_time_ns", state.first_token_ns), ("last_token_time_ns", stamp)):
+                outputs.append(pb_utils.Tensor(name, np.array([value], dtype=np.int64).reshape(shape)))
+        outputs.append(pb_utils.Tensor("send_time_ns", np.array([stamp], dtype=np.int64).reshape(shape)))
         return pb_utils.InferenceResponse(output_tensors=outputs)
 
     def _emit(self, state):
