@@ -88,6 +88,7 @@ def test_metric_definitions_on_known_records():
     assert m["e2e_ms"]["max"] == 30.0 and m["e2e_ms"]["min"] == 14.0
     assert m["tpot_ms"]["min"] == pytest.approx(2.0) and m["tpot_ms"]["max"] == pytest.approx(10.0)  # b: 2/1; a: 20/2
     assert sorted([m["itl_ms"]["min"], m["itl_ms"]["max"]]) == [2.0, 10.0] and m["itl_ms"]["count"] == 3
+    assert m["itl_per_token_ms"]["count"] == 3 and m["itl_per_token_ms"]["max"] == 10.0
     assert m["time_to_first_response_ms"]["min"] == 5.0
     assert s["requests"] == {"sent": 3, "completed": 2, "failed": 1, "errors_by_kind": {"connection": 1}, "warmup": 0}
     assert s["windows"]["benchmark"]["seconds"] == pytest.approx(0.030)
@@ -154,6 +155,7 @@ def timing_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("timing-triton")
     render_timing_model(root / "repo", "ensemble", ttft_ms=TTFT_MS, gap_ms=GAP_MS)
     render_timing_model(root / "repo", "tensorrt_llm", ttft_ms=TTFT_MS, gap_ms=GAP_MS, contract="tokens")
+    render_timing_model(root / "repo", "silent", ttft_ms=3_600_000, gap_ms=GAP_MS)  # never answers within a test
     server = start_triton(root / "repo", root)
     yield server
     server.stop()
@@ -236,8 +238,8 @@ def test_http_targets_triton_generate_stream_and_openai(timing_server, tmp_path)
                        "--request-rate", "30", "--arrival", "constant", "--num-requests", "20", "--output-len", "10",
                        "--out", str(tmp_path / "http"))
     assert proc.returncode == 0, proc.stderr
-    assert doc["requests"]["completed"] == 20 and doc["metrics"]["output_tokens"]["min"] == 10
-    assert doc["metrics"]["itl_ms"]["p50"] == pytest.approx(GAP_MS, abs=0.5)
+    assert doc["requests"]["completed"] == 20 and doc["metrics"]["output_tokens"]["min"] == 10, proc.stderr[-1500:]
+    assert doc["metrics"]["itl_ms"]["p50"] == pytest.approx(GAP_MS, abs=1.0), doc["metrics"]["itl_ms"]
 
     url, stop = start_openai_server(ttft_ms=15.0, gap_ms=5.0)
     try:
@@ -245,8 +247,9 @@ def test_http_targets_triton_generate_stream_and_openai(timing_server, tmp_path)
             proc, doc = _bench("--target", "openai", "--url", url, "--model", "timing", "--openai-endpoint", endpoint,
                                "--concurrency", "4", "--num-requests", "8", "--output-len", "6", "--out", str(tmp_path / endpoint))
             assert proc.returncode == 0, proc.stderr
-            assert doc["requests"]["completed"] == 8
-            assert doc["metrics"]["ttft_ms"]["p50"] == pytest.approx(15.0, abs=6)
+            assert doc["requests"]["completed"] == 8, proc.stderr[-1500:]
+            assert doc["metrics"]["ttft_ms"]["p50"] == pytest.approx(15.0, abs=10), doc["metrics"]["ttft_ms"]
+            assert doc["metrics"]["itl_ms"]["p50"] == pytest.approx(5.0, abs=2), doc["metrics"]["itl_ms"]
             assert doc["metrics"]["output_tokens"]["max"] == 6 and doc["self_checks"]["osl_mismatch_count"] == 0
     finally:
         stop()
@@ -372,6 +375,10 @@ def test_bench_usage_errors_are_one_line_exit_2(tmp_path):
         assert proc.returncode == 2, (args, proc.stderr)
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and where in lines[0], proc.stderr
+    proc = run_cli("bench", "--url", "127.0.0.1:1", "--model", "ensemble", "--concurrency", "1,4", "--dry-run", "--json",
+                   "--out", str(tmp_path / "dry"))
+    assert proc.returncode == 0 and json.loads(proc.stdout)["runs"][0]["points"] == ["c1", "c4"]
+    assert not (tmp_path / "dry").exists()  # nothing sent, nothing written
     proc = run_cli("bench", "--url", "127.0.0.1:1", "--model", "ensemble", "--num-requests", "1")
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith("error: --url: cannot read model")
 
@@ -394,3 +401,38 @@ def test_synthetic_prompts_reencode_to_the_exact_length(tmp_path):
         assert 10 <= r.input_tokens <= 40
     again = synthetic(20, LengthSpec.parse("10..40", "--input-len"), LengthSpec(8), np.random.default_rng(3), tokenizer)
     assert [r.prompt for r in again] == [r.prompt for r in requests]  # seeded
+
+
+def test_running_total_token_counts_become_per_response_counts():
+    from trtllm_forge.bench.target import cumulative_to_deltas
+
+    running = _record(0, 0, [(1, 1, False), (2, 2, False), (3, 3, False), (4, 0, True)], 3)
+    running.output_tokens_source = "server_count"
+    cumulative_to_deltas(running)
+    assert running.tokens == [1, 1, 1, 0] and running.output_tokens == 3
+    assert running.output_tokens_source == "server_count_cumulative"
+    per_response = _record(1, 0, [(1, 1, False), (2, 1, False), (3, 0, True)], 2)
+    cumulative_to_deltas(per_response)
+    assert per_response.tokens == [1, 1, 0]
+
+
+@pytest.mark.slow
+def test_a_silent_server_and_sigterm_end_the_run_with_records_and_exit_1(timing_server, tmp_path):
+    proc, doc = _bench("--url", timing_server.grpc_url, "--model", "silent", "--concurrency", "3", "--num-requests", "9",
+                       "--warmup", "0", "--stall-timeout", "1", "--no-plots", "--out", str(tmp_path / "stall"))
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith("error: bench: 3 of 3 requests failed (stalled: 3)")
+    assert doc["requests"]["errors_by_kind"] == {"stalled": 3} and any("no response" in w for w in doc["warnings"])
+    assert len((tmp_path / "stall" / "requests.jsonl").read_text().splitlines()) == 3
+
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "trtllm_forge", "bench", "--url", timing_server.grpc_url, "--model", "ensemble",
+         "--request-rate", "10", "--arrival", "constant", "--num-requests", "200", "--warmup", "0", "--no-plots",
+         "--out", str(tmp_path / "term"), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.5)
+    bench.send_signal(signal.SIGTERM)
+    stdout, stderr = bench.communicate(timeout=60)
+    assert bench.returncode == 1, stderr
+    summary = json.loads(stdout)
+    assert 5 <= summary["requests"]["sent"] < 200 and summary["requests"]["completed"] >= 5
+    assert set(summary["requests"]["errors_by_kind"]) <= {"interrupted"} and summary["aborted"] == "interrupted by SIGTERM"
+    assert any("interrupted by SIGTERM" in w for w in summary["warnings"])

@@ -176,3 +176,17 @@ def test_a_client_that_vanishes_mid_stream_does_not_stall_the_server(cpu_engine_
     result = request(cpu_engine_server, prompt_ids[0], 8, streaming=True, timeout_s=30)
     assert result.error is None and len(tokens_of(result)) == 8
     assert time.monotonic() - started < 10
+
+
+def test_log_probs_and_end_id(cpu_engine_server, prompt_ids):
+    ids = prompt_ids[2]
+    result = request(cpu_engine_server, ids, 12, return_log_probs=True)
+    assert result.error is None, result.error
+    tokens = tokens_of(result)
+    per_token = result.responses[0]["output_log_probs"].reshape(-1)
+    assert per_token.shape == (len(tokens),) and (per_token <= 0).all()
+    assert result.responses[0]["cum_log_probs"].reshape(-1)[0] == pytest.approx(float(per_token.sum()), rel=1e-4)
+    # end_id ends the sequence at its first occurrence, like an EOS token
+    stop_at = next(i for i, t in enumerate(tokens) if i >= 2 and t not in tokens[:i])
+    cut = tokens_of(request(cpu_engine_server, ids, 12, end_id=tokens[stop_at]))
+    assert cut == tokens[: stop_at + 1]

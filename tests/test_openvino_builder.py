@@ -146,3 +146,18 @@ def test_int8_export_is_smaller(cpu_engine_fp32, smollm2_checkpoint, tmp_path):
     info = read_engine_config(int8_dir)
     assert info.raw["pretrained_config"]["quantization"]["quant_algo"] == "W8A16"
     assert info.raw["openvino"]["weight_format"] == "int8"
+
+
+def test_calibration_file_formats(tmp_path):
+    from trtllm_forge.builders.openvino.calibrated_export import read_samples
+
+    jsonl = tmp_path / "calib.jsonl"
+    jsonl.write_text('{"text": "first sample"}\n\n{"text": "second sample"}\n{"other": 1}\n')
+    assert read_samples(jsonl, 10) == ["first sample", "second sample"]
+    paragraphs = tmp_path / "calib.txt"
+    paragraphs.write_text("one\nstill one\n\ntwo\n\nthree\n")
+    assert read_samples(paragraphs, 2) == ["one\nstill one", "two"]
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    with pytest.raises(SystemExit, match="no calibration samples"):
+        read_samples(empty, 10)

@@ -100,8 +100,15 @@ def _set_decoupled(path: Path, value: bool) -> None:
 
 def test_fault_streaming_without_decoupled(repo):
     _set_decoupled(repo / "tensorrt_llm" / "config.pbtxt", False)
+    assert_found(repo, r"streaming is wired to tensorrt_llm, which is not decoupled.*tensorrt_llm_bls is decoupled",
+                 "ensemble/config.pbtxt")
+
+
+def test_a_repository_decoupled_nowhere_is_a_valid_non_streaming_one(repo):
+    _set_decoupled(repo / "tensorrt_llm" / "config.pbtxt", False)
     _set_decoupled(repo / "tensorrt_llm_bls" / "config.pbtxt", False)
-    assert_found(repo, r"streaming is wired to tensorrt_llm, which is not decoupled", "ensemble/config.pbtxt")
+    assert errors(repo) == []
+    assert any(p.level == "warning" and "streaming is wired" in p.message for p in check_repository(repo))
 
 
 def test_fault_bls_decoupled_while_engine_is_not(repo):

@@ -318,3 +318,14 @@ def parse_text(text: str):
     from tritonclient.grpc import model_config_pb2
 
     return text_format.Parse(text, model_config_pb2.ModelConfig())
+
+
+def test_non_streaming_deployment_renders_without_decoupled(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(merge_yaml((CONFIGS / "mistral-7b-int4awq-a10g.yaml").read_text(),
+                               "runtime:\n  streaming: false\ntriton:\n  decoupled: false\n"))
+    rendered = write_repository(load_config(path), tmp_path, read_engine_config(ENGINES / "mistral-7b-int4awq-a10g"),
+                                "inflight_batcher_llm", tmp_path / "r")
+    for model in ("tensorrt_llm", "tensorrt_llm_bls"):
+        assert not parse(rendered.repository / model / "config.pbtxt").model_transaction_policy.decoupled
+    assert parameters(rendered.repository, "tensorrt_llm_bls")["tensorrt_llm_decoupled"] == "false"

@@ -116,3 +116,22 @@ def test_triton_side_models_are_self_contained(path):
             modules.add(node.module.split(".")[0])
     foreign = {m for m in modules if m not in ALLOWED_IMPORTS and m not in sys.stdlib_module_names}
     assert not foreign, f"{path} imports {foreign}"
+
+
+@pytest.mark.slow
+def test_word_lists_use_the_backend_format(fast_tokenizer, monkeypatch):
+    """stop/bad words -> INT32 [batch, 2, n]: row 0 the ids of all words, row 1 their end offsets padded with -1."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", types.ModuleType("triton_python_backend_utils"))
+    spec = importlib.util.spec_from_file_location("forge_preprocessing", PYTHON_MODELS / "preprocessing" / "model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    paris = fast_tokenizer.encode("Paris", add_special_tokens=False)
+    new_york = fast_tokenizer.encode(" New York", add_special_tokens=False)
+    lists = module.to_word_list([[b"Paris", b" New York"], [b"Paris"], []], fast_tokenizer)
+    assert lists.shape == (3, 2, len(paris) + len(new_york)) and lists.dtype.name == "int32"
+    assert lists[0, 0].tolist() == paris + new_york
+    assert lists[0, 1].tolist()[:2] == [len(paris), len(paris) + len(new_york)]
+    assert lists[1, 1].tolist()[0] == len(paris) and set(lists[1, 1].tolist()[1:]) <= {-1}
+    assert set(lists[2, 1].tolist()) <= {-1}

@@ -108,9 +108,13 @@ def _smoke(config: ForgeConfig, deployment, report: RunReport) -> None:
 def _bench(config: ForgeConfig, workdir: Path, deployment) -> dict | None:
     if not config.bench.workloads:
         return None
-    from trtllm_forge.bench.stage import bench_deployment
+    from trtllm_forge.bench.config_runs import fail_on_errors, options_from_config
+    from trtllm_forge.bench.run import run_bench
 
-    return bench_deployment(config, workdir, deployment)
+    # The deployment's state.json in the workdir tells the benchmark where the server is.
+    documents = [run_bench(options) for options in options_from_config(config, workdir, {}, {}, None, config.name or "CONFIG")]
+    fail_on_errors(documents)
+    return {"workloads": documents}
 
 
 def run_pipeline(config: ForgeConfig, workdir: Path, *, force: bool = False, keep_serving: bool = False, run_bench: bool = True) -> RunReport:

@@ -129,7 +129,7 @@ def start_triton(repository: Path, workdir: Path, ready_timeout: float = 120.0) 
         "--http-address=127.0.0.1", f"--http-port={ports[0]}",
         "--grpc-address=127.0.0.1", f"--grpc-port={ports[1]}",
         "--metrics-address=127.0.0.1", f"--metrics-port={ports[2]}",
-        "--allow-cpu-metrics=false", "--allow-gpu-metrics=false", "--log-verbose=0",
+        "--allow-cpu-metrics=false", "--allow-gpu-metrics=false", "--log-verbose=0", "--exit-timeout-secs=3",
     ]
     env = {**os.environ, "LD_LIBRARY_PATH": f"{libs}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
     log_path = workdir / "tritonserver.log"

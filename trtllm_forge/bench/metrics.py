@@ -6,7 +6,8 @@
 - E2E: last token-bearing response − actual send.
 - TPOT: (E2E − TTFT) / (output tokens − tokens in the first token-bearing response); only when that
   denominator is > 0.
-- ITL: gaps between consecutive token-bearing responses, pooled over requests (the per-chunk distribution).
+- ITL: gaps between consecutive token-bearing responses, pooled over requests (the per-chunk distribution);
+  itl_per_token divides each gap by the tokens of the later response (differs when responses carry several).
 - *_from_intended: the same latencies measured from the scheduled send time (coordinated omission).
 - Window: first send → last token-bearing response of a measured request. The steady-state window is the
   span during which the number of requests in flight was at its target (closed loop), or from the first
@@ -67,6 +68,7 @@ def summarize(result: RunResult, slo: dict[str, float] | None = None, context: d
     slo = slo or {}
 
     ttft, ttst, e2e, tpot, itl, osl, isl = [], [], [], [], [], [], []
+    itl_per_token: list[float] = []
     ttft_i, e2e_i, lag, first_any, final_gap, per_user = [], [], [], [], [], []
     delivery, zero_gaps, n_gaps = [], 0, 0
     server_ttft, client_minus_server, server_queue = [], [], []
@@ -92,6 +94,7 @@ def summarize(result: RunResult, slo: dict[str, float] | None = None, context: d
         n_gaps += gaps.size
         zero_gaps += int(np.count_nonzero(gaps <= 0))
         itl.extend((gaps / MS).tolist())
+        itl_per_token.extend((gaps / MS / np.array([n for _, n in times[1:]])).tolist())
         decode = out - first_n
         r_tpot = (last_t - first_t) / MS / decode if decode > 0 else None
         if r_tpot is not None:
@@ -139,6 +142,7 @@ def summarize(result: RunResult, slo: dict[str, float] | None = None, context: d
         "e2e_ms": describe(e2e, "ms"),
         "tpot_ms": describe(tpot, "ms"),
         "itl_ms": describe(itl, "ms"),
+        "itl_per_token_ms": describe(itl_per_token, "ms"),
         "per_user_output_tokens_per_s": describe(per_user, "tokens/s"),
         "ttft_from_intended_ms": describe(ttft_i, "ms"),
         "e2e_from_intended_ms": describe(e2e_i, "ms"),
@@ -200,6 +204,8 @@ def summarize(result: RunResult, slo: dict[str, float] | None = None, context: d
             "wall_clock_start_ns": result.wall_start_ns,
         },
         "self_checks": checks,
+        "output_tokens_sources": dict(Counter(r.output_tokens_source for r in done)),
+        "aborted": result.aborted,
         "slo_ms": slo or None,
         "warnings": warnings,
         "statistics": "linear-interpolated percentiles (numpy default); std is the population std",

@@ -52,6 +52,7 @@ class BenchOptions:
     plots: bool = True
     workers: int = 1  # client processes the load is sharded over
     http_url: str | None = None  # the deployment's HTTP URL (for emitted AIPerf commands)
+    stall_timeout_s: float = 60.0
 
     def loads(self) -> list[LoadSpec]:
         common = dict(num_requests=self.num_requests, duration_s=self.duration_s, warmup_requests=self.warmup_requests)
@@ -125,7 +126,7 @@ async def _run_all(options: BenchOptions, tokenizer) -> list[tuple[LoadSpec, dic
                 if options.workers > 1:
                     result = await asyncio.get_running_loop().run_in_executor(None, run_sharded, options, load, requests, warmup)
                 else:
-                    result = await run_load(target, requests, warmup, load, options.seed)
+                    result = await run_load(target, requests, warmup, load, options.seed, stall_s=options.stall_timeout_s)
             after = server_metrics.scrape(options.metrics_url)
             context = {
                 "target": {**target.info.__dict__},
@@ -157,7 +158,7 @@ def _shard_main(options: BenchOptions, load: LoadSpec, requests, warmup, shard: 
 
         try:
             mine = warmup[shard::options.workers]
-            return await run_load(target, requests, mine, load, options.seed, (shard, options.workers), start_at)
+            return await run_load(target, requests, mine, load, options.seed, (shard, options.workers), start_at, options.stall_timeout_s)
         finally:
             await target.close()
 

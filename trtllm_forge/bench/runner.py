@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -112,9 +113,13 @@ def shard_share(total: int, shard: int, shards: int) -> int:
 
 
 async def run_load(target: Target, requests: list[BenchRequest], warmup: list[BenchRequest], load: LoadSpec, seed: int = 0,
-                   shard: tuple[int, int] = (0, 1), start_at: Callable[[], Awaitable[int]] | None = None) -> RunResult:
+                   shard: tuple[int, int] = (0, 1), start_at: Callable[[], Awaitable[int]] | None = None,
+                   stall_s: float = 60.0) -> RunResult:
     """Run one sweep point. With `shard` = (k, n) this process sends only the requests whose index is k mod n
-    (and k's share of the concurrency); `start_at` then returns the common start time of all shards."""
+    (and k's share of the concurrency); `start_at` then returns the common start time of all shards.
+    When no request in flight has received anything for `stall_s` seconds (a server that stopped answering
+    without closing the connection), or on SIGINT/SIGTERM, sending stops and the requests in flight end as
+    errors, so the records and the summary of what completed are still written."""
     k, n_shards = shard
     concurrency = shard_share(int(load.value), k, n_shards) if load.mode == "concurrency" else 0
     warm = await _warmup(target, warmup, max(1, concurrency) if load.mode == "concurrency" else (load.max_concurrency or 8))
@@ -132,18 +137,53 @@ async def run_load(target: Target, requests: list[BenchRequest], warmup: list[Be
     lag.start()
 
     records_by_index: dict[int, RequestRecord] = {}
+    in_flight: dict[str, tuple[RequestRecord, asyncio.Task]] = {}
+    loop = asyncio.get_running_loop()
+
+    def abort(kind: str, reason: str) -> None:
+        """Stop sending and end every request in flight as an error of `kind` (records are kept)."""
+        if not aborted:
+            aborted.append(reason)
+        stop.set()
+        for record, task in list(in_flight.values()):
+            if record.error_kind is None:
+                record.error_kind, record.error_message = kind, reason
+            task.cancel()
+
+    async def watchdog() -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            if not in_flight:
+                continue
+            last = max((r.recv_ns[-1] if r.recv_ns else r.sent_ns) for r, _ in in_flight.values())
+            if now_ns() - last > stall_s * 1e9:
+                abort("stalled", f"no response on any of {len(in_flight)} requests in flight for {stall_s:g} s")
 
     async def send(request: BenchRequest, index: int, intended: int) -> None:
         record = _record(request, index, "measure", intended)
         record.worker = k
         records.append(record)
         records_by_index[index] = record
+        task = loop.create_task(target.send(request, record))
+        in_flight[record.id] = (record, task)
         try:
-            await target.send(request, record)
+            await task
         except TargetDown as exc:
             if not aborted:
                 aborted.append(f"target down: {exc}")
             stop.set()
+        except asyncio.CancelledError:
+            if record.error_kind is None:
+                record.error_kind, record.error_message = "cancelled", aborted[0] if aborted else "cancelled"
+            if not stop.is_set():
+                raise
+        finally:
+            in_flight.pop(record.id, None)
+
+    signals = (signal.SIGINT, signal.SIGTERM) if k == 0 and n_shards == 1 else ()
+    for sig in signals:
+        loop.add_signal_handler(sig, abort, "interrupted", f"interrupted by {signal.Signals(sig).name}")
+    guard = loop.create_task(watchdog())
 
     def more(index: int) -> bool:
         if stop.is_set() or index >= len(requests):
@@ -186,6 +226,9 @@ async def run_load(target: Target, requests: list[BenchRequest], warmup: list[Be
         if tasks:
             await asyncio.gather(*tasks)
     end = now_ns()
+    guard.cancel()
+    for sig in signals:
+        loop.remove_signal_handler(sig)
     await lag.stop()
     target.count_client_tokens(warm + records)
     return RunResult(load, warm + records, start, end, wall0, time.process_time() - cpu0, lag.samples, aborted[0] if aborted else None)

@@ -14,7 +14,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from trtllm_forge.bench.records import RequestRecord
-from trtllm_forge.bench.target import UNREACHABLE_END_ID, Target, TargetDown, now_ns, wait_done
+from trtllm_forge.bench.target import UNREACHABLE_END_ID, Target, TargetDown, now_ns, output_length_plan, wait_done
 from trtllm_forge.bench.workload import BenchRequest
 from trtllm_forge.errors import StepError
 
@@ -135,12 +135,10 @@ class TritonGrpcTarget(Target):
         if missing or "text_output" not in self.outputs:
             raise StepError("--target", f"model {self.model!r} does not speak the text contract (missing {', '.join(missing) or 'text_output'})",
                             "use the ensemble or tensorrt_llm_bls model, or --target triton-grpc-tokens for tensorrt_llm")
-        self.length_input = next((n for n in ("min_tokens", "min_length") if n in self.inputs), None)
+        self.length_input, self.end_id, self.info.forced_output_len = output_length_plan(self.inputs, self.force_output_len)
         self.count_server = "return_num_output_tokens" in self.inputs and "num_output_tokens" in self.outputs
-        if self.force_output_len and self.length_input:
-            self.info.forced_output_len = f"{self.length_input}=max_tokens" + (f", end_id={UNREACHABLE_END_ID}" if "end_id" in self.inputs else "")
-        elif self.force_output_len:
-            self.info.notes.append("the model has neither min_tokens nor min_length: output length not forced")
+        if self.force_output_len and self.info.forced_output_len is None:
+            self.info.notes.append("the model has no min_tokens, min_length or end_id input: output length not forced")
         self.info.output_tokens_source = "server_count" if self.count_server else ("client_tokenizer" if self.tokenizer else "responses")
 
     def _tensor(self, request: pb.ModelInferRequest, name: str, datatype: str, raw: bytes, length: int = 1) -> None:
@@ -162,8 +160,9 @@ class TritonGrpcTarget(Target):
             self._tensor(message, "return_num_output_tokens", "BOOL", b"\x01")
         if self.perf:
             self._tensor(message, "return_perf_metrics", "BOOL", b"\x01")
-        if self.force_output_len and self.length_input:
+        if self.length_input:
             self._tensor(message, self.length_input, "INT32", i32(request.output_tokens))
+        if self.end_id:
             self._tensor(message, "end_id", "INT32", i32(UNREACHABLE_END_ID))
         return message
 
@@ -255,10 +254,8 @@ class TritonGrpcTokensTarget(TritonGrpcTarget):
         if missing or "output_ids" not in self.outputs:
             raise StepError("--target", f"model {self.model!r} does not take token ids (missing {', '.join(missing) or 'output_ids'})",
                             "point --model at the tensorrt_llm model, or use --target triton-grpc for the ensemble")
-        self.length_input = next((n for n in ("min_tokens", "min_length") if n in self.inputs), None)
+        self.length_input, self.end_id, self.info.forced_output_len = output_length_plan(self.inputs, self.force_output_len, "request_output_len")
         self.count_server = True
-        if self.force_output_len and self.length_input:
-            self.info.forced_output_len = f"{self.length_input}=request_output_len, end_id={UNREACHABLE_END_ID}"
         self.info.output_tokens_source = "server_ids"
 
     def build(self, request: BenchRequest, request_id: str) -> pb.ModelInferRequest:
@@ -273,9 +270,9 @@ class TritonGrpcTokensTarget(TritonGrpcTarget):
         self._tensor(message, "request_output_len", "INT32", i32(request.output_tokens))
         self._tensor(message, "streaming", "BOOL", b"\x01")
         self._tensor(message, "exclude_input_in_output", "BOOL", b"\x01")
-        if self.force_output_len and self.length_input:
+        if self.length_input:
             self._tensor(message, self.length_input, "INT32", i32(request.output_tokens))
-        if self.force_output_len:
+        if self.end_id:
             self._tensor(message, "end_id", "INT32", i32(UNREACHABLE_END_ID))
         if self.perf:
             self._tensor(message, "return_perf_metrics", "BOOL", b"\x01")

@@ -12,7 +12,7 @@ import json
 import aiohttp
 
 from trtllm_forge.bench.records import RequestRecord
-from trtllm_forge.bench.target import UNREACHABLE_END_ID, Target, TargetDown, now_ns
+from trtllm_forge.bench.target import UNREACHABLE_END_ID, Target, TargetDown, now_ns, output_length_plan
 from trtllm_forge.bench.workload import BenchRequest
 from trtllm_forge.errors import StepError
 
@@ -48,8 +48,11 @@ class _SseTarget(Target):
     def finish(self, record: RequestRecord) -> None:
         pass
 
+    def keeps_texts(self) -> bool:
+        return self.tokenizer is not None
+
     async def send(self, request: BenchRequest, record: RequestRecord) -> None:
-        if self.tokenizer is not None:
+        if self.keeps_texts():
             record.texts = []
         record.output_tokens_source = self.info.output_tokens_source
         body = json.dumps(self.payload(request))
@@ -121,14 +124,15 @@ class TritonHttpTarget(_SseTarget):
         if not {"text_input", "max_tokens"} <= self.inputs:
             await self.close()
             raise StepError("--model", f"{self.model!r} does not take text_input/max_tokens", "use the ensemble or tensorrt_llm_bls model")
-        self.length_input = next((n for n in ("min_tokens", "min_length") if n in self.inputs), None)
+        self.length_input, self.end_id, self.info.forced_output_len = output_length_plan(self.inputs, self.force_output_len)
         self.count_server = "return_num_output_tokens" in self.inputs and "num_output_tokens" in outputs
         self.perf = "return_perf_metrics" in self.inputs and "first_token_time_ns" in outputs
-        if self.force_output_len and self.length_input:
-            self.info.forced_output_len = f"{self.length_input}=max_tokens" + (f", end_id={UNREACHABLE_END_ID}" if "end_id" in self.inputs else "")
         self.info.output_tokens_source = "server_count" if self.count_server else ("client_tokenizer" if self.tokenizer else "responses")
         self.info.notes.append("streams with fewer token-bearing events than requested are errors of kind short_stream "
                                "(Triton 2.51 can end an HTTP stream early under load)")
+
+    def keeps_texts(self) -> bool:
+        return self.tokenizer is not None and not self.count_server
 
     def endpoint(self) -> str:
         return f"{self.url}/v2/models/{self.model}/generate_stream"
@@ -142,10 +146,10 @@ class TritonHttpTarget(_SseTarget):
             body["return_num_output_tokens"] = True
         if self.perf:
             body["return_perf_metrics"] = True
-        if self.force_output_len and self.length_input:
+        if self.length_input:
             body[self.length_input] = request.output_tokens
-            if "end_id" in self.inputs:
-                body["end_id"] = UNREACHABLE_END_ID
+        if self.end_id:
+            body["end_id"] = UNREACHABLE_END_ID
         return body
 
     def parse_event(self, data: dict, record: RequestRecord, stamp: int) -> None:
@@ -170,7 +174,7 @@ class TritonHttpTarget(_SseTarget):
         # SSE has no final flag: the end of the HTTP response ends the request.
         if record.final:
             record.final[-1] = True
-        if self.force_output_len and self.length_input and self.count_server and record.output_tokens < record.requested_output_tokens:
+        if self.info.forced_output_len and self.count_server and record.output_tokens < record.requested_output_tokens:
             record.error_kind = "short_stream"
             record.error_message = f"{record.output_tokens} of {record.requested_output_tokens} tokens before the stream ended"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from trtllm_forge.commands.deploy_cmd import DefaultCommandGroup
-from trtllm_forge.commands.options import json_option, load, workdir_option
-from trtllm_forge.errors import ConfigError, StepError
+from trtllm_forge.commands.options import dry_run_option, json_option, load, workdir_option
+from trtllm_forge.errors import ConfigError
 from trtllm_forge.ui import emit_json
 
 TARGETS = ("triton-grpc", "triton-grpc-tokens", "triton-http", "openai")
@@ -80,6 +80,8 @@ def bench_group() -> None:
 @click.option("--metrics-url", default=None, help="Triton Prometheus URL to scrape. Default: the deployment's.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Client processes to shard the load over.")
 @click.option("--streams", type=click.IntRange(min=1), default=None, help="gRPC streams (one connection each) to spread requests over. Default: one per 16 requests in flight, at most 16.")
+@click.option("--stall-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              help="Abort a point when no request in flight has received anything for this many seconds.")
 @click.option("--no-force-output-len", is_flag=True, help="Do not force the output length (min_tokens/end_id, ignore_eos).")
 @click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds per request.")
 @click.option("--emit", type=click.Choice(["perf_analyzer", "genai-perf", "aiperf"]), multiple=True,
@@ -87,18 +89,20 @@ def bench_group() -> None:
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @click.option("--openai-endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True, help="For --target openai.")
 @workdir_option
+@dry_run_option
 @json_option
 def bench_run(config_file, target, url, model, concurrency, request_rate, arrival, burstiness, max_concurrency, num_requests,
               duration, warmup_requests, input_len, output_len, dataset, tokenizer, seed, out, slo, metrics_url, workers, streams,
-              no_force_output_len, request_timeout, emit, no_plots, openai_endpoint, workdir, as_json) -> None:
+              stall_timeout, no_force_output_len, request_timeout, emit, no_plots, openai_endpoint, workdir, dry_run, as_json) -> None:
     """Run a benchmark (the default subcommand)."""
+    from trtllm_forge.bench.config_runs import fail_on_errors, merge_options, options_from_config
     from trtllm_forge.bench.run import BenchOptions, run_bench
     from trtllm_forge.bench.workload import LengthSpec
 
     flags = dict(
         target=target, url=url, model=model, arrival=arrival, burstiness=burstiness, max_concurrency=max_concurrency,
         metrics_url=metrics_url, workers=workers, streams=streams, force_output_len=not no_force_output_len,
-        request_timeout_s=request_timeout, openai_endpoint=openai_endpoint, plots=not no_plots,
+        request_timeout_s=request_timeout, stall_timeout_s=stall_timeout, openai_endpoint=openai_endpoint, plots=not no_plots,
     )
     load_flags = dict(
         concurrency=_list(concurrency, "--concurrency"), request_rate=_list(request_rate, "--request-rate", float),
@@ -109,12 +113,24 @@ def bench_run(config_file, target, url, model, concurrency, request_rate, arriva
     )
     if config_file is not None:
         flags["_emit"] = bool(emit)
-        runs = _from_config(config_file, workdir, flags, load_flags, out)
+        config, wd = load(config_file, workdir)
+        runs = options_from_config(config, wd, flags, load_flags, out, str(config_file))
     else:
         if not url or not model:
             raise ConfigError("--url/--model", "needed without CONFIG", "give CONFIG (uses its deployment) or --url and --model")
         flags["target"] = flags["target"] or "triton-grpc"
-        runs = [BenchOptions(**_merge(flags, load_flags), out=out or Path("bench-out"))]
+        runs = [BenchOptions(**merge_options(flags, load_flags), out=out or Path("bench-out"))]
+    if dry_run:
+        from trtllm_forge.ui import info
+
+        plan = [{**options.describe(), "points": [load.label for load in options.loads()],
+                 "files": [str(options.out / "<point>" / name) for name in ("summary.json", "summary.csv", "requests.jsonl", "*.png")]}
+                for options in runs]
+        for item in plan:
+            info(f"would run {item['target']} {item['model']} at {item['url']}: points {', '.join(item['points'])}; writes into {item['out']}")
+        if as_json:
+            emit_json({"schema": "trtllm-forge.bench-plan/1", "dry_run": True, "runs": plan})
+        return
     if emit:
         from trtllm_forge.bench.run import emit_workload
 
@@ -126,86 +142,7 @@ def bench_run(config_file, target, url, model, concurrency, request_rate, arriva
     document = documents[0] if len(documents) == 1 else {"schema": "trtllm-forge.bench-workloads/1", "workloads": documents}
     if as_json:
         emit_json(document)
-    _fail_on_errors(documents)
-
-
-def _merge(flags: dict, load_flags: dict, base: dict | None = None) -> dict:
-    merged = dict(base or {})
-    for key, value in {**flags, **load_flags}.items():
-        if value is None or value == [] or value == {}:
-            continue
-        merged[key] = value
-    if "output_len" in load_flags and load_flags["output_len"] is not None:
-        merged["output_len_given"] = True
-    return merged
-
-
-def _from_config(config_file: Path, workdir: Path | None, flags: dict, load_flags: dict, out: Path | None) -> list:
-    """One BenchOptions per workload of the config's bench section; flags given on the command line win."""
-    from trtllm_forge.bench.run import BenchOptions
-    from trtllm_forge.bench.workload import LengthSpec
-    from trtllm_forge.deploy.state import read_state
-
-    config, wd = load(config_file, workdir)
-    state = read_state(wd)
-    running = state is not None and state.running
-    emit = flags.pop("_emit", False)
-    names = config.triton.model_names
-    checkpoint = wd / "import" / "checkpoint"
-    workloads = config.bench.workloads or [None]
-    cli_load = bool(load_flags.get("concurrency") or load_flags.get("request_rate"))
-    runs = []
-    for workload in workloads:
-        target = flags.get("target") or (workload.target if workload is not None else "triton-grpc")
-        run_flags = {**flags, "target": target}
-        grpc = target.startswith("triton-grpc")
-        if not run_flags.get("url"):
-            if running:
-                run_flags["url"] = state.grpc_url if grpc else state.http_url
-                run_flags["metrics_url"] = run_flags.get("metrics_url") or state.metrics_url
-                run_flags["http_url"] = state.http_url
-            elif emit:
-                t = config.triton
-                run_flags["url"] = f"127.0.0.1:{t.grpc_port}" if grpc else f"http://127.0.0.1:{t.http_port}"
-                run_flags["http_url"] = f"http://127.0.0.1:{t.http_port}"
-            else:
-                raise StepError("bench", f"no running deployment in {wd}", f"run `trtllm-forge deploy {config_file}` first, or pass --url and --model")
-        if not run_flags.get("model"):
-            entry = names.bls if config.triton.entrypoint == "bls" else names.ensemble
-            run_flags["model"] = names.tensorrt_llm if target == "triton-grpc-tokens" else entry
-        base: dict = {"tokenizer": checkpoint if (checkpoint / "tokenizer_config.json").is_file() else None}
-        name = "default"
-        if workload is not None:
-            name = workload.name
-            where = f"bench.workloads[{name}]"
-            rates_only = workload.request_rate and "concurrency" not in workload.model_fields_set
-            base.update(
-                concurrency=[] if rates_only else list(workload.concurrency), request_rate=list(workload.request_rate),
-                arrival=workload.arrival, num_requests=workload.num_requests, duration_s=workload.duration_s,
-                warmup_requests=workload.warmup_requests, seed=workload.seed, slo=dict(workload.slo_ms),
-                input_len=LengthSpec.parse(workload.input_len, f"{where}.input_len"),
-                output_len=LengthSpec.parse(workload.output_len, f"{where}.output_len"),
-                output_len_given="output_len" in workload.model_fields_set,
-                dataset=Path(workload.dataset) if workload.dataset else None,
-            )
-        if cli_load:  # a load given on the command line replaces the workload's whole sweep
-            base["concurrency"], base["request_rate"] = [], []
-        merged = _merge(run_flags, load_flags, base)
-        runs.append(BenchOptions(**merged, out=out / name if (out and len(workloads) > 1) else (out or wd / "bench" / name)))
-    return runs
-
-
-def _fail_on_errors(documents: list[dict]) -> None:
-    points = [p for d in documents for p in (d.get("points") or [d])]
-    failed = sum(p["requests"]["failed"] for p in points)
-    if failed:
-        sent = sum(p["requests"]["sent"] for p in points)
-        kinds: dict[str, int] = {}
-        for p in points:
-            for k, v in p["requests"]["errors_by_kind"].items():
-                kinds[k] = kinds.get(k, 0) + v
-        detail = ", ".join(f"{k}: {v}" for k, v in kinds.items())
-        raise StepError("bench", f"{failed} of {sent} requests failed ({detail})", f"records and summary of what completed are in {points[-1]['out_dir']}")
+    fail_on_errors(documents)
 
 
 @bench_group.command("import")

@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.config.schema import BUILTIN_MODELS, ForgeConfig
 from trtllm_forge.render.stub_env import project_env
 from trtllm_forge.render.templates import render_template, templates_root
 
@@ -20,7 +20,10 @@ def checkpoint_for(config: ForgeConfig, workdir: Path) -> tuple[str, list[str]]:
     source = config.resolve_path(config.model.source)
     if source.is_dir():
         return str(source.resolve()), []
-    warning = f"no imported checkpoint at {imported}; the model.yaml points at it (run `trtllm-forge import` first)"
+    if config.model.source not in BUILTIN_MODELS and source.suffix != ".gguf":
+        # A Hugging Face directory on the serving host (e.g. /models/...), not necessarily on this machine.
+        return str(source), [f"{source} is not on this machine; the serving host must have it"]
+    warning = f"no imported checkpoint at {imported}; the repository points at it (run `trtllm-forge import` first)"
     return str(imported.resolve()), [warning]
 
 

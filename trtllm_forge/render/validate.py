@@ -256,9 +256,14 @@ class Validator:
                     self.add(path, line, f"step {step.model_name}: {value!r} has dims {source.dims} but input {key!r} "
                              f"has dims {want.dims}", "make the dims agree (-1 matches any size)")
                 if key in STREAM_TENSORS and not target.decoupled:
+                    # A repository that is decoupled nowhere is a valid non-streaming deployment (warning); one
+                    # where other models are decoupled means streaming clients, which this step rejects (error).
+                    streaming_elsewhere = sorted(m.name for m in self.models.values() if m.decoupled and m is not target)
                     self.add(path, line, f"streaming is wired to {step.model_name}, which is not decoupled; streamed requests "
-                             "fail with 'Streaming is only supported if model is deployed using decoupled mode'",
-                             f"set model_transaction_policy {{ decoupled: true }} in {step.model_name}, or do not map {key!r}")
+                             "fail with 'Streaming is only supported if model is deployed using decoupled mode'"
+                             + (f" (while {', '.join(streaming_elsewhere)} is decoupled)" if streaming_elsewhere else ""),
+                             f"set model_transaction_policy {{ decoupled: true }} in {step.model_name}, or do not map {key!r}",
+                             "error" if streaming_elsewhere else "warning")
             if len(origins) > 1:
                 self.add(path, step_line, f"step {step.model_name} receives inputs from different decoupled models "
                          f"({', '.join(sorted(origins))})", "feed a step from at most one decoupled model")

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.config.schema import BUILTIN_MODELS, ForgeConfig
 from trtllm_forge.engine_config import EngineInfo
 from trtllm_forge.errors import ConfigError, ConfigErrors
 from trtllm_forge.render.stub_env import project_env, stub_env_path
@@ -165,7 +165,11 @@ def tokenizer_dir_for(config: ForgeConfig, workdir: Path, kind: str, engine_dir:
         return config.resolve_path(config.model.tokenizer).resolve()
     if kind == "cpu" and engine_dir is not None:
         return engine_dir.resolve()
-    return (workdir / "import" / "checkpoint").resolve()
+    imported = (workdir / "import" / "checkpoint").resolve()
+    source = config.resolve_path(config.model.source)
+    if not imported.is_dir() and config.model.source not in BUILTIN_MODELS and source.suffix != ".gguf":
+        return source  # a Hugging Face directory on the serving host (GPU examples use /models/...)
+    return imported
 
 
 def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind: str) -> RepositoryValues:
@@ -177,7 +181,8 @@ def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind:
     tokenizer_dir = tokenizer_dir_for(config, workdir, kind, engine_dir)
     warnings = []
     if not tokenizer_dir.is_dir():
-        warnings.append(f"tokenizer directory {tokenizer_dir} does not exist yet (run import first, or set model.tokenizer)")
+        warnings.append(f"tokenizer directory {tokenizer_dir} does not exist on this machine "
+                        "(run import first, set model.tokenizer, or render on the serving host)")
     if tr.instances.bls < engine.max_batch_size and tr.entrypoint == "bls":
         warnings.append(f"triton.instances.bls is {tr.instances.bls}; each BLS instance serves requests one at a time "
                         f"unless decoupled, consider {engine.max_batch_size}")

@@ -19,6 +19,7 @@ Model parameters read from config.pbtxt:
     max_beam_width                must be 1 (beam search is not served on CPU)
     batch_scheduler_policy        accepted; GenAI's scheduler always behaves like max_utilization (it
                                   preempts and recomputes a sequence when the KV cache runs out)
+    cancellation_check_period_ms  how often the engine asks whether clients went away (default 100)
     max_queue_size                requests admitted beyond the engine's max_batch_size before new ones
                                   are rejected (0 = unbounded)
 The scheduler comes from the engine's config.json (max_num_seqs = build_config.max_batch_size,
@@ -212,6 +213,8 @@ class TritonPythonModel:
         self.max_seq_len = int(build["max_seq_len"])
         self.exclude_input_default = _param_bool(params, "exclude_input_in_output", False)
         self.max_queue_size = _param_int(params, "max_queue_size", 0)
+        self.cancel_check_period_s = _param_int(params, "cancellation_check_period_ms", 100) / 1000.0
+        self.next_cancel_check = 0.0
 
         kv_tokens = _param_int(params, "max_tokens_in_paged_kv_cache", None) or self.max_batch_size * self.max_seq_len
         kv_blocks = max(1, math.ceil(kv_tokens / CPU_KV_BLOCK_SIZE))
@@ -247,6 +250,9 @@ class TritonPythonModel:
         self.count_lock = threading.Lock()
         self.next_engine_id = 0
         self.stopping = threading.Event()
+        self.outbox: queue.Queue = queue.Queue()
+        self.send_thread = threading.Thread(target=self._send_loop, name=f"{self.instance}-send", daemon=True)
+        self.send_thread.start()
         self.loop_thread = threading.Thread(target=self._loop, name=f"{self.instance}-engine", daemon=True)
         self.loop_thread.start()
 
@@ -329,6 +335,8 @@ class TritonPythonModel:
         if input_ids.ndim == 1:
             input_ids = input_ids.reshape(1, -1)
         batch = input_ids.shape[0]
+        if batch > 1 and not self.decoupled:
+            raise RequestError(f"input_ids: a batch of {batch} needs the model in decoupled mode; send one sequence")
         lengths = _input(request, "input_lengths")
         output_lens = _input(request, "request_output_len")
         if output_lens is None:
@@ -437,6 +445,10 @@ class TritonPythonModel:
                 setattr(config, attr, float(value))
         if bool(_item_scalar(_input(request, "return_log_probs"), 0, False)):
             config.logprobs = 1
+        try:
+            config.validate()
+        except Exception as exc:  # noqa: BLE001 - GenAI's own check of the sampling parameters
+            raise RequestError(f"sampling parameters: {exc}".splitlines()[0]) from None
         return config
 
     # ----------------------------------------------------------------------------------------------
@@ -448,18 +460,19 @@ class TritonPythonModel:
         status = self.ov_genai.GenerationStatus
         while not self.stopping.is_set():
             try:
-                self._admit(ov, block=not self.active)
-                if not self.active:
+                # Requests stopped on our side (cancelled, failed) stay in GenAI until a step drops them.
+                pending = self.pipeline.has_non_finished_requests()
+                self._admit(ov, block=not self.active and not pending)
+                if not self.active and not pending:
                     continue
                 self._check_cancelled()
-                if not self.active:
-                    continue
                 try:
                     self.pipeline.step()
                 except Exception as exc:  # noqa: BLE001 - fail the requests in flight, keep serving
                     pb_utils.Logger.log_error(f"{self.instance}: step failed: {exc}\n{traceback.format_exc()}")
                     for job, item in list(self.active.values()):
                         self._fail(job, f"engine step failed: {exc}")
+                    time.sleep(IDLE_WAIT_S)
                     continue
                 now = time.time_ns()
                 for engine_id, (job, item) in list(self.active.items()):
@@ -472,6 +485,13 @@ class TritonPythonModel:
                 pb_utils.Logger.log_error(f"{self.instance}: engine loop error: {exc}\n{traceback.format_exc()}")
         for job, item in list(self.active.values()):
             self._fail(job, "the model is shutting down")
+        for _ in range(100):  # let GenAI drop the stopped requests before the pipeline is destroyed
+            if not self.pipeline.has_non_finished_requests():
+                break
+            try:
+                self.pipeline.step()
+            except Exception:  # noqa: BLE001 - shutting down anyway
+                break
 
     def _admit(self, ov, block: bool) -> None:
         try:
@@ -482,13 +502,16 @@ class TritonPythonModel:
             if isinstance(entry, tuple):  # ("stop", request_id)
                 self._stop_by_id(entry[1])
             elif not entry.closed:
-                for item in entry.items:
-                    item.engine_id = self.next_engine_id
-                    self.next_engine_id += 1
-                    ids = ov.Tensor(np.asarray([item.prompt], dtype=np.int64))
-                    item.handle = self.pipeline.add_request(item.engine_id, ids, item.config)
-                    item.first_scheduled_ns = time.time_ns()
-                    self.active[item.engine_id] = (entry, item)
+                try:
+                    for item in entry.items:
+                        item.engine_id = self.next_engine_id
+                        self.next_engine_id += 1
+                        ids = ov.Tensor(np.asarray([item.prompt], dtype=np.int64))
+                        item.handle = self.pipeline.add_request(item.engine_id, ids, item.config)
+                        item.first_scheduled_ns = time.time_ns()
+                        self.active[item.engine_id] = (entry, item)
+                except Exception as exc:  # noqa: BLE001 - refused by GenAI: answer this request only
+                    self._fail(entry, f"the engine refused the request: {exc}".splitlines()[0])
             try:
                 entry = self.incoming.get_nowait()
             except queue.Empty:
@@ -504,6 +527,11 @@ class TritonPythonModel:
                 item.handle.stop()
 
     def _check_cancelled(self) -> None:
+        # Each check is a round trip to the server process: done every cancellation_check_period_ms.
+        now = time.monotonic()
+        if now < self.next_cancel_check:
+            return
+        self.next_cancel_check = now + self.cancel_check_period_s
         seen = set()
         for job, item in list(self.active.values()):
             if id(job) in seen or job.sender is None:
@@ -520,20 +548,18 @@ class TritonPythonModel:
                         self.active.pop(other.engine_id, None)
                 job.closed = True
                 self._release(job)
-                try:
-                    job.sender.send(
-                        pb_utils.InferenceResponse(
-                            output_tensors=[], error=pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)
-                        ),
-                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
-                    )
-                except Exception:  # noqa: BLE001 - the client is gone; nothing to tell it
-                    pass
+                self.outbox.put((
+                    job.sender,
+                    pb_utils.InferenceResponse(
+                        output_tensors=[], error=pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)
+                    ),
+                    pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                ))
 
     @staticmethod
     def _is_cancelled(job: Job) -> bool:
         try:
-            return bool(job.sender.is_cancelled() or job.request.is_cancelled())
+            return bool(job.sender.is_cancelled())
         except Exception:  # noqa: BLE001 - a released request counts as gone
             return True
 
@@ -597,19 +623,13 @@ class TritonPythonModel:
             job.collected[:] = [response]
             job.finished.set()
             return
-        try:
-            job.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        except Exception:  # noqa: BLE001
-            pass
+        self.outbox.put((job.sender, response, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL))
 
     def _close(self, job: Job) -> None:
         if job.sender is None:
             job.finished.set()
         elif not job.closed:
-            try:
-                job.sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            except Exception:  # noqa: BLE001 - client gone
-                pass
+            self.outbox.put((job.sender, None, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL))
         job.closed = True
         self._release(job)
 
@@ -624,10 +644,22 @@ class TritonPythonModel:
         if job.sender is None:
             job.collected.append(response)
             return
-        try:
-            job.sender.send(response)
-        except Exception as exc:  # noqa: BLE001 - a vanished client must not stop the loop
-            pb_utils.Logger.log_warn(f"{self.instance}: could not send a response: {exc}")
+        self.outbox.put((job.sender, response, 0))
+
+    def _send_loop(self) -> None:
+        """Sends responses in order, so the engine thread can step while they travel to the server."""
+        while True:
+            entry = self.outbox.get()
+            if entry is None:
+                return
+            sender, response, flags = entry
+            try:
+                if response is None:
+                    sender.send(flags=flags)
+                else:
+                    sender.send(response, flags=flags)
+            except Exception as exc:  # noqa: BLE001 - a vanished client must not stop the others
+                pb_utils.Logger.log_warn(f"{self.instance}: could not send a response: {exc}")
 
     # ----------------------------------------------------------------------------------------------
     # Responses in the TensorRT-LLM shapes ([batch=1, beam=1, tokens] etc.)
@@ -637,13 +669,15 @@ class TritonPythonModel:
         outputs = {
             "output_ids": np.asarray(tokens, dtype=np.int32).reshape(1, 1, n),
             "sequence_length": np.asarray([[n]], dtype=np.int32),
-            "cum_log_probs": np.asarray([[sum(item.log_probs) if job.want_log_probs else 0.0]], dtype=np.float32),
-            "output_log_probs": np.asarray(
-                log_probs if job.want_log_probs else [0.0] * n, dtype=np.float32
-            ).reshape(1, 1, n),
-            "batch_index": np.asarray([[item.batch_index]], dtype=np.int32),
-            "sequence_index": np.asarray([[0]], dtype=np.int32),
         }
+        # Like TensorRT-LLM: log probs only when asked for, batch and sequence index for batched requests.
+        # Every tensor costs a shared-memory round trip per streamed token.
+        if job.want_log_probs:
+            outputs["cum_log_probs"] = np.asarray([[sum(item.log_probs)]], dtype=np.float32)
+            outputs["output_log_probs"] = np.asarray(log_probs, dtype=np.float32).reshape(1, 1, n)
+        if len(job.items) > 1:
+            outputs["batch_index"] = np.asarray([[item.batch_index]], dtype=np.int32)
+            outputs["sequence_index"] = np.asarray([[0]], dtype=np.int32)
         if job.want_perf:
             blocks = math.ceil((len(item.prompt) + len(item.tokens)) / CPU_KV_BLOCK_SIZE)
             outputs.update(
@@ -670,4 +704,6 @@ class TritonPythonModel:
     def finalize(self):
         self.stopping.set()
         self.loop_thread.join(timeout=30)
+        self.outbox.put(None)
+        self.send_thread.join(timeout=30)
         self.pipeline = None

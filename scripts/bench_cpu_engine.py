@@ -1,0 +1,459 @@
+#!/usr/bin/env python
+"""The CPU engine against transformers, on one workload: 16 prompts x up to 64 new tokens, greedy.
+
+Rows (output tokens per second; every generated token counts, EOS ends a sequence early):
+  (a) transformers, one request at a time        (the reference for token identity)
+  (b) transformers, statically batched (16, left padding)
+  (c) our engine in-process: OpenVINO GenAI ContinuousBatchingPipeline with the settings the Triton
+      `tensorrt_llm` model uses (scheduler from the engine config.json and the config's runtime section)
+  (d) the same engine behind a real Triton, through the rendered ensemble (text in, text out), 16 concurrent
+      gRPC streams; (d') the `tensorrt_llm` model of that server called directly with token ids
+for fp32 and int8 weights, plus the perplexity of each engine on a local text (int8 vs fp32).
+
+    python scripts/bench_cpu_engine.py [--config configs/smollm2-cpu.yaml] [--root forge-work/bench-cpu]
+        [--checkpoint DIR] [--precisions fp32,int8] [--skip-triton] [--json out.json] [--markdown out.md]
+
+Engines are built (and cached) under --root with the project's own stages; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PROMPTS = [
+    "The capital of France is",
+    "Water boils at a temperature of",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village,",
+    "The three primary colors are",
+    "To make a cup of tea, first",
+    "import numpy as np\nx = np.",
+    "The largest planet in the solar system is",
+    "My favourite book is",
+    "In 1969, the first man on the moon",
+    "SELECT name FROM users WHERE",
+    "The quick brown fox",
+    "Photosynthesis is the process by which",
+    "A haiku about autumn:",
+    "The meaning of life is",
+    "List three fruits: apple,",
+]
+# A short local text for perplexity (written for this benchmark; nothing is downloaded).
+PERPLEXITY_TEXT = """\
+The river town woke slowly. Fishermen pushed their boats into the grey water while the baker on the corner \
+pulled the first loaves from the oven, and the smell of bread drifted down to the harbour. Children walked to \
+school along the old stone wall, counting the gulls that sat on the posts. By nine o'clock the market square \
+was full: farmers sold apples, cheese and honey, and a man with a cart repaired umbrellas for a few coins.
+A computer program is a sequence of instructions that a machine can execute. Most programs are written in a \
+high-level language and translated into machine code by a compiler or run by an interpreter. Good programs are \
+easy to read, because people spend far more time reading code than writing it. Functions should do one thing, \
+names should say what a value means, and tests should fail when the behaviour is wrong.
+The water cycle moves water between the oceans, the air and the land. Heat from the sun evaporates water from \
+the sea; the vapour rises, cools and condenses into clouds; rain and snow fall back to the ground, where rivers \
+carry the water to the sea again. Plants take up water through their roots and release it through their leaves, \
+which also adds moisture to the air.
+"""
+
+CPU_KV_BLOCK_SIZE = 32  # OpenVINO's CPU plugin: tokens per KV block (as in the CPU engine model)
+
+
+@dataclass
+class Row:
+    key: str
+    method: str
+    precision: str
+    tokens: int
+    seconds: float
+    identical: int | None = None  # prompts whose tokens equal transformers' one-at-a-time output
+    total: int = len(PROMPTS)
+    note: str = ""
+    outputs: list[list[int]] = field(default_factory=list, repr=False)
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def info(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# ---- transformers ---------------------------------------------------------------------------------------
+
+
+def load_transformers(checkpoint: Path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    model = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=torch.float32).eval()
+    return tokenizer, model
+
+
+def eos_ids(model) -> set[int]:
+    eos = model.generation_config.eos_token_id
+    return set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
+
+
+def trim_at_eos(ids: list[int], eos: set[int]) -> list[int]:
+    for i, t in enumerate(ids):
+        if t in eos:
+            return ids[: i + 1]
+    return ids
+
+
+def run_transformers_sequential(model, prompt_ids, max_tokens) -> Row:
+    import torch
+
+    outputs = []
+    started = time.perf_counter()
+    with torch.no_grad():
+        for ids in prompt_ids:
+            out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                 max_new_tokens=max_tokens, do_sample=False, pad_token_id=model.config.eos_token_id)
+            outputs.append(out[0, len(ids):].tolist())
+    seconds = time.perf_counter() - started
+    return Row("a", "transformers, one request at a time", "fp32", sum(map(len, outputs)), seconds, len(outputs),
+               outputs=outputs)
+
+
+def median_run(fn, repeats: int):
+    """Run fn() `repeats` times and keep the run with the median throughput."""
+    runs = sorted((fn() for _ in range(repeats)), key=lambda r: r.tok_s)
+    chosen = runs[len(runs) // 2]
+    if repeats > 1:
+        chosen.note = (chosen.note + f" median of {repeats}: " + "/".join(f"{r.tok_s:.0f}" for r in runs)).strip()
+    return chosen
+
+
+def run_transformers_batched(model, prompt_ids, max_tokens, reference) -> Row:
+    import torch
+
+    pad = model.config.pad_token_id if model.config.pad_token_id is not None else model.config.eos_token_id
+    width = max(map(len, prompt_ids))
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompt_ids])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids])
+    started = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=max_tokens, do_sample=False, pad_token_id=pad)
+    seconds = time.perf_counter() - started
+    eos = eos_ids(model)
+    outputs = [trim_at_eos(row[width:].tolist(), eos) for row in out]
+    same = sum(o == r for o, r in zip(outputs, reference))
+    return Row("b", f"transformers, static batch of {len(prompt_ids)}", "fp32", sum(map(len, outputs)), seconds, same,
+               note="left padding", outputs=outputs)
+
+
+def transformers_nll(model, tokenizer) -> tuple[float, int]:
+    import torch
+
+    ids = tokenizer(PERPLEXITY_TEXT, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        logits = model(ids).logits[0, :-1].double()
+    targets = ids[0, 1:]
+    nll = torch.nn.functional.cross_entropy(logits, targets, reduction="sum").item()
+    return nll, int(targets.numel())
+
+
+# ---- the engine in-process -------------------------------------------------------------------------------
+
+
+def scheduler_for(config, engine_dir: Path):
+    """The SchedulerConfig and properties the CPU `tensorrt_llm` model builds from the same inputs."""
+    import openvino_genai as ov_genai
+
+    engine = json.loads((engine_dir / "config.json").read_text())
+    build = engine["build_config"]
+    kv_tokens = config.runtime.max_tokens_in_paged_kv_cache or build["max_batch_size"] * build["max_seq_len"]
+    scheduler = ov_genai.SchedulerConfig()
+    scheduler.num_kv_blocks = max(1, math.ceil(kv_tokens / CPU_KV_BLOCK_SIZE))
+    scheduler.max_num_seqs = build["max_batch_size"]
+    scheduler.max_num_batched_tokens = build.get("max_num_tokens") or 8192
+    scheduler.enable_prefix_caching = config.runtime.enable_kv_cache_reuse
+    scheduler.dynamic_split_fuse = config.runtime.enable_chunked_context
+    if not scheduler.dynamic_split_fuse:
+        scheduler.max_num_batched_tokens = max(scheduler.max_num_batched_tokens, build["max_input_len"])
+    properties = {str(k): str(v) for k, v in (engine.get("openvino", {}).get("properties") or {}).items()}
+    return scheduler, properties
+
+
+def run_engine_in_process(config, engine_dir: Path, prompt_ids, max_tokens, reference, precision: str,
+                          repeats: int = 1) -> Row:
+    import numpy as np
+    import openvino as ov
+    import openvino_genai as ov_genai
+
+    scheduler, properties = scheduler_for(config, engine_dir)
+    pipeline = ov_genai.ContinuousBatchingPipeline(str(engine_dir), scheduler, "CPU", properties)
+
+    def generation_config(n: int):
+        gc = ov_genai.GenerationConfig()
+        gc.max_new_tokens = n
+        gc.do_sample = False
+        eos = json.loads((engine_dir / "generation_config.json").read_text()).get("eos_token_id")
+        if eos is not None:
+            gc.eos_token_id = eos[0] if isinstance(eos, list) else eos
+            gc.stop_token_ids = set(eos if isinstance(eos, list) else [eos])
+        return gc
+
+    def run(batch, n):
+        handles = [pipeline.add_request(i, ov.Tensor(np.asarray([ids], dtype=np.int64)), generation_config(n))
+                   for i, ids in enumerate(batch)]
+        outputs = [[] for _ in batch]
+        while pipeline.has_non_finished_requests():
+            pipeline.step()
+            for i, handle in enumerate(handles):
+                if handle.can_read():
+                    for out in handle.read().values():
+                        outputs[i].extend(int(t) for t in out.generated_ids)
+        for i, handle in enumerate(handles):  # tokens of the last step
+            if handle.can_read():
+                for out in handle.read().values():
+                    outputs[i].extend(int(t) for t in out.generated_ids)
+        return outputs
+
+    run(prompt_ids[:2], 4)  # warm-up: first inference compiles kernels
+
+    def once() -> Row:
+        started = time.perf_counter()
+        outputs = run(prompt_ids, max_tokens)
+        seconds = time.perf_counter() - started
+        same = sum(o == r for o, r in zip(outputs, reference))
+        return Row("c", "our engine in-process (ContinuousBatchingPipeline)", precision, sum(map(len, outputs)),
+                   seconds, same, outputs=outputs)
+
+    return median_run(once, repeats)
+
+
+def engine_nll(engine_dir: Path, tokenizer) -> tuple[float, int]:
+    """Negative log-likelihood of PERPLEXITY_TEXT under the exported IR (one forward pass, f32 hints)."""
+    import numpy as np
+    import openvino as ov
+
+    engine = json.loads((engine_dir / "config.json").read_text())
+    properties = engine.get("openvino", {}).get("properties") or {}
+    core = ov.Core()
+    compiled = core.compile_model(str(engine_dir / "openvino_model.xml"), "CPU",
+                                  {k: v for k, v in properties.items() if k == "INFERENCE_PRECISION_HINT"})
+    request = compiled.create_infer_request()
+    ids = np.asarray([tokenizer(PERPLEXITY_TEXT)["input_ids"]], dtype=np.int64)
+    names = {port.any_name for port in compiled.inputs}
+    feed = {"input_ids": ids}
+    if "attention_mask" in names:
+        feed["attention_mask"] = np.ones_like(ids)
+    if "position_ids" in names:
+        feed["position_ids"] = np.arange(ids.shape[1], dtype=np.int64)[None, :]
+    if "beam_idx" in names:
+        feed["beam_idx"] = np.zeros(1, dtype=np.int32)
+    request.reset_state()
+    logits = request.infer(feed)[compiled.output("logits")][0, :-1].astype(np.float64)
+    targets = ids[0, 1:]
+    logits -= logits.max(axis=-1, keepdims=True)
+    log_probs = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+    nll = -float(log_probs[np.arange(len(targets)), targets].sum())
+    return nll, int(len(targets))
+
+
+# ---- through Triton --------------------------------------------------------------------------------------
+
+
+def concurrent(fn, items):
+    with ThreadPoolExecutor(max_workers=len(items)) as pool:
+        started = time.perf_counter()
+        results = list(pool.map(fn, items))
+        return results, time.perf_counter() - started
+
+
+def run_triton(config, workdir: Path, engine_dir: Path, prompt_ids, max_tokens, reference, tokenizer,
+               precision: str, repeats: int = 1) -> list[Row]:
+    from trtllm_forge.client import generate, stream_request
+    from trtllm_forge.deploy import start_server, stop_server
+    from trtllm_forge.render.repository import render_repository
+
+    render_repository(config, workdir, engine_dir)
+    deployment = start_server(config, workdir)
+    names = config.triton.model_names
+    try:
+        # warm-up (both paths), then the measured runs
+        generate(deployment, PROMPTS[0], 4, model=names.ensemble)
+
+        def by_text() -> Row:
+            results, seconds = concurrent(
+                lambda p: generate(deployment, p, max_tokens, model=names.ensemble, stream=True), PROMPTS)
+            # The ensemble returns text: a prompt counts as identical when the streamed text equals the
+            # detokenized reference; its token count is the number of streamed responses (one per token).
+            same = 0
+            for result, ref in zip(results, reference):
+                if result.text in (tokenizer.decode(ref, skip_special_tokens=True),
+                                   "".join(tokenizer.decode([t], skip_special_tokens=True) for t in ref)):
+                    same += 1
+            return Row("d", "Triton ensemble (text, 16 gRPC streams)", precision,
+                       sum(len(r.chunks) for r in results), seconds, same, note="identity judged on the text")
+
+        def ids(ids_):
+            values = {"input_ids": ids_, "input_lengths": [len(ids_)], "request_output_len": [max_tokens],
+                      "streaming": [True]}
+            return stream_request(deployment, names.tensorrt_llm, values)
+
+        def by_ids() -> Row:
+            results, seconds = concurrent(ids, prompt_ids)
+            outputs = [[int(t) for r in res.responses for t in r["output_ids"].reshape(-1)] for res in results]
+            same = sum(o == r for o, r in zip(outputs, reference))
+            return Row("d'", "Triton tensorrt_llm model (token ids, 16 gRPC streams)", precision,
+                       sum(map(len, outputs)), seconds, same, outputs=outputs)
+
+        return [median_run(by_text, repeats), median_run(by_ids, repeats)]
+    finally:
+        stop_server(deployment)
+
+
+# ---- report ----------------------------------------------------------------------------------------------
+
+
+def markdown(rows: list[Row], baseline: Row, perplexity: dict, goals: list[str], meta: dict) -> str:
+    lines = [
+        f"Workload: {len(PROMPTS)} prompts x up to {meta['max_tokens']} new tokens, greedy; {meta['machine']}.",
+        "",
+        "| | method | weights | output tok/s | vs (b) | identical to transformers | notes |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        same = "—" if row.identical is None else f"{row.identical}/{row.total}"
+        lines.append(f"| ({row.key}) | {row.method} | {row.precision} | {row.tok_s:.1f} | "
+                     f"{row.tok_s / baseline.tok_s:.2f}x | {same} | {row.note} |")
+    if perplexity:
+        lines += ["", "| model | perplexity on the local text | vs fp32 engine |", "|---|---:|---:|"]
+        base = perplexity.get("engine fp32")
+        for name, value in perplexity.items():
+            rel = f"{(value / base - 1) * 100:+.2f}%" if base else "—"
+            lines.append(f"| {name} | {value:.3f} | {rel} |")
+    if goals:
+        lines += ["", *[f"- {g}" for g in goals]]
+    return "\n".join(lines) + "\n"
+
+
+def check_goals(rows: dict[tuple[str, str], Row], baseline: Row, perplexity: dict) -> list[str]:
+    goals = []
+    d32, c32, d8, c8 = (rows.get(k) for k in (("d", "fp32"), ("c", "fp32"), ("d", "int8"), ("c", "int8")))
+    if d32:
+        ok = d32.tok_s >= 3 * baseline.tok_s and d32.identical == d32.total
+        goals.append(f"{'PASS' if ok else 'MISS'}: (d) fp32 >= 3x (b) with identical tokens "
+                     f"({d32.tok_s / baseline.tok_s:.2f}x, {d32.identical}/{d32.total})")
+    if d8 and "engine int8" in perplexity and "engine fp32" in perplexity:
+        rel = perplexity["engine int8"] / perplexity["engine fp32"] - 1
+        ok = d8.tok_s >= 5 * baseline.tok_s and rel <= 0.02
+        goals.append(f"{'PASS' if ok else 'MISS'}: (d) int8 >= 5x (b) within 2% perplexity "
+                     f"({d8.tok_s / baseline.tok_s:.2f}x, {rel * 100:+.2f}%)")
+    for d, c in ((d32, c32), (d8, c8)):
+        if d and c:
+            ok = d.tok_s >= 0.95 * c.tok_s
+            goals.append(f"{'PASS' if ok else 'MISS'}: (d) {d.precision} within 5% of (c) ({d.tok_s / c.tok_s * 100:.1f}%)")
+    return goals
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=REPO / "configs" / "smollm2-cpu.yaml")
+    parser.add_argument("--root", type=Path, default=Path("forge-work") / "bench-cpu", help="Work directories go here.")
+    parser.add_argument("--checkpoint", type=Path, help="HF checkpoint; default: import the config's model.source.")
+    parser.add_argument("--precisions", default="fp32,int8")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--skip-triton", action="store_true", help="Only (a)-(c).")
+    parser.add_argument("--repeats", type=int, default=3, help="Runs of (b), (c), (d) each; the median is reported.")
+    parser.add_argument("--json", dest="json_out", type=Path, help="Write the results here (default <root>/bench.json).")
+    parser.add_argument("--markdown", type=Path, help="Also write the markdown table here.")
+    args = parser.parse_args(argv)
+
+    from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.config import load_config
+
+    base = load_config(args.config)
+    root = args.root.resolve()
+    checkpoint = args.checkpoint
+    if checkpoint is None:
+        from trtllm_forge.importer.stage import checkpoint_dir_of, import_checkpoint
+
+        checkpoint = checkpoint_dir_of(import_checkpoint(base, root / "import"))
+    checkpoint = Path(checkpoint).resolve()
+
+    info(f"loading transformers from {checkpoint}")
+    tokenizer, model = load_transformers(checkpoint)
+    prompt_ids = [tokenizer(p)["input_ids"] for p in PROMPTS]
+    info("(a) transformers one at a time …")
+    seq = run_transformers_sequential(model, prompt_ids, args.max_tokens)
+    reference = seq.outputs
+    info(f"    {seq.tok_s:.1f} tok/s")
+    info("(b) transformers static batch …")
+    batched = median_run(lambda: run_transformers_batched(model, prompt_ids, args.max_tokens, reference), args.repeats)
+    info(f"    {batched.tok_s:.1f} tok/s")
+    nll, count = transformers_nll(model, tokenizer)
+    perplexity = {"transformers fp32": math.exp(nll / count)}
+    model = None  # free it before the engines load
+
+    rows = [seq, batched]
+    table: dict[tuple[str, str], Row] = {}
+    algorithms = {"fp32": "none", "int8": "int8_wo", "int4": "int4_wo"}
+    for precision in [p.strip() for p in args.precisions.split(",") if p.strip()]:
+        data = base.model_dump(mode="json")
+        data["quantization"]["algorithm"] = algorithms[precision]
+        if precision == "int4":
+            data["quantization"]["group_size"] = 64
+        data["triton"].update({"http_port": 0, "grpc_port": 0, "metrics_port": 0})
+        data["name"] = f"bench-cpu-{precision}"
+        config = type(base).model_validate({**data, "config_dir": str(base.config_dir)})
+        workdir = root / precision
+        info(f"building the {precision} engine in {workdir} …")
+        engine_dir = Path(build_engine(config, workdir, checkpoint).manifest["outputs"]["engine_dir"])
+        nll, count = engine_nll(engine_dir, tokenizer)
+        perplexity[f"engine {precision}"] = math.exp(nll / count)
+        info(f"(c) engine in-process {precision} …")
+        in_process = run_engine_in_process(config, engine_dir, prompt_ids, args.max_tokens, reference, precision,
+                                           args.repeats)
+        info(f"    {in_process.tok_s:.1f} tok/s, {in_process.identical}/16 identical")
+        rows.append(in_process)
+        table[("c", precision)] = in_process
+        if not args.skip_triton:
+            info(f"(d) through Triton {precision} …")
+            for row in run_triton(config, workdir, engine_dir, prompt_ids, args.max_tokens, reference, tokenizer,
+                                  precision, args.repeats):
+                info(f"    ({row.key}) {row.tok_s:.1f} tok/s, {row.identical}/16 identical")
+                rows.append(row)
+                table[(row.key, precision)] = row
+
+    goals = check_goals(table, batched, perplexity)
+    meta = {
+        "max_tokens": args.max_tokens,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "checkpoint": str(checkpoint),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    text = markdown(rows, batched, perplexity, goals, meta)
+    print(text)
+    result = {
+        "meta": meta,
+        "rows": [{**{k: v for k, v in asdict(r).items() if k != "outputs"}, "tok_s": r.tok_s,
+                  "vs_b": r.tok_s / batched.tok_s} for r in rows],
+        "perplexity": perplexity,
+        "goals": goals,
+    }
+    out = args.json_out or root / "bench.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    if args.markdown:
+        args.markdown.write_text(text)
+    info(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
