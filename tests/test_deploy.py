@@ -173,32 +173,33 @@ def test_no_tritonserver_anywhere_says_how_to_install(monkeypatch, tmp_path):
     assert "pip install --no-deps nvidia-pytriton" in caught.value.format_message()
 
 
-def test_stub_numpy_1_missing_is_explained(monkeypatch, tmp_path):
+def test_venv_with_numpy_2_is_refused_for_the_wheel_stub(monkeypatch, tmp_path):
     from trtllm_forge.deploy import discovery
     from trtllm_forge.errors import StepError
 
     install = discovery.find_tritonserver()
-    if install.kind != "pytriton" or (discovery._numpy_major(discovery.venv_site_packages()) or 0) < 2:
-        pytest.skip("only the nvidia-pytriton server under NumPy 2 needs a separate NumPy for its stubs")
-    monkeypatch.setenv(discovery.STUB_SITE_ENV, str(tmp_path))
+    if install.kind != "pytriton":
+        pytest.skip("only the nvidia-pytriton stub is built against NumPy 1")
+    discovery.check_stub_numpy(install)  # this venv: NumPy 1.x, accepted
+    (tmp_path / "numpy-2.1.0.dist-info").mkdir()
+    monkeypatch.setattr(discovery, "venv_site_packages", lambda: tmp_path)
     with pytest.raises(StepError) as caught:
-        discovery.prepare_stub_env(install, tmp_path / "wd")
-    assert "numpy<2" in caught.value.format_message()
+        discovery.check_stub_numpy(install)
+    assert "numpy>=1.26,<2" in caught.value.format_message()
 
 
 def test_execution_env_with_numpy_2_is_refused(tmp_path, write_config, repo):
-    import sys
-
     from trtllm_forge.deploy import discovery
 
-    install = discovery.find_tritonserver()
-    if install.kind != "pytriton" or (discovery._numpy_major(discovery.venv_site_packages()) or 0) < 2:
-        pytest.skip("only the nvidia-pytriton stub under NumPy 2 corrupts tensors")
+    if discovery.find_tritonserver().kind != "pytriton":
+        pytest.skip("only the nvidia-pytriton stub is built against NumPy 1")
+    numpy2_env = tmp_path / "numpy2-env"
+    (numpy2_env / "lib" / "python3.11" / "site-packages" / "numpy-2.1.0.dist-info").mkdir(parents=True)
     config_pbtxt = repo / "echo" / "config.pbtxt"
     config_pbtxt.write_text(
-        config_pbtxt.read_text() + f'parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{sys.prefix}" }} }}\n'
+        config_pbtxt.read_text() + f'parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{numpy2_env}" }} }}\n'
     )
     result = run_cli("deploy", str(write_config(CPU_CONFIG)), "--workdir", str(tmp_path / "wd"), "--repository", str(repo), "--dry-run")
     assert result.returncode == 2
-    assert result.stderr.startswith(f"error: {config_pbtxt}: EXECUTION_ENV_PATH={sys.prefix} gives the nvidia-pytriton")
-    assert "drop that parameter" in result.stderr
+    assert result.stderr.startswith(f"error: {config_pbtxt}: EXECUTION_ENV_PATH={numpy2_env} gives the nvidia-pytriton")
+    assert "numpy<2" in result.stderr

@@ -20,29 +20,9 @@ from pathlib import Path
 import jinja2
 
 from trtllm_forge.errors import StepError
+from trtllm_forge.render.stub_env import project_env
 
 TIMING_MODEL_DIR = Path(__file__).parent / "timing_model"
-
-
-def stub_env(log_dir: Path | None = None) -> Path:
-    """The EXECUTION_ENV_PATH for the timing model's stub: the same side environment (numpy 1 for the
-    nvidia-pytriton stubs, see trtllm_forge.render.stub_env) deployments use, created once if missing.
-    FORGE_STUB_ENV overrides."""
-    from trtllm_forge.render.stub_env import ensure_stub_env, needs_side_env, stub_env_path
-
-    if os.environ.get("FORGE_STUB_ENV"):
-        return Path(os.environ["FORGE_STUB_ENV"])
-    if not needs_side_env():
-        return Path(sys.prefix)
-    path = stub_env_path()
-    log = (log_dir or path.parent) / f"{path.name}.log"
-
-    def run(argv: list[str], step: str) -> None:
-        with open(log, "ab") as out:
-            if subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
-                raise StepError("stub environment", f"{step}: `{' '.join(argv)}` failed", f"see {log}")
-
-    return ensure_stub_env(path, run)
 
 
 def render_timing_model(repository: Path, name: str = "ensemble", ttft_ms: float = 20.0, gap_ms: float = 10.0,
@@ -56,7 +36,7 @@ def render_timing_model(repository: Path, name: str = "ensemble", ttft_ms: float
     (model_dir / "1" / "model.py").write_text((TIMING_MODEL_DIR / "model.py").read_text())
     template = jinja2.Template((TIMING_MODEL_DIR / ("config_tokens.pbtxt" if contract == "tokens" else "config.pbtxt")).read_text(), undefined=jinja2.StrictUndefined)
     (model_dir / "config.pbtxt").write_text(template.render(
-        name=name, ttft_ms=ttft_ms, gap_ms=gap_ms, max_batch_size=max_batch_size, env_path=stub_env(), instances=instances,
+        name=name, ttft_ms=ttft_ms, gap_ms=gap_ms, max_batch_size=max_batch_size, env_path=project_env(), instances=instances,
     ))
     return model_dir
 

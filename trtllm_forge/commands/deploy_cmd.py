@@ -111,8 +111,6 @@ def start(
         info("files:")
         for dest, source in plan.backend_files.items():
             click.echo(f"{dest} <- {source}")
-        if plan.stub_env:
-            click.echo(f"{plan.stub_env}/ (python stub environment: NumPy 1.x first, then this venv)")
         click.echo(f"{plan.log} (server log)")
         click.echo(f"{wd / 'deploy' / 'state.json'} (deployment state)")
         info(f"models to wait for: {', '.join(plan.models)}")

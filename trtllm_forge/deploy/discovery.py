@@ -18,10 +18,6 @@ from pathlib import Path
 from trtllm_forge.errors import StepError
 
 OPT_TRITONSERVER = Path("/opt/tritonserver/bin/tritonserver")
-# The wheel's python stub was built against NumPy 1.x: under NumPy 2 it hands models garbage for BYTES
-# (string) tensors. A NumPy 1.x installed here (pip --target) is put ahead of the venv's for the stubs only.
-STUB_SITE_ENV = "TRTLLM_FORGE_STUB_SITE"
-STUB_SITE_DEFAULT = "triton-stub-site"
 STUB = "triton_python_backend_stub"
 INSTALL_HINT = (
     "install Triton: `pip install --no-deps nvidia-pytriton==0.7.0` (bundles tritonserver 2.51), or put "
@@ -129,49 +125,14 @@ def venv_site_packages() -> Path:
     return Path(sysconfig.get_paths()["purelib"])
 
 
-def stub_numpy_site(install: TritonInstall) -> Path | None:
-    """The NumPy 1.x directory the wheel's stubs need, or None when the venv's own NumPy is already 1.x."""
-    if install.kind != "pytriton" or (_numpy_major(venv_site_packages()) or 0) < 2:
-        return None
-    site = Path(os.environ.get(STUB_SITE_ENV) or Path(sys.prefix) / STUB_SITE_DEFAULT)
-    major = _numpy_major(site)
-    if major is None or major >= 2:
+def check_stub_numpy(install: TritonInstall) -> None:
+    """The wheel's python stub was built against NumPy 1.x; under NumPy 2 it corrupts every tensor it passes."""
+    if install.kind == "pytriton" and (_numpy_major(venv_site_packages()) or 0) >= 2:
         raise StepError(
             "deploy.python_stub",
-            f"the nvidia-pytriton stub needs NumPy 1.x (with NumPy 2 it corrupts string tensors) and {site} has none",
-            f"install one for the stubs only: `{sys.executable} -m pip install --target {site} 'numpy<2'` "
-            f"(or point {STUB_SITE_ENV} at such a directory)",
+            "the nvidia-pytriton python stub needs NumPy 1.x (with NumPy 2 it corrupts string and numeric tensors)",
+            f"`{sys.executable} -m pip install 'numpy>=1.26,<2'` (trtllm-forge pins it so)",
         )
-    return site
-
-
-def prepare_stub_env(install: TritonInstall, workdir: Path) -> Path | None:
-    """A tiny virtual environment for the python stubs: NumPy 1.x first, then this venv's packages.
-
-    The stub's embedded Python finds its prefix from the first `python3` on PATH and that file's pyvenv.cfg,
-    so `<wd>/deploy/stub-env/bin` goes first on the server's PATH.
-    """
-    numpy_site = stub_numpy_site(install)
-    if numpy_site is None:
-        return None
-    env_dir = workdir / "deploy" / "stub-env"
-    site = env_dir / "lib" / f"python{python_tag()}" / "site-packages"
-    site.mkdir(parents=True, exist_ok=True)
-    (env_dir / "bin").mkdir(exist_ok=True)
-    base_python = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
-    (env_dir / "pyvenv.cfg").write_text(
-        f"home = {base_python.parent}\ninclude-system-site-packages = false\nversion = {sys.version.split()[0]}\n"
-    )
-    link = env_dir / "bin" / "python3"
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to(base_python)
-    # .pth lines starting with `import` run at start-up; addsitedir also honours the venv's own .pth files.
-    (site / "forge-stub.pth").write_text(
-        f"import site; site.addsitedir({str(numpy_site)!r})\n"
-        f"import site; site.addsitedir({str(venv_site_packages())!r})\n"
-    )
-    return env_dir
 
 
 def python_library_dir() -> Path | None:
@@ -183,13 +144,6 @@ def python_library_dir() -> Path | None:
     if sysconfig.get_config_var("Py_ENABLE_SHARED") and libdir and soname and (Path(libdir) / soname).is_file():
         return Path(libdir)
     return None
-
-
-def stub_bin_dir(install: TritonInstall, workdir: Path) -> Path:
-    """Where the stubs' `python3` is found: the stub env when one is needed, else this venv's bin."""
-    if stub_numpy_site(install) is not None:
-        return workdir / "deploy" / "stub-env" / "bin"
-    return Path(sys.executable).parent
 
 
 def server_environment(install: TritonInstall, workdir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -209,7 +163,7 @@ def server_environment(install: TritonInstall, workdir: Path, base: dict[str, st
         if base.get("LD_LIBRARY_PATH"):
             dirs.append(base["LD_LIBRARY_PATH"])
         env["LD_LIBRARY_PATH"] = os.pathsep.join(dirs)
-    bin_dir = str(stub_bin_dir(install, workdir))
+    bin_dir = str(Path(sys.executable).parent)
     path = base.get("PATH", "")
     if path.split(os.pathsep)[0] != bin_dir:
         env["PATH"] = os.pathsep.join([bin_dir, path]) if path else bin_dir

@@ -18,8 +18,8 @@ from trtllm_forge.deploy.discovery import (
     TritonInstall,
     backend_files,
     find_tritonserver,
+    check_stub_numpy,
     server_environment,
-    stub_numpy_site,
 )
 from trtllm_forge.errors import ConfigError, StepError
 
@@ -36,7 +36,6 @@ class LaunchPlan:
     install: TritonInstall
     backend_dir: Path | None  # <wd>/deploy/backends, assembled at start (wheel installs only)
     backend_files: dict[str, str] = field(default_factory=dict)  # dest -> source
-    stub_env: Path | None = None  # <wd>/deploy/stub-env, assembled at start when the stubs need NumPy 1.x
     repository: Path = Path()
     models: list[str] = field(default_factory=list)
     ports: dict[str, int] = field(default_factory=dict)
@@ -54,7 +53,6 @@ class LaunchPlan:
             "backend_directory": str(self.backend_dir) if self.backend_dir else None,
             "files": {
                 **self.backend_files,
-                **({str(self.stub_env): "(python stub environment: NumPy 1.x, then this venv)"} if self.stub_env else {}),
                 str(self.log): "(server log)",
             },
             "repository": str(self.repository),
@@ -137,10 +135,10 @@ def repository_models(repository: Path) -> list[str]:
 _ENV_PATH_RE = re.compile(r'key:\s*"EXECUTION_ENV_PATH"\s*value:\s*\{\s*string_value:\s*"([^"]*)"')
 
 
-def check_stub_env_paths(repository: Path, models: list[str], needs_numpy1: bool) -> None:
+def check_stub_env_paths(repository: Path, models: list[str], install: TritonInstall) -> None:
     """Refuse models whose EXECUTION_ENV_PATH hands the wheel's stub NumPy 2: their string tensors would arrive
     corrupted and numeric outputs empty, so the server would load and then fail on the first request."""
-    if not needs_numpy1:
+    if install.kind != "pytriton":
         return
     for name in models:
         for env_path in _ENV_PATH_RE.findall((repository / name / "config.pbtxt").read_text(errors="replace")):
@@ -149,8 +147,7 @@ def check_stub_env_paths(repository: Path, models: list[str], needs_numpy1: bool
                     f"{repository / name / 'config.pbtxt'}",
                     f"EXECUTION_ENV_PATH={env_path} gives the nvidia-pytriton python stub NumPy 2, with which it "
                     "corrupts string tensors",
-                    "drop that parameter (deploy gives the stubs NumPy 1.x plus this venv itself) or use an "
-                    "environment with numpy<2",
+                    "point it at an environment with numpy<2, such as trtllm-forge's own",
                 )
 
 
@@ -220,8 +217,8 @@ def plan_launch(config: ForgeConfig, workdir: Path, repository: Path | None = No
         ports = resolve_ports(config)
         argv = single_rank_argv(install.binary, repository, backend_dir, ports, bind)
     env = server_environment(install, workdir)
-    stub_env = workdir / "deploy" / "stub-env" if stub_numpy_site(install) is not None else None
-    check_stub_env_paths(repository, models, stub_env is not None)
+    check_stub_numpy(install)
+    check_stub_env_paths(repository, models, install)
     libraries = [str(config.resolve_path(p)) for p in config.engine.plugins.custom_libraries]
     if libraries and config.engine.backend == "tensorrt-llm":
         env["LD_PRELOAD"] = ":".join(libraries)
@@ -231,7 +228,6 @@ def plan_launch(config: ForgeConfig, workdir: Path, repository: Path | None = No
         install=install,
         backend_dir=backend_dir,
         backend_files={str(backend_dir / "python" / name): str(src) for name, src in files.items()} if backend_dir else {},
-        stub_env=stub_env,
         repository=repository,
         models=models,
         ports=ports,

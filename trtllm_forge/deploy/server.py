@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from trtllm_forge.config import ForgeConfig
-from trtllm_forge.deploy.discovery import prepare_backend_dir, prepare_stub_env
+from trtllm_forge.deploy.discovery import prepare_backend_dir
 from trtllm_forge.deploy.launch import LaunchPlan, plan_launch
 from trtllm_forge.deploy.state import Deployment, read_state, write_state
 from trtllm_forge.errors import StepError
@@ -219,7 +219,6 @@ def start_server(
         plan = plan_launch(config, workdir, repository)
         if attempt == 1:
             prepare_backend_dir(plan.install, workdir)
-            prepare_stub_env(plan.install, workdir)
         try:
             return _start_once(plan, workdir, timeout, picked_ports=0 in _configured_ports(config))
         except _PortTaken:

@@ -84,7 +84,7 @@ def launch_plan_for(config: ForgeConfig, rendered: RenderedRepository, repositor
 
 
 def stage_inputs(config: ForgeConfig, engine: EngineInfo | None, kind: str) -> tuple[dict, dict]:
-    values = {"kind": kind, "config": config.model_dump(mode="json"), "stub_env": str(stub_env.stub_env_path())}
+    values = {"kind": kind, "config": config.model_dump(mode="json"), "python_env": str(stub_env.project_env())}
     paths = {"templates": templates_root()}
     if engine is not None:
         paths["engine_config"] = engine.directory / "config.json"
@@ -102,8 +102,6 @@ def render_repository(config: ForgeConfig, workdir: Path, engine_dir: Path | Non
     values, paths = stage_inputs(config, engine, kind)
 
     def body(tmp: Path, recorder) -> dict:
-        if uses_wheel_server(config, kind) and stub_env.needs_side_env():
-            stub_env.ensure_stub_env(stub_env.default_stub_env(), recorder.run)
         rendered = write_repository(config, workdir, engine, kind, tmp / REPOSITORY)
         recorder.notes.extend(rendered.warnings)
         recorder.notes.extend(f"{p.file}:{p.line}: {p.message}" for p in rendered.problems)
@@ -144,9 +142,6 @@ def render_to_directory(config: ForgeConfig, workdir: Path, engine_dir: Path | N
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if uses_wheel_server(config, kind) and stub_env.needs_side_env() and not stub_env.stub_env_ready(stub_env.default_stub_env()):
-        rendered.warnings.append(f"the Triton python stub needs {stub_env.default_stub_env()} (numpy 1); "
-                                 "render once without --out to create it")
     rendered.repository = out
     rendered.files = [out / f.relative_to(tmp) for f in rendered.files]
     return rendered
@@ -163,9 +158,7 @@ def dry_run(config: ForgeConfig, workdir: Path, engine_dir: Path | None, kind: s
         files = sorted(str(target / f.relative_to(Path(scratch) / REPOSITORY)) for f in rendered.files)
     backend_dir = workdir / STAGE / BACKENDS if (uses_wheel_server(config, kind) and launch_mod.find_local_triton()) else None
     plan = launch_plan_for(config, rendered, target, backend_dir)
-    commands = []
-    if uses_wheel_server(config, kind) and stub_env.needs_side_env() and not stub_env.stub_env_ready(stub_env.default_stub_env()):
-        commands = stub_env.creation_steps(stub_env.default_stub_env())
+    commands: list[list[str]] = []
     return {
         "kind": kind,
         "repository": str(target),

@@ -12,7 +12,7 @@ from pathlib import Path
 from trtllm_forge.config.schema import BUILTIN_MODELS, ForgeConfig
 from trtllm_forge.engine_config import EngineInfo
 from trtllm_forge.errors import ConfigError, ConfigErrors
-from trtllm_forge.render.stub_env import project_env, stub_env_path
+from trtllm_forge.render.stub_env import project_env
 
 KINDS = ("inflight_batcher_llm", "cpu", "llmapi", "vllm")
 ENGINE_KINDS = ("inflight_batcher_llm", "cpu")
@@ -191,10 +191,7 @@ def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind:
                         "(tensorrt_llm_draft, named by the BLS parameter tensorrt_llm_draft_model_name); render does "
                         "not add it yet, so requests run without drafting")
     names = tr.model_names.model_dump()
-    # The side environment works around the nvidia-pytriton stub (cpu kind); GPU hosts run NVIDIA's own server.
-    python_env = None
-    if config.deploy.target == "local":
-        python_env = str(stub_env_path() if kind == "cpu" else project_env())
+    python_env = str(project_env()) if config.deploy.target == "local" else None
     common_tokenizer = {
         "tokenizer_dir": str(tokenizer_dir),
         "trust_remote_code": pb_bool(config.model.trust_remote_code),
