@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from conftest import CONFIGS, run_cli
+from trtllm_forge.hardware import HOST_PROFILE_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -20,8 +21,10 @@ def tritonservers_for(workdir) -> list[str]:
 
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("e2e") / "wd"
-    result = run_cli("run", str(CONFIGS / "smollm2-cpu.yaml"), "--workdir", str(workdir), "--json", timeout=1200)
+    root = tmp_path_factory.mktemp("e2e")
+    workdir = root / "wd"
+    env = {HOST_PROFILE_ENV: str(root / "hardware-cpu.json")}
+    result = run_cli("run", str(CONFIGS / "smollm2-cpu.yaml"), "--workdir", str(workdir), "--json", env=env, timeout=1200)
     return workdir, result
 
 
@@ -37,6 +40,21 @@ def test_run_serves_paris_and_verifies(first_run):
     assert (workdir / "verify" / "report.json").is_file()
     for stage in ("import", "build", "render"):
         assert json.loads((workdir / stage / "manifest.json").read_text())["status"] == "ok"
+
+
+def test_run_benchmarks_against_the_roofline(first_run):
+    workdir, result = first_run
+    doc = json.loads(result.stdout)
+    (workload,) = doc["bench"]["workloads"]
+    points = workload["points"]
+    assert [p["load"]["value"] for p in points] == [1, 8]
+    assert all(p["requests"]["failed"] == 0 and p["requests"]["completed"] == 16 for p in points)
+    assert points[1]["metrics"]["output_token_throughput_per_s"]["avg"] > points[0]["metrics"]["output_token_throughput_per_s"]["avg"]
+    rows = doc["bench"]["roofline"]
+    assert [r["concurrency"] for r in rows] == [1, 8]
+    assert all(r["roofline_tokens_per_s"] > 0 and r["percent_of_roofline"] > 0 for r in rows)
+    assert (workdir / "bench" / "chat-short").is_dir()
+    assert "% of limit" in result.stderr
 
 
 def test_run_leaves_no_server_behind(first_run):
@@ -57,12 +75,13 @@ def test_human_report_names_answer_logs_and_query_commands(first_run):
 
 def test_second_run_skips_cached_stages_and_keep_serving(first_run):
     workdir, _ = first_run
-    result = run_cli("run", str(CONFIGS / "smollm2-cpu.yaml"), "--workdir", str(workdir), "--json", "--keep-serving", timeout=900)
+    result = run_cli("run", str(CONFIGS / "smollm2-cpu.yaml"), "--workdir", str(workdir), "--json", "--keep-serving", "--skip-bench", timeout=900)
     try:
         assert result.returncode == 0, result.stderr[-3000:]
         doc = json.loads(result.stdout)
         status = {s["name"]: s["status"] for s in doc["stages"]}
         assert status["import"] == status["build"] == status["render"] == "skipped"
+        assert "bench" not in status
         assert doc["serving"]["running"] is True
         live = run_cli("deploy", "status", "--workdir", str(workdir), "--json")
         assert json.loads(live.stdout)["running"] is True
@@ -70,3 +89,32 @@ def test_second_run_skips_cached_stages_and_keep_serving(first_run):
         stopped = run_cli("deploy", "stop", "--workdir", str(workdir))
     assert stopped.returncode == 0, stopped.stderr
     assert tritonservers_for(workdir) == []
+
+
+def test_sigterm_during_run_stops_the_server(first_run):
+    """SIGTERM (what a CI runner or `kill` sends) while the server is up still stops it: no orphan left."""
+    import os
+    import signal
+    import sys
+    import time
+
+    workdir, _ = first_run
+    state = workdir / "deploy" / "state.json"
+    before = state.stat().st_mtime
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trtllm_forge", "run", str(CONFIGS / "smollm2-cpu.yaml"), "--workdir", str(workdir), "--skip-bench"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if state.stat().st_mtime > before and json.loads(state.read_text())["running"]:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "run ended before the server was up"
+    assert tritonservers_for(workdir), "the server should be running now"
+    os.kill(proc.pid, signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr[-2000:]
+    assert "terminated by SIGTERM" in stderr and "Traceback" not in stderr
+    assert tritonservers_for(workdir) == []
+    assert json.loads(state.read_text())["running"] is False

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.errors import ConfigError, StepError
-from trtllm_forge.stages import StageResult
+from trtllm_forge.stages import StageResult, terminate_as_error
 from trtllm_forge.ui import console, info
 
 SMOKE_PROMPT = "The capital of France is"
@@ -112,18 +112,42 @@ def _bench(config: ForgeConfig, workdir: Path, deployment) -> dict | None:
     from trtllm_forge.bench.run import run_bench
 
     # The deployment's state.json in the workdir tells the benchmark where the server is.
+    from trtllm_forge.bench.roofline_view import roofline_rows, roofline_table
+
     documents = [run_bench(options) for options in options_from_config(config, workdir, {}, {}, None, config.name or "CONFIG")]
+    rows = roofline_rows(config, documents)
+    if rows:
+        console.print(roofline_table(rows))
     fail_on_errors(documents)
-    return {"workloads": documents}
+    return {"workloads": documents, "roofline": rows}
+
+
+def _measure_host_once(config: ForgeConfig) -> None:
+    """The CPU's roofline needs this machine's measured bandwidth and FLOP/s (a few seconds, kept in a cache);
+    measured before the server starts so it does not compete with it."""
+    from trtllm_forge.hardware import find_device
+
+    device = find_device(config.hardware.gpu)
+    if not config.bench.workloads or device is None or device.is_gpu or device.bandwidth_gb_s:
+        return
+    from trtllm_forge.plan.host import measure_host, store_host_profile
+
+    path = store_host_profile(measure_host())
+    info(f"measured this machine for the roofline (stored in {path}; `trtllm-forge plan --measure-host` redoes it)")
 
 
 def run_pipeline(config: ForgeConfig, workdir: Path, *, force: bool = False, keep_serving: bool = False, run_bench: bool = True) -> RunReport:
+    report = RunReport(config.name or "config", workdir)
+    with terminate_as_error("run", workdir):  # SIGTERM, like Ctrl-C, still stops the server and cleans up
+        return _run_stages(config, workdir, report, force, keep_serving, run_bench)
+
+
+def _run_stages(config: ForgeConfig, workdir: Path, report: RunReport, force: bool, keep_serving: bool, run_bench: bool) -> RunReport:
     from trtllm_forge.deploy import serving
     from trtllm_forge.importer.stage import checkpoint_dir_of, import_checkpoint
     from trtllm_forge.render.repository import render_repository
     from trtllm_forge.verify.stage import verify_deployment
 
-    report = RunReport(config.name or "config", workdir)
     stages = _Stages(report)
     try:
         imported = stages.run("import", import_checkpoint, config, workdir, force=force)
@@ -134,6 +158,8 @@ def run_pipeline(config: ForgeConfig, workdir: Path, *, force: bool = False, kee
         repository = Path(rendered.manifest["outputs"]["repository"])
         report.paths = {"checkpoint": str(checkpoint_dir), "engine": str(engine_dir), "repository": str(repository),
                         "logs": str(workdir / "logs")}
+        if run_bench:
+            _measure_host_once(config)
         deploy_outcome = StageOutcome("deploy", "failed")
         report.stages.append(deploy_outcome)
         started = time.monotonic()

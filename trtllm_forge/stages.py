@@ -14,10 +14,13 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,6 +159,33 @@ def read_manifest(directory: Path) -> dict | None:
         return None
 
 
+@contextmanager
+def terminate_as_error(stage: str, workdir: Path) -> Iterator[None]:
+    """Turn SIGTERM into a StepError while a stage runs, so its temporary directory is removed and running
+    children are killed, as for Ctrl-C (Python's default SIGTERM does neither)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise StepError(stage, "terminated by SIGTERM; the partial output was discarded", f"logs are kept in {workdir / 'logs'}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def remove_stale(workdir: Path, name: str) -> list[Path]:
+    """Temporary directories a killed run of this stage left (SIGKILL cannot clean up after itself).
+    Assumes one run per stage and workdir at a time."""
+    stale = [p for pattern in (f".{name}.tmp-*", f".{name}.old-*") for p in workdir.glob(pattern) if p.is_dir()]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
+
+
 def run_stage(
     workdir: Path,
     name: str,
@@ -171,6 +201,7 @@ def run_stage(
     leaves the previous output (if any) untouched and removes its temporary directory.
     """
     workdir.mkdir(parents=True, exist_ok=True)
+    remove_stale(workdir, name)
     final = workdir / name
     input_hash = hash_inputs(values, input_paths)
     previous = read_manifest(final)
@@ -183,7 +214,7 @@ def run_stage(
     tmp.chmod(0o755)  # mkdtemp makes it 0700; stage outputs are read by servers and containers as other users
     started = time.time()
     try:
-        with console.status(f"{name} …"):
+        with terminate_as_error(name, workdir), console.status(f"{name} …"):
             outputs = dict(body(tmp, recorder))
         manifest = {
             "stage": name,

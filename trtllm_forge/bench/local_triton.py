@@ -1,28 +1,30 @@
 """A Triton server for the benchmark's own tests and fidelity script: the timing model in a temp repository,
-served by the tritonserver that ships inside the nvidia-pytriton wheel, bound to 127.0.0.1.
+served by the tritonserver deploy would use (`find_tritonserver`), bound to 127.0.0.1.
 
 Deployments of real models go through `trtllm_forge.deploy`; this exists so the benchmark can be checked
-against a server whose token schedule is known.
+against a server whose token schedule is known. Discovery, the backend directory, the environment, ports,
+readiness and stop are deploy's; only the light argv (no state.json, no model table) is its own.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import socket
 import subprocess
-import sys
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
+from trtllm_forge.deploy.discovery import find_tritonserver, prepare_backend_dir, server_environment
+from trtllm_forge.deploy.launch import PORT_NAMES, free_port
+from trtllm_forge.deploy.server import server_ready, stop_group
+from trtllm_forge.deploy.state import ServerUrls
 from trtllm_forge.errors import StepError
 from trtllm_forge.render.stub_env import project_env
 
 TIMING_MODEL_DIR = Path(__file__).parent / "timing_model"
+HOST = "127.0.0.1"
 
 
 def render_timing_model(repository: Path, name: str = "ensemble", ttft_ms: float = 20.0, gap_ms: float = 10.0,
@@ -41,91 +43,46 @@ def render_timing_model(repository: Path, name: str = "ensemble", ttft_ms: float
     return model_dir
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _pytriton_root() -> Path:
-    spec = importlib.util.find_spec("pytriton")
-    if spec is None or not spec.submodule_search_locations:
-        raise StepError("tritonserver", "the nvidia-pytriton wheel is not installed", "pip install --no-deps nvidia-pytriton==0.7.0")
-    return Path(spec.submodule_search_locations[0])
-
-
-def backend_directory(dest: Path) -> Path:
-    """A backend directory holding the python backend with the stub for the running Python."""
-    root = _pytriton_root() / "tritonserver"
-    python_dir = dest / "python"
-    python_dir.mkdir(parents=True, exist_ok=True)
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    for source in (root / "backends/python/libtriton_python.so", root / "backends/python/triton_python_backend_utils.py",
-                   root / f"python_backend_stubs/{version}/triton_python_backend_stub"):
-        link = python_dir / source.name
-        if not link.exists():
-            link.symlink_to(source)
-    return dest
-
-
 @dataclass
-class LocalTriton:
+class LocalTriton(ServerUrls):
     process: subprocess.Popen
-    http_port: int
-    grpc_port: int
-    metrics_port: int
+    ports: dict[str, int]
     log_path: Path
-
-    @property
-    def grpc_url(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
-
-    @property
-    def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+    host: str = HOST
 
     def stop(self, timeout: float = 20.0) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        """Stop the server with its python stubs (it leads its own process group) and reap it."""
+        stop_group(self.process.pid, self.process.pid, grace_s=timeout, quiet=True)
+        self.process.wait()
 
 
 def start_triton(repository: Path, workdir: Path, ready_timeout: float = 120.0) -> LocalTriton:
-    root = _pytriton_root()
-    libs = root.parent / "nvidia_pytriton.libs"
-    ports = [free_port() for _ in range(3)]
+    install = find_tritonserver()
+    backends = prepare_backend_dir(install, workdir / "backends")
+    ports: dict[str, int] = {}
+    for name in PORT_NAMES:
+        ports[name] = free_port(HOST, set(ports.values()))
     argv = [
-        str(root / "tritonserver/bin/tritonserver"),
+        str(install.binary),
         f"--model-repository={repository}",
-        f"--backend-directory={backend_directory(workdir / 'backends')}",
-        "--http-address=127.0.0.1", f"--http-port={ports[0]}",
-        "--grpc-address=127.0.0.1", f"--grpc-port={ports[1]}",
-        "--metrics-address=127.0.0.1", f"--metrics-port={ports[2]}",
+        *([f"--backend-directory={backends}"] if backends else []),
+        f"--http-address={HOST}", f"--http-port={ports['http']}",
+        f"--grpc-address={HOST}", f"--grpc-port={ports['grpc']}",
+        f"--metrics-address={HOST}", f"--metrics-port={ports['metrics']}",
         "--allow-cpu-metrics=false", "--allow-gpu-metrics=false", "--log-verbose=0", "--exit-timeout-secs=3",
     ]
-    env = {**os.environ, "LD_LIBRARY_PATH": f"{libs}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
     log_path = workdir / "tritonserver.log"
-    log = open(log_path, "wb")  # noqa: SIM115 - kept open for the server's lifetime
-    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    server = LocalTriton(process, *ports, log_path)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env={**os.environ, **server_environment(install)}, start_new_session=True)
+    server = LocalTriton(process, ports, log_path)
     deadline = time.monotonic() + ready_timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
+            server.stop()
             raise StepError("tritonserver", f"exited with {process.returncode} before it was ready", f"see {log_path}")
-        try:
-            with urllib.request.urlopen(f"{server.http_url}/v2/health/ready", timeout=1) as response:
-                if response.status == 200:
-                    return server
-        except OSError:
-            pass
+        if server_ready(server.http_url):
+            return server
         time.sleep(0.2)
     server.stop()
     raise StepError("tritonserver", f"not ready after {ready_timeout:.0f} s", f"see {log_path}")

@@ -49,6 +49,25 @@ def python_tag() -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
+def pytriton_install() -> TritonInstall | None:
+    """The server bundled in the nvidia-pytriton wheel, or None when the wheel (or its server) is absent.
+    Its stub for this Python may be missing: `find_tritonserver` refuses that, render falls back."""
+    root = _pytriton_root()
+    if root is None:
+        return None
+    server = root / "tritonserver"
+    binary = server / "bin" / "tritonserver"
+    if not binary.is_file():
+        return None
+    return TritonInstall(
+        "pytriton",
+        binary,
+        library_dirs=[root.parent / "nvidia_pytriton.libs"],
+        python_backend_dir=server / "backends" / "python",
+        stub=server / "python_backend_stubs" / python_tag() / STUB,
+    )
+
+
 def find_tritonserver() -> TritonInstall:
     """The first usable server, or a StepError saying how to install one."""
     on_path = shutil.which("tritonserver")
@@ -56,25 +75,15 @@ def find_tritonserver() -> TritonInstall:
         return TritonInstall("path", Path(on_path))
     if OPT_TRITONSERVER.is_file() and os.access(OPT_TRITONSERVER, os.X_OK):
         return TritonInstall("opt", OPT_TRITONSERVER)
-    root = _pytriton_root()
-    if root is not None:
-        server = root / "tritonserver"
-        binary = server / "bin" / "tritonserver"
-        if binary.is_file():
-            stub = server / "python_backend_stubs" / python_tag() / STUB
-            if not stub.is_file():
-                raise StepError(
-                    "deploy.tritonserver",
-                    f"the nvidia-pytriton wheel has no python backend stub for Python {python_tag()} ({stub})",
-                    "run trtllm-forge with a Python the wheel supports (3.8-3.13)",
-                )
-            return TritonInstall(
-                "pytriton",
-                binary,
-                library_dirs=[root.parent / "nvidia_pytriton.libs"],
-                python_backend_dir=server / "backends" / "python",
-                stub=stub,
+    wheel = pytriton_install()
+    if wheel is not None:
+        if wheel.stub is None or not wheel.stub.is_file():
+            raise StepError(
+                "deploy.tritonserver",
+                f"the nvidia-pytriton wheel has no python backend stub for Python {python_tag()} ({wheel.stub})",
+                "run trtllm-forge with a Python the wheel supports (3.8-3.13)",
             )
+        return wheel
     raise StepError("deploy.tritonserver", "no tritonserver found (PATH, /opt/tritonserver, nvidia-pytriton)", INSTALL_HINT)
 
 
@@ -89,12 +98,12 @@ def backend_files(install: TritonInstall) -> dict[str, Path]:
     }
 
 
-def prepare_backend_dir(install: TritonInstall, workdir: Path) -> Path | None:
-    """Assemble `<wd>/deploy/backends/python/` for the wheel's server; None when the install has its own."""
+def prepare_backend_dir(install: TritonInstall, backends: Path) -> Path | None:
+    """Assemble `<backends>/python/` (copies, refreshed when the wheel's change) for the wheel's server and
+    return `backends` for `--backend-directory`; None when the install has its own backends."""
     files = backend_files(install)
     if not files:
         return None
-    backends = workdir / "deploy" / "backends"
     target = backends / "python"
     target.mkdir(parents=True, exist_ok=True)
     for name, source in files.items():
@@ -146,8 +155,9 @@ def python_library_dir() -> Path | None:
     return None
 
 
-def server_environment(install: TritonInstall, workdir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment changes the server (and the python stubs it starts) needs.
+def server_environment(install: TritonInstall, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment changes the server (and the python stubs it starts) needs, on top of `base`
+    (default: this process's environment; `{}` gives just the additions, for a launch script to prepend).
 
     The stub embeds Python and finds its site-packages from the first `python3` on PATH; PYTHONPATH does not
     reach it. Putting our bin directory first makes the stubs import this venv's packages even for models

@@ -216,7 +216,7 @@ def plan_launch(config: ForgeConfig, workdir: Path, repository: Path | None = No
     else:
         ports = resolve_ports(config)
         argv = single_rank_argv(install.binary, repository, backend_dir, ports, bind)
-    env = server_environment(install, workdir)
+    env = server_environment(install)
     check_stub_numpy(install)
     check_stub_env_paths(repository, models, install)
     libraries = [str(config.resolve_path(p)) for p in config.engine.plugins.custom_libraries]

@@ -119,6 +119,10 @@ def server_live(http_url: str) -> bool:
     return _http_ok(f"{http_url}/v2/health/live")
 
 
+def server_ready(http_url: str) -> bool:
+    return _http_ok(f"{http_url}/v2/health/ready")
+
+
 def model_readiness(http_url: str, models: list[str]) -> dict[str, bool]:
     return {name: _http_ok(f"{http_url}/v2/models/{name}/ready") for name in models}
 
@@ -217,8 +221,8 @@ def start_server(
     timeout = config.deploy.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
     for attempt in range(1, PORT_ATTEMPTS + 1):
         plan = plan_launch(config, workdir, repository)
-        if attempt == 1:
-            prepare_backend_dir(plan.install, workdir)
+        if attempt == 1 and plan.backend_dir is not None:
+            prepare_backend_dir(plan.install, plan.backend_dir)
         try:
             return _start_once(plan, workdir, timeout, picked_ports=0 in _configured_ports(config))
         except _PortTaken:
@@ -324,6 +328,24 @@ def _stub_shm_regions(pids: list[int]) -> list[Path]:
     return regions
 
 
+def stop_group(pgid: int, pid: int | None, grace_s: float = STOP_GRACE_S, quiet: bool = False) -> None:
+    """SIGTERM a server's process group, SIGKILL after the grace period, and remove the shared memory its
+    python stubs leave behind."""
+    if not group_members(pgid):
+        return
+    # Stubs killed before they clean up leave their shared-memory region behind: note them first.
+    regions = _stub_shm_regions(group_members(pgid))
+    _signal_group(pgid, signal.SIGTERM)
+    if not _wait_gone(pgid, pid, grace_s):
+        if not quiet:
+            info(f"server did not stop within {grace_s:g}s of SIGTERM; sending SIGKILL")
+        _signal_group(pgid, signal.SIGKILL)
+        if not _wait_gone(pgid, pid, 10.0):
+            raise StepError("deploy stop", f"processes {group_members(pgid)} of group {pgid} survived SIGKILL", "check them with ps")
+    for region in regions:
+        region.unlink(missing_ok=True)
+
+
 def stop_server(target: Path | Deployment, *, grace_s: float = STOP_GRACE_S, quiet: bool = False) -> Deployment | None:
     """SIGTERM the server's process group, SIGKILL after the grace period; record the stop in state.json.
 
@@ -337,18 +359,8 @@ def stop_server(target: Path | Deployment, *, grace_s: float = STOP_GRACE_S, qui
     if leader_alive and not _is_our_server(deployment):
         if not quiet:
             info(f"pid {deployment.pid} now runs another program; not signalling it")
-    elif pgid and group_members(pgid):
-        # Stubs killed before they clean up leave their shared-memory region behind: note them first.
-        regions = _stub_shm_regions(group_members(pgid))
-        _signal_group(pgid, signal.SIGTERM)
-        if not _wait_gone(pgid, deployment.pid, grace_s):
-            if not quiet:
-                info(f"server did not stop within {grace_s:g}s of SIGTERM; sending SIGKILL")
-            _signal_group(pgid, signal.SIGKILL)
-            if not _wait_gone(pgid, deployment.pid, 10.0):
-                raise StepError("deploy stop", f"processes {group_members(pgid)} of group {pgid} survived SIGKILL", "check them with ps")
-        for region in regions:
-            region.unlink(missing_ok=True)
+    elif pgid:
+        stop_group(pgid, deployment.pid, grace_s, quiet)
     child = _CHILDREN.pop(deployment.pid or -1, None)
     if child is not None:
         try:

@@ -9,8 +9,27 @@ from pathlib import Path
 from trtllm_forge.stages import write_json_atomic
 
 
+class ServerUrls:
+    """Client URLs of a server reachable at `host` on `ports` (http, grpc, metrics)."""
+
+    host: str
+    ports: dict[str, int]
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.host}:{self.ports['grpc']}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.ports['http']}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.ports['metrics']}/metrics"
+
+
 @dataclass
-class Deployment:
+class Deployment(ServerUrls):
     running: bool
     pid: int | None
     pgid: int | None
@@ -26,18 +45,6 @@ class Deployment:
     target: str = "local"
     stopped_at: str | None = None
     env: dict[str, str] = field(default_factory=dict)  # what deploy added to the server's environment
-
-    @property
-    def grpc_url(self) -> str:
-        return f"{self.host}:{self.ports['grpc']}"
-
-    @property
-    def http_url(self) -> str:
-        return f"http://{self.host}:{self.ports['http']}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://{self.host}:{self.ports['metrics']}/metrics"
 
     def to_dict(self) -> dict:
         data = asdict(self)

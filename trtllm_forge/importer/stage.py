@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
-import signal
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -137,34 +132,6 @@ def _version(package: str) -> str | None:
         return None
 
 
-@contextmanager
-def terminate_as_error(workdir: Path) -> Iterator[None]:
-    """Turn SIGTERM into a StepError while the stage runs, so run_stage removes its temporary directory
-    and subprocess.run kills the child, as for Ctrl-C (Python's default SIGTERM does neither)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise StepError(STAGE, "terminated by SIGTERM; the partial output was discarded",
-                        f"logs are kept in {workdir / 'logs'}; rerun to import")
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def remove_stale_staging(workdir: Path) -> list[Path]:
-    """Temporary directories left by an import that was killed outright (SIGKILL cannot clean up)."""
-    stale = [p for p in workdir.glob(f".{STAGE}.tmp-*") if p.is_dir()]
-    stale += [p for p in workdir.glob(f".{STAGE}.old-*") if p.is_dir()]
-    for path in stale:
-        shutil.rmtree(path, ignore_errors=True)
-    return stale
-
-
 def _gguf_body(plan: ImportPlan, config: ForgeConfig):
     def body(tmp: Path, recorder: StageRecorder) -> dict:
         import json
@@ -239,11 +206,8 @@ def _hf_body(plan: ImportPlan, config: ForgeConfig):
 def import_checkpoint(config: ForgeConfig, workdir: Path, force: bool = False) -> StageResult:
     """Run the import stage; skipped when its inputs are unchanged unless `force`."""
     plan = plan_import(config, workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(workdir)
     body = _gguf_body(plan, config) if plan.source.is_gguf else _hf_body(plan, config)
-    with terminate_as_error(workdir):
-        return run_stage(workdir, STAGE, plan.values, plan.input_paths, body, force=force)
+    return run_stage(workdir, STAGE, plan.values, plan.input_paths, body, force=force)
 
 
 def checkpoint_dir_of(result: StageResult) -> Path:

@@ -12,54 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.deploy.discovery import TritonInstall, server_environment
 
 CONTAINER_TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
-
-
-@dataclass(frozen=True)
-class LocalTriton:
-    """The Triton server carried by the nvidia-pytriton wheel (see cpu-stack.md)."""
-
-    tritonserver: Path
-    library_dir: Path
-    python_backend_dir: Path
-    stub: Path
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {"LD_LIBRARY_PATH": str(self.library_dir)}
-
-
-def find_local_triton() -> LocalTriton | None:
-    import importlib.util
-    import sys
-
-    spec = importlib.util.find_spec("pytriton")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    package = Path(spec.submodule_search_locations[0])
-    server = package / "tritonserver"
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    found = LocalTriton(
-        tritonserver=server / "bin" / "tritonserver",
-        library_dir=package.parent / "nvidia_pytriton.libs",
-        python_backend_dir=server / "backends" / "python",
-        stub=server / "python_backend_stubs" / version / "triton_python_backend_stub",
-    )
-    return found if found.tritonserver.is_file() and found.stub.is_file() else None
-
-
-def make_backend_dir(local: LocalTriton, target: Path) -> Path:
-    """A --backend-directory holding python/ with the backend library, its utils and the stub for this Python."""
-    python_dir = target / "python"
-    python_dir.mkdir(parents=True, exist_ok=True)
-    for source in (local.python_backend_dir / "libtriton_python.so",
-                   local.python_backend_dir / "triton_python_backend_utils.py", local.stub):
-        link = python_dir / source.name
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to(source)
-    return target
+# Environment variables the script extends (prepends to) rather than replaces.
+SEARCH_PATHS = ("LD_LIBRARY_PATH", "PATH")
 
 
 @dataclass
@@ -72,7 +29,7 @@ class LaunchPlan:
         lines = ["#!/usr/bin/env bash", "# Serve the rendered model repository (written by trtllm-forge render).",
                  "# Ports can be overridden: HTTP_PORT=... GRPC_PORT=... METRICS_PORT=... ./launch.sh", "set -euo pipefail"]
         for key, value in self.env.items():
-            lines.append(f"export {key}={shlex.quote(value)}${{{key}:+:${key}}}" if key == "LD_LIBRARY_PATH"
+            lines.append(f"export {key}={shlex.quote(value)}${{{key}:+:${key}}}" if key in SEARCH_PATHS
                          else f"export {key}={shlex.quote(value)}")
         # One line per MPI rank (split at ":"), port flags overridable from the environment.
         ranks: list[list[str]] = [[]]
@@ -111,12 +68,14 @@ def server_args(config: ForgeConfig, repository: Path, rank: int, engine_model: 
 
 
 def plan_launch(config: ForgeConfig, repository: Path, *, world_size: int = 1, engine_model: str | None = None,
-                backend_dir: Path | None = None, local: LocalTriton | None = None,
+                backend_dir: Path | None = None, install: TritonInstall | None = None,
                 ports: tuple[int, int, int] | None = None) -> LaunchPlan:
+    """`install` is the local server to name (None: the container's); its environment is given as additions,
+    which the script prepends to the caller's search paths."""
     tr = config.triton
     http_port, grpc_port, metrics_port = ports or (tr.http_port, tr.grpc_port, tr.metrics_port)
-    if config.deploy.target == "local" and local is not None:
-        binary, env = str(local.tritonserver), local.env
+    if config.deploy.target == "local" and install is not None:
+        binary, env = str(install.binary), server_environment(install, base={})
     else:
         binary, env = CONTAINER_TRITONSERVER, {}
     extra = [f"--backend-directory={backend_dir}"] if backend_dir is not None else []

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.deploy.discovery import TritonInstall, prepare_backend_dir, pytriton_install
 from trtllm_forge.engine_config import EngineInfo, read_engine_config
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.render import launch as launch_mod
@@ -72,15 +73,19 @@ def write_repository(config: ForgeConfig, workdir: Path, engine: EngineInfo | No
     return RenderedRepository(kind, out, files, models, warnings, problems, world_size, engine_model)
 
 
-def uses_wheel_server(config: ForgeConfig, kind: str) -> bool:
-    """Only the cpu kind runs on the Triton carried by nvidia-pytriton (python backend only)."""
-    return config.deploy.target == "local" and kind == "cpu"
+def wheel_server(config: ForgeConfig, kind: str) -> TritonInstall | None:
+    """The Triton carried by nvidia-pytriton, which only the cpu kind runs on (python backend only), when it is
+    installed with a stub for this Python; None renders the container's command."""
+    if config.deploy.target != "local" or kind != "cpu":
+        return None
+    install = pytriton_install()
+    return install if install is not None and install.stub is not None and install.stub.is_file() else None
 
 
-def launch_plan_for(config: ForgeConfig, rendered: RenderedRepository, repository: Path, backend_dir: Path | None):
-    local = launch_mod.find_local_triton() if uses_wheel_server(config, rendered.kind) else None
+def launch_plan_for(config: ForgeConfig, rendered: RenderedRepository, repository: Path, install: TritonInstall | None,
+                    backend_dir: Path | None):
     return launch_mod.plan_launch(config, repository, world_size=rendered.world_size, engine_model=rendered.engine_model,
-                                  backend_dir=backend_dir, local=local)
+                                  backend_dir=backend_dir, install=install)
 
 
 def stage_inputs(config: ForgeConfig, engine: EngineInfo | None, kind: str) -> tuple[dict, dict]:
@@ -105,12 +110,9 @@ def render_repository(config: ForgeConfig, workdir: Path, engine_dir: Path | Non
         rendered = write_repository(config, workdir, engine, kind, tmp / REPOSITORY)
         recorder.notes.extend(rendered.warnings)
         recorder.notes.extend(f"{p.file}:{p.line}: {p.message}" for p in rendered.problems)
-        backend_dir = None
-        local = launch_mod.find_local_triton() if uses_wheel_server(config, kind) else None
-        if local is not None:
-            launch_mod.make_backend_dir(local, tmp / BACKENDS)
-            backend_dir = final / BACKENDS
-        plan = launch_plan_for(config, rendered, final / REPOSITORY, backend_dir)
+        install = wheel_server(config, kind)
+        backend_dir = final / BACKENDS if install and prepare_backend_dir(install, tmp / BACKENDS) else None
+        plan = launch_plan_for(config, rendered, final / REPOSITORY, install, backend_dir)
         (tmp / LAUNCH_SCRIPT).write_text(plan.script())
         (tmp / LAUNCH_SCRIPT).chmod(0o755)
         return {
@@ -156,8 +158,8 @@ def dry_run(config: ForgeConfig, workdir: Path, engine_dir: Path | None, kind: s
     with tempfile.TemporaryDirectory(prefix="forge-render-dry-") as scratch:
         rendered = write_repository(config, workdir, engine, kind, Path(scratch) / REPOSITORY)
         files = sorted(str(target / f.relative_to(Path(scratch) / REPOSITORY)) for f in rendered.files)
-    backend_dir = workdir / STAGE / BACKENDS if (uses_wheel_server(config, kind) and launch_mod.find_local_triton()) else None
-    plan = launch_plan_for(config, rendered, target, backend_dir)
+    install = wheel_server(config, kind)
+    plan = launch_plan_for(config, rendered, target, install, workdir / STAGE / BACKENDS if install else None)
     commands: list[list[str]] = []
     return {
         "kind": kind,
