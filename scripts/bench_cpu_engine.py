@@ -29,40 +29,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from trtllm_forge.sample_prompts import PROMPTS  # the same 16 prompts the engine tests use
+from trtllm_forge.verify.reference import default_text
+
 REPO = Path(__file__).resolve().parent.parent
-PROMPTS = [
-    "The capital of France is",
-    "Water boils at a temperature of",
-    "def fibonacci(n):",
-    "Once upon a time, in a small village,",
-    "The three primary colors are",
-    "To make a cup of tea, first",
-    "import numpy as np\nx = np.",
-    "The largest planet in the solar system is",
-    "My favourite book is",
-    "In 1969, the first man on the moon",
-    "SELECT name FROM users WHERE",
-    "The quick brown fox",
-    "Photosynthesis is the process by which",
-    "A haiku about autumn:",
-    "The meaning of life is",
-    "List three fruits: apple,",
-]
-# A short local text for perplexity (written for this benchmark; nothing is downloaded).
-PERPLEXITY_TEXT = """\
-The river town woke slowly. Fishermen pushed their boats into the grey water while the baker on the corner \
-pulled the first loaves from the oven, and the smell of bread drifted down to the harbour. Children walked to \
-school along the old stone wall, counting the gulls that sat on the posts. By nine o'clock the market square \
-was full: farmers sold apples, cheese and honey, and a man with a cart repaired umbrellas for a few coins.
-A computer program is a sequence of instructions that a machine can execute. Most programs are written in a \
-high-level language and translated into machine code by a compiler or run by an interpreter. Good programs are \
-easy to read, because people spend far more time reading code than writing it. Functions should do one thing, \
-names should say what a value means, and tests should fail when the behaviour is wrong.
-The water cycle moves water between the oceans, the air and the land. Heat from the sun evaporates water from \
-the sea; the vapour rises, cools and condenses into clouds; rain and snow fall back to the ground, where rivers \
-carry the water to the sea again. Plants take up water through their roots and release it through their leaves, \
-which also adds moisture to the air.
-"""
+# The short local text verify uses for perplexity (shipped with trtllm-forge; nothing is downloaded).
+PERPLEXITY_TEXT = default_text()[0]
 
 CPU_KV_BLOCK_SIZE = 32  # OpenVINO's CPU plugin: tokens per KV block (as in the CPU engine model)
 

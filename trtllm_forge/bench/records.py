@@ -40,6 +40,18 @@ class RequestRecord:
     def output_tokens(self) -> int:
         return sum(self.tokens)
 
+    def add_response(self, stamp: int, tokens: int, text: str | None = None, final: bool = False,
+                     server_ns: int | None = None) -> None:
+        """Record one response as it arrived: receive stamp, token count, empty/final flags, server stamp."""
+        self.recv_ns.append(stamp)
+        self.tokens.append(tokens)
+        self.empty.append(tokens == 0)
+        self.final.append(final)
+        if server_ns is not None:
+            self.server_send_ns.append(server_ns)
+        if self.texts is not None:
+            self.texts.append(text or "")
+
     def to_dict(self) -> dict:
         return {
             "id": self.id,

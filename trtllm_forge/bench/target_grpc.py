@@ -188,14 +188,7 @@ class TritonGrpcTarget(Target):
         final = response.parameters["triton_final_response"].bool_param
         if not response.outputs and final:
             tokens, text = 0, None
-        record.recv_ns.append(stamp)
-        record.tokens.append(tokens)
-        record.empty.append(tokens == 0)
-        record.final.append(final)
-        if server_ns is not None:
-            record.server_send_ns.append(server_ns)
-        if record.texts is not None:
-            record.texts.append(text or "")
+        record.add_response(stamp, tokens, text, final, server_ns)
         return final
 
     async def _usable_stream(self) -> _Stream:
@@ -291,10 +284,5 @@ class TritonGrpcTokensTarget(TritonGrpcTarget):
                     record.server_perf = {}
                 record.server_perf[output.name] = struct.unpack_from("<q", raw, 0)[0]
         final = response.parameters["triton_final_response"].bool_param
-        record.recv_ns.append(stamp)
-        record.tokens.append(tokens)
-        record.empty.append(tokens == 0)
-        record.final.append(final)
-        if server_ns is not None:
-            record.server_send_ns.append(server_ns)
+        record.add_response(stamp, tokens, None, final, server_ns)
         return final

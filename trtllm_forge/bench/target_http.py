@@ -70,12 +70,7 @@ class _SseTarget(Target):
                             continue
                         data = line[5:].strip()
                         if data == b"[DONE]":
-                            record.recv_ns.append(stamp)
-                            record.tokens.append(0)
-                            record.empty.append(True)
-                            record.final.append(True)
-                            if record.texts is not None:
-                                record.texts.append("")
+                            record.add_response(stamp, 0, "", final=True)
                             continue
                         event = json.loads(data)
                         if "error" in event:
@@ -90,16 +85,6 @@ class _SseTarget(Target):
             raise TargetDown(str(exc)) from None
         except (aiohttp.ClientError, ConnectionError, json.JSONDecodeError) as exc:
             record.error_kind, record.error_message = "connection", f"{type(exc).__name__}: {exc}"[:500]
-
-    def _append(self, record: RequestRecord, stamp: int, tokens: int, text: str | None, final: bool = False, server_ns: int | None = None) -> None:
-        record.recv_ns.append(stamp)
-        record.tokens.append(tokens)
-        record.empty.append(tokens == 0)
-        record.final.append(final)
-        if server_ns is not None:
-            record.server_send_ns.append(server_ns)
-        if record.texts is not None:
-            record.texts.append(text or "")
 
 
 class TritonHttpTarget(_SseTarget):
@@ -168,7 +153,7 @@ class TritonHttpTarget(_SseTarget):
         server_ns = data.get("send_time_ns")
         if isinstance(server_ns, list):
             server_ns = server_ns[0]
-        self._append(record, stamp, tokens, text, server_ns=server_ns)
+        record.add_response(stamp, tokens, text, server_ns=server_ns)
 
     def finish(self, record: RequestRecord) -> None:
         # SSE has no final flag: the end of the HTTP response ends the request.
@@ -230,7 +215,7 @@ class OpenAITarget(_SseTarget):
             return
         choice = choices[0]
         text = choice.get("delta", {}).get("content") if self.chat else choice.get("text")
-        self._append(record, stamp, 1 if text else 0, text)
+        record.add_response(stamp, 1 if text else 0, text)
 
     def finish(self, record: RequestRecord) -> None:
         if record.final:
