@@ -173,3 +173,14 @@ def test_log_probs_and_end_id(cpu_engine_server, prompt_ids):
     stop_at = next(i for i, t in enumerate(tokens) if i >= 2 and t not in tokens[:i])
     cut = tokens_of(request(cpu_engine_server, ids, 12, end_id=tokens[stop_at]))
     assert cut == tokens[: stop_at + 1]
+
+
+@pytest.mark.parametrize("end_id", [-1, 49152, 1 << 20], ids=["minus-one", "vocab-size", "far-out"])
+def test_an_end_id_no_token_has_generates_the_full_length(cpu_engine_server, prompt_ids, end_id):
+    """The usual way to force an output length (an unreachable end_id, with min_tokens) must neither stop early
+    nor crash the engine (OpenVINO GenAI crashes on an EOS id outside the vocabulary)."""
+    result = request(cpu_engine_server, prompt_ids[1], 40, end_id=end_id, min_tokens=40)
+    assert result.error is None, result.error
+    assert len(tokens_of(result)) == 40
+    after = request(cpu_engine_server, prompt_ids[0], 4)  # the server is still healthy
+    assert after.error is None and len(tokens_of(after)) == 4

@@ -405,10 +405,13 @@ class TritonPythonModel:
         config.max_new_tokens = max_new
         end_id = _item_scalar(_input(request, "end_id"), b, None)
         eos = [int(end_id)] if end_id is not None else list(self.default_eos)
-        stop_ids = set(eos if end_id is None or int(end_id) >= 0 else [])
+        # end_id -1 (TensorRT-LLM: generate to the full length) or an id no token has (how benchmarks force the
+        # output length) never stops a sequence; OpenVINO GenAI crashes on an EOS id outside the vocabulary.
+        never_ends = end_id is not None and not 0 <= int(end_id) < self.vocab_size
+        stop_ids = set() if never_ends else set(eos)
         stop_ids.update(w[0] for w in stop_words if len(w) == 1)
-        if end_id is not None and int(end_id) < 0:
-            config.ignore_eos = True  # TensorRT-LLM: end_id -1 generates to the full length
+        if never_ends:
+            config.ignore_eos = True
         elif eos:
             config.eos_token_id = eos[0]
         config.stop_token_ids = stop_ids
