@@ -91,3 +91,20 @@ def test_version_json():
 def test_module_entry_point_matches_console_script():
     result = subprocess.run([sys.executable, "-m", "trtllm_forge", "--version"], capture_output=True, text=True)
     assert result.returncode == 0 and "trtllm-forge" in result.stdout
+
+
+def test_commands_named_in_messages_and_readme_exist():
+    """Every `trtllm-forge <command> ...` a hint or the README tells users to run is a real command."""
+    import re
+
+    from conftest import REPO
+
+    known = set(cli.commands)
+    sources = [*REPO.glob("trtllm_forge/**/*.py"), *REPO.glob("builders/**/*.py"), REPO / "README.md"]
+    named = {}
+    for path in sources:
+        for word in re.findall(r"`trtllm-forge ([a-z][a-z-]*)", path.read_text()):
+            named.setdefault(word, path.name)
+    unknown = {word: where for word, where in named.items() if word not in known}
+    assert not unknown, unknown
+    assert {"run", "deploy", "render"} <= set(named)

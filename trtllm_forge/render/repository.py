@@ -49,7 +49,7 @@ def resolve_engine(config: ForgeConfig, workdir: Path, engine_dir: Path | None, 
     engine_dir = engine_dir or default_engine_dir(workdir)
     if engine_dir is None:
         raise ConfigError("--engine-dir", f"no engine given and {workdir / 'build' / 'engine'} has no config.json",
-                          "run `trtllm-forge build CONFIG` first or pass --engine-dir DIR")
+                          "run `trtllm-forge build-engine CONFIG` first or pass --engine-dir DIR")
     return read_engine_config(Path(engine_dir).resolve())
 
 
