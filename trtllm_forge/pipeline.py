@@ -230,7 +230,7 @@ def show_dry_run(config: ForgeConfig, config_file: Path, workdir: Path, as_json:
     from trtllm_forge.ui import emit_json
 
     import_plan = plan_import(config, workdir)
-    checkpoint_dir = workdir / "import" / "checkpoint"
+    checkpoint_dir = import_plan.checkpoint_dir
     if config.engine.backend == "openvino":
         from trtllm_forge.builders.openvino import plan_build
 

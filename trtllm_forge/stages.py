@@ -186,6 +186,12 @@ def remove_stale(workdir: Path, name: str) -> list[Path]:
     return stale
 
 
+def stage_output(workdir: Path, stage: str, key: str) -> str | None:
+    """One output a finished stage recorded in its manifest (also when a later run skipped it), or None."""
+    manifest = read_manifest(Path(workdir) / stage) or {}
+    return (manifest.get("outputs") or {}).get(key)
+
+
 def run_stage(
     workdir: Path,
     name: str,

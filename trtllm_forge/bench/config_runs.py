@@ -6,6 +6,7 @@ from pathlib import Path
 
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.errors import StepError
+from trtllm_forge.importer.stage import imported_checkpoint
 
 
 def merge_options(flags: dict, load_flags: dict, base: dict | None = None) -> dict:
@@ -29,7 +30,7 @@ def options_from_config(config: ForgeConfig, wd: Path, flags: dict, load_flags: 
     running = state is not None and state.running
     emit = flags.pop("_emit", False)
     names = config.triton.model_names
-    checkpoint = wd / "import" / "checkpoint"
+    checkpoint = imported_checkpoint(wd)
     workloads = config.bench.workloads or [None]
     cli_load = bool(load_flags.get("concurrency") or load_flags.get("request_rate"))
     runs = []
@@ -51,7 +52,7 @@ def options_from_config(config: ForgeConfig, wd: Path, flags: dict, load_flags: 
         if not run_flags.get("model"):
             entry = names.bls if config.triton.entrypoint == "bls" else names.ensemble
             run_flags["model"] = names.tensorrt_llm if target == "triton-grpc-tokens" else entry
-        base: dict = {"tokenizer": checkpoint if (checkpoint / "tokenizer_config.json").is_file() else None}
+        base: dict = {"tokenizer": checkpoint if checkpoint and (checkpoint / "tokenizer_config.json").is_file() else None}
         name = "default"
         if workload is not None:
             name = workload.name

@@ -10,15 +10,7 @@ import click
 
 from trtllm_forge.commands.options import config_argument, dry_run_option, force_option, json_option, load, workdir_option
 from trtllm_forge.errors import ConfigError
-from trtllm_forge.stages import read_manifest
 from trtllm_forge.ui import emit_json, info
-
-
-def imported_checkpoint(workdir: Path) -> Path:
-    """The import stage's checkpoint: its manifest output when recorded, else the layout's default."""
-    manifest = read_manifest(workdir / "import") or {}
-    recorded = (manifest.get("outputs") or {}).get("checkpoint_dir")
-    return Path(recorded) if recorded else workdir / "import" / "checkpoint"
 
 
 def _build_openvino(config, workdir: Path, checkpoint: Path, force: bool, dry_run: bool, as_json: bool) -> None:
@@ -76,7 +68,11 @@ def build_engine(config_file: Path, workdir: Path | None, checkpoint: Path | Non
     Skipped when the checkpoint and the settings that shape the engine are unchanged.
     """
     config, workdir = load(config_file, workdir)
-    checkpoint = checkpoint.resolve() if checkpoint else imported_checkpoint(workdir)
+    if checkpoint is None:
+        from trtllm_forge.importer.stage import imported_checkpoint
+
+        checkpoint = imported_checkpoint(workdir) or workdir / "import" / "checkpoint"
+    checkpoint = checkpoint.resolve()
     if config.engine.backend == "openvino":
         _build_openvino(config, workdir, checkpoint, force, dry_run, as_json)
     else:

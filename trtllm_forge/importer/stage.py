@@ -17,7 +17,7 @@ from trtllm_forge.importer.sources import (
     check_family_hf,
     resolve_source,
 )
-from trtllm_forge.stages import StageRecorder, StageResult, hash_inputs, read_manifest, run_stage
+from trtllm_forge.stages import StageRecorder, StageResult, hash_inputs, read_manifest, run_stage, stage_output
 
 STAGE = "import"
 CHECKPOINT = "checkpoint"
@@ -208,6 +208,13 @@ def import_checkpoint(config: ForgeConfig, workdir: Path, force: bool = False) -
     plan = plan_import(config, workdir)
     body = _gguf_body(plan, config) if plan.source.is_gguf else _hf_body(plan, config)
     return run_stage(workdir, STAGE, plan.values, plan.input_paths, body, force=force)
+
+
+def imported_checkpoint(workdir: Path) -> Path | None:
+    """The checkpoint the import stage of this workdir recorded: the converted directory for GGUF sources,
+    the source directory itself for Hugging Face ones; None before any import."""
+    recorded = stage_output(workdir, STAGE, "checkpoint_dir")
+    return Path(recorded) if recorded else None
 
 
 def checkpoint_dir_of(result: StageResult) -> Path:

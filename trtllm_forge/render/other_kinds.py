@@ -8,14 +8,15 @@ import shutil
 from pathlib import Path
 
 from trtllm_forge.config.schema import BUILTIN_MODELS, ForgeConfig
+from trtllm_forge.importer.stage import imported_checkpoint
 from trtllm_forge.render.stub_env import project_env
 from trtllm_forge.render.templates import render_template, templates_root
 
 
 def checkpoint_for(config: ForgeConfig, workdir: Path) -> tuple[str, list[str]]:
     """What the serving engine should load: the imported checkpoint, a local HF directory, or the model id."""
-    imported = workdir / "import" / "checkpoint"
-    if (imported / "config.json").is_file():
+    imported = imported_checkpoint(workdir)
+    if imported is not None and (imported / "config.json").is_file():
         return str(imported.resolve()), []
     source = config.resolve_path(config.model.source)
     if source.is_dir():

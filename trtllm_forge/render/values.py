@@ -12,6 +12,7 @@ from pathlib import Path
 from trtllm_forge.config.schema import BUILTIN_MODELS, ForgeConfig
 from trtllm_forge.engine_config import EngineInfo
 from trtllm_forge.errors import ConfigError, ConfigErrors
+from trtllm_forge.importer.stage import imported_checkpoint
 from trtllm_forge.render.stub_env import project_env
 
 KINDS = ("inflight_batcher_llm", "cpu", "llmapi", "vllm")
@@ -165,11 +166,13 @@ def tokenizer_dir_for(config: ForgeConfig, workdir: Path, kind: str, engine_dir:
         return config.resolve_path(config.model.tokenizer).resolve()
     if kind == "cpu" and engine_dir is not None:
         return engine_dir.resolve()
-    imported = (workdir / "import" / "checkpoint").resolve()
+    imported = imported_checkpoint(workdir)
+    if imported is not None:
+        return imported.resolve()
     source = config.resolve_path(config.model.source)
-    if not imported.is_dir() and config.model.source not in BUILTIN_MODELS and source.suffix != ".gguf":
+    if config.model.source not in BUILTIN_MODELS and source.suffix != ".gguf":
         return source  # a Hugging Face directory on the serving host (GPU examples use /models/...)
-    return imported
+    return (workdir / "import" / "checkpoint").resolve()
 
 
 def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind: str) -> RepositoryValues:

@@ -6,25 +6,20 @@ from pathlib import Path
 
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.errors import ConfigError, StepError
-from trtllm_forge.stages import read_manifest, write_json_atomic
+from trtllm_forge.importer.stage import imported_checkpoint
+from trtllm_forge.stages import stage_output, write_json_atomic
 from trtllm_forge.ui import console
 from trtllm_forge.verify.check import VerifyReport, run_checks
 from trtllm_forge.verify.present import verify_summary, verify_table
 
 
-def stage_output(workdir: Path, stage: str, key: str, hint: str) -> Path:
-    manifest = read_manifest(workdir / stage)
-    if not manifest or key not in manifest.get("outputs", {}):
-        raise ConfigError(f"--workdir {workdir}", f"no {stage} output found", hint)
-    return Path(manifest["outputs"][key])
-
-
 def verify_deployment(config: ForgeConfig, workdir: Path, deployment=None) -> VerifyReport:
     from trtllm_forge.deploy import server_status
 
-    checkpoint_dir = stage_output(workdir, "import", "checkpoint_dir", "run `trtllm-forge import CONFIG` first")
-    build = read_manifest(workdir / "build") or {}
-    engine_dir = build.get("outputs", {}).get("engine_dir")
+    checkpoint_dir = imported_checkpoint(workdir)
+    if checkpoint_dir is None:
+        raise ConfigError(f"--workdir {workdir}", "no import output found", "run `trtllm-forge import CONFIG` first")
+    engine_dir = stage_output(workdir, "build", "engine_dir")
     if deployment is None:
         deployment = server_status(workdir)
         if deployment is None or not deployment.running:
