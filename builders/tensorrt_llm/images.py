@@ -66,6 +66,17 @@ def image_for_version(trtllm_version: str) -> ServingImage:
                         route["min_driver"], route["how"], route["base_image"], tuple(sources))
 
 
+def serving_image(deploy_image: str | None, trtllm_version: str) -> str:
+    """deploy.image when set, else the one image that builds and serves this TensorRT-LLM version."""
+    return deploy_image or image_for_version(trtllm_version).image
+
+
+def check_engine_for_config(config, engine_version: str) -> None:
+    """render/deploy: refuse a TensorRT-LLM engine whose version differs from the serving image's."""
+    if config.engine.backend == "tensorrt-llm":
+        check_engine_image(engine_version, serving_image(config.deploy.image, config.engine.trtllm_version))
+
+
 def describe_image(image: str) -> ServingImage | None:
     """What the table knows about an image name; None for an image it does not list."""
     for row in ngc_images():

@@ -318,27 +318,31 @@ def _check_steps(steps: list[Step], spec: Spec, warnings: list[PlanWarning]) -> 
             warnings.append(PlanWarning(
                 "deprecated_flag", step.name,
                 f"{flag} is deprecated in TensorRT-LLM {spec.version}" + (f" (use {replacement})" if replacement else "")))
-        warnings.extend(uncertain_facts(step, spec))
+    warnings.extend(uncertain_facts(steps, spec))
 
 
-def uncertain_facts(step: Step, spec: Spec) -> list[PlanWarning]:
-    """The facts a step's argv was checked against that are not tied to TensorRT-LLM 1.2.1: one warning per
-    uncertain source, naming the flags used that rely on it."""
-    table = spec.flags(step.tool)
-    used = [a.split("=", 1)[0] for a in step.argv if a.startswith("--") and a.split("=", 1)[0] in table]
+def uncertain_facts(steps: list[Step], spec: Spec) -> list[PlanWarning]:
+    """The facts the generated commands were checked against that are not tied to TensorRT-LLM 1.2.1: one warning
+    per uncertain source (naming the steps that rely on it) and one per step for rows uncertain themselves."""
     by_source: dict[str, list[str]] = {}
-    for flag in used:
-        by_source.setdefault(table[flag].source, []).append(flag)
     out = []
-    for key, flags in by_source.items():
+    for step in steps:
+        if step.tool not in TOOL_TABLES:
+            continue
+        table = spec.flags(step.tool)
+        used = [a for a in step.argv if a.startswith("--") and a in table]
+        for key in dict.fromkeys(table[flag].source for flag in used):
+            by_source.setdefault(key, []).append(step.name)
+        rows = [flag for flag in used if table[flag].uncertain]
+        if rows:
+            out.append(PlanWarning("uncertain_flag", step.name,
+                                   f"{', '.join(rows)}: values or choices not tied to TensorRT-LLM {spec.version}"))
+    for key, names in by_source.items():
         source = spec.source(key)
         if source.uncertain:
-            out.append(PlanWarning("uncertain_source", step.name,
-                                   f"{step.tool} flags checked against {source.cite()}, not tied to TensorRT-LLM {spec.version}: {source.why}"))
-    rows = [flag for flag in used if table[flag].uncertain]
-    if rows:
-        out.append(PlanWarning("uncertain_flag", step.name,
-                               f"not tied to TensorRT-LLM {spec.version} (values or choices may differ): {', '.join(rows)}"))
+            out.insert(0, PlanWarning("uncertain_source", ", ".join(names),
+                                      f"checked against {source.cite()}, not tied to TensorRT-LLM {spec.version} "
+                                      "(its commit is not pinned)"))
     return out
 
 
@@ -490,6 +494,18 @@ def _eagle_choice(config: ForgeConfig, family: str, choice: QuantChoice, dtype: 
                                     f"{config.quantization.kv_cache} KV cache is not baked into the EAGLE checkpoint (its converter "
                                     f"only offers --int8_kv_cache, which needs calibration); the KV cache stays {dtype}"))
     return QuantChoice(choice.algorithm, "none", choice.quant_algo, None, "eagle/convert_checkpoint.py", None, False)
+
+
+def fact_warnings(config: ForgeConfig) -> list[PlanWarning]:
+    """For `trtllm-forge plan`: the warnings of the build plan about facts not tied to TensorRT-LLM 1.2.1
+    (empty when there is no engine to build, or when the build plan itself is refused: build-engine says why)."""
+    if config.engine.backend != "tensorrt-llm" or config.engine.target != "engine":
+        return []
+    try:
+        plan = plan_build(config)
+    except ConfigError:
+        return []
+    return [w for w in plan.warnings if w.code.startswith("uncertain_")]
 
 
 LLMAPI_DIR = "llmapi"
