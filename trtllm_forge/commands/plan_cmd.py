@@ -51,6 +51,14 @@ def plan(config_file: Path | None, measure_host: bool, input_len: int | None, ou
     workload = _workload(config, default_workload(config), input_len, output_len)
     the_plan = make_plan(config, workload)
     data = {**result, **plan_to_dict(the_plan)}
+    if not the_plan.fits:
+        where, problem, valid = refusal(the_plan)
+        data["refusal"] = {"field": where, "problem": problem, "fix": valid}
+        if as_json:
+            emit_json(data)
+        raise ConfigError(where, problem, valid)
+    # Facts the build plan relies on that are not tied to the pinned TensorRT-LLM release (after a refusal, the
+    # one error line is all that is printed).
     from rich.markup import escape
 
     from trtllm_forge.builders.tensorrt_llm.plan import fact_warnings
@@ -58,12 +66,6 @@ def plan(config_file: Path | None, measure_host: bool, input_len: int | None, ou
     data["fact_warnings"] = [w.to_dict() for w in fact_warnings(config)]
     for item in data["fact_warnings"]:
         warn(escape(f"{item['field']}: {item['message']} [{item['code']}]"))
-    if not the_plan.fits:
-        where, problem, valid = refusal(the_plan)
-        data["refusal"] = {"field": where, "problem": problem, "fix": valid}
-        if as_json:
-            emit_json(data)
-        raise ConfigError(where, problem, valid)
 
     out_dir = wd / "plan"
     files = [out_dir / "plan.json"] + ([out_dir / "roofline.png"] if plot and the_plan.machine else [])
