@@ -162,6 +162,7 @@ def test_facts_not_tied_to_1_2_1_are_warnings_in_build_engine_and_plan(tmp_path)
     assert build.returncode == 0, build.stderr
     assert "[uncertain_source] convert, convert-draft: checked against NVIDIA/TensorRT-LLM@65b31db1b401:examples/models/core/qwen/convert_checkpoint.py" in build.stderr
     assert "[uncertain_flag] build: --kv_cache_type" in build.stderr
+    assert "[uncertain_source] serving image: no NGC Triton image ships TensorRT-LLM 1.2.1" in build.stderr
     plan = run_cli("plan", config, "--workdir", str(tmp_path / "wd"), "--dry-run", "--no-plot")
     assert plan.returncode == 0, plan.stderr
     assert "tensorrt_llm/commands/build.py, not tied to TensorRT-LLM 1.2.1" in plan.stderr and "[uncertain_source]" in plan.stderr

@@ -20,7 +20,7 @@ from trtllm_forge.errors import ConfigError, ConfigErrors
 from trtllm_forge.hardware import find_device
 from trtllm_forge.model_shape import ModelShape
 
-from trtllm_forge.builders.tensorrt_llm import llmapi
+from trtllm_forge.builders.tensorrt_llm import images, llmapi
 from trtllm_forge.builders.tensorrt_llm.adjust import (
     EAGLE_MAX_NON_LEAVES,
     EAGLE_NUM_LAYERS,
@@ -436,6 +436,7 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
         draft = {"model_dir": draft_dir, "engine_dir": "draft/engine", "max_draft_len": sp.max_draft_len}
 
     _check_steps(steps, spec, warnings)
+    warnings += serving_route_warnings(spec)
     requested = {
         "max_batch_size": config.engine.max_batch_size,
         "max_input_len": config.engine.max_input_len,
@@ -494,6 +495,19 @@ def _eagle_choice(config: ForgeConfig, family: str, choice: QuantChoice, dtype: 
                                     f"{config.quantization.kv_cache} KV cache is not baked into the EAGLE checkpoint (its converter "
                                     f"only offers --int8_kv_cache, which needs calibration); the KV cache stays {dtype}"))
     return QuantChoice(choice.algorithm, "none", choice.quant_algo, None, "eagle/convert_checkpoint.py", None, False)
+
+
+def serving_route_warnings(spec: Spec) -> list[PlanWarning]:
+    """The serving image is a route of ours, not an image NVIDIA ships: say so, with what was not tried."""
+    route = images.image_for_version(spec.version)
+    if route.how != "pinned-install":
+        return []
+    base = images.describe_image(route.base_image)
+    return [PlanWarning(
+        "uncertain_source", "serving image",
+        f"no NGC Triton image ships TensorRT-LLM {spec.version}: built and served in {route.image} (docker/Dockerfile on "
+        f"{route.base_image}, whose tensorrtllm backend was built for TensorRT-LLM {base.tensorrt_llm if base else 'another version'}; "
+        "not yet tried on a GPU)")]
 
 
 def fact_warnings(config: ForgeConfig) -> list[PlanWarning]:
