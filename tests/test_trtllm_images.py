@@ -5,6 +5,7 @@ output parsed in the formats real drivers print; there is no GPU here)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 
@@ -112,6 +113,21 @@ def test_deploy_docker_refuses_the_rendered_engine_in_an_image_of_another_versio
     wrong = _config_with(tmp_path, "mistral-7b-int4awq-a10g.yaml", image=NGC_25_12)
     line = _one_error(run_cli("deploy", wrong, "--workdir", str(workdir), "--target", "docker", "--dry-run"))
     assert "1.2.1" in line and "1.1.0" in line and FORGE_1_2_1 in line
+
+
+def test_deploy_docker_checks_this_hosts_driver_against_the_image_minimum(tmp_path):
+    """A FAKE nvidia-smi (there is no GPU here) reporting an R575 driver: the 1.2.1 image needs 580.95.05."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text("#!/bin/sh\n# FAKE nvidia-smi for this test\necho 575.57.08\n")
+    fake.chmod(0o755)
+    config = _config_with(tmp_path, "mistral-7b-int4awq-a10g.yaml")
+    workdir = tmp_path / "wd"
+    assert run_cli("render", config, "--engine-dir", str(ENGINES / "mistral-7b-int4awq-a10g"), "--workdir", str(workdir)).returncode == 0
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    line = _one_error(run_cli("deploy", config, "--workdir", str(workdir), "--target", "docker", "--dry-run", env=env))
+    assert "NVIDIA driver 575.57.08 is older than 580.95.05" in line and FORGE_1_2_1 in line
 
 
 # nvidia-smi output as drivers print it (R580 and R535 default tables, -q, and the CSV query forms).

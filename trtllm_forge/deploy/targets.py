@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from trtllm_forge.builders.tensorrt_llm.images import check_engine_for_config, serving_image
+from trtllm_forge.builders.tensorrt_llm.images import check_engine_for_config, check_host_driver, describe_image, serving_image
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.deploy.launch import render_manifest, rendered_leader_command
 from trtllm_forge.engine_config import read_engine_config
@@ -212,6 +212,9 @@ def kubernetes_manifest(config: ForgeConfig, workdir: Path, repository: Path) ->
 def render_target(config: ForgeConfig, workdir: Path, repository: Path, target: str) -> tuple[Path, str]:
     """(file to write, its text) for the target; ConfigError when the engine cannot load in the image."""
     check_rendered_engine(config, workdir)
+    image = describe_image(image_for(config))
+    if target == "docker" and image is not None:
+        check_host_driver(image, field="deploy.image")  # the container runs on this host's driver
     if target == "docker":
         text = "#!/bin/sh\n# Rendered by trtllm-forge deploy --target docker\nexec " + shlex.join(docker_argv(config, workdir, repository)) + "\n"
         return workdir / "deploy" / "docker-run.sh", text
