@@ -97,6 +97,14 @@ def test_prompt_lookup_engine_is_built_for_external_draft_tokens():
     argv = step(plan, "build").argv
     assert value(argv, "--speculative_decoding_mode") == "draft_tokens_external" and value(argv, "--max_draft_len") == "4"
     assert plan.effective.max_draft_len == 4 and "prompt_lookup_not_in_engine" not in codes(plan)
+    # the rest of NVIDIA's n-gram workflow (examples/ngram/README.md): paged context FMHA, KV-cache reuse, beam 1
+    off = plan_build(unchecked_config(engine={"max_num_tokens": 8192, "plugins": {"paged_context_fmha": False},
+                                              "speculative": {"mode": "prompt_lookup", "max_draft_len": 4}}))
+    assert value(step(off, "build").argv, "--use_paged_context_fmha") == "enable"
+    assert {"prompt_lookup_forces_paged_context_fmha", "prompt_lookup_needs_kv_reuse"} <= codes(off)
+    with pytest.raises(ConfigError, match="engine.max_beam_width: prompt lookup"):
+        plan_build(unchecked_config(engine={"max_num_tokens": 8192, "max_beam_width": 2,
+                                            "speculative": {"mode": "prompt_lookup", "max_draft_len": 4}}))
 
 
 @pytest.mark.parametrize("algorithm, precision, quant_algo", [("int8_wo", "int8", "W8A16"), ("int4_wo", "int4", "W4A16")])

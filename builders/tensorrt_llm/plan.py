@@ -376,6 +376,8 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
                           "drop moe_ep/moe_tp for quantized MoE models, or use quantization.algorithm none / int8_wo / int4_wo")
 
     flags = plugin_flags(config, is_moe=bool(shape and shape.is_moe))
+    if plain(sp.mode) == "prompt_lookup":
+        _prompt_lookup_rules(config, spec, flags, warnings)
     problems = capability_problems(choice, sm, device.name, spec, flags)
     if problems:
         raise ConfigErrors(problems)
@@ -472,6 +474,21 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
     )
     plan.llmapi = llmapi.engine_equivalent(config, plan)
     return plan
+
+
+def _prompt_lookup_rules(config: ForgeConfig, spec: Spec, flags: dict[str, str], warnings: list[PlanWarning]) -> None:
+    """What NVIDIA's n-gram (prompt lookup) engine workflow needs beyond the build mode (spec speculative_build_modes)."""
+    needs = spec.data["speculative_build_modes"]["prompt_lookup"]
+    if config.engine.max_beam_width > needs["max_beam_width"]:
+        raise ConfigError("engine.max_beam_width", f"prompt lookup on the engine target supports beam width 1 (got {config.engine.max_beam_width})",
+                          "set engine.max_beam_width: 1")
+    if flags.get("--use_paged_context_fmha") != needs["use_paged_context_fmha"]:
+        warnings.append(PlanWarning("prompt_lookup_forces_paged_context_fmha", "engine.plugins.paged_context_fmha",
+                                    "prompt lookup reuses KV-cache blocks, which needs paged context FMHA: built with it on"))
+        flags["--use_paged_context_fmha"] = needs["use_paged_context_fmha"]
+    if needs["needs_kv_cache_reuse"] and not config.runtime.enable_kv_cache_reuse:
+        warnings.append(PlanWarning("prompt_lookup_needs_kv_reuse", "runtime.enable_kv_cache_reuse",
+                                    "NVIDIA's n-gram workflow runs with KV-cache block reuse; set runtime.enable_kv_cache_reuse: true"))
 
 
 def _eagle_choice(config: ForgeConfig, family: str, choice: QuantChoice, dtype: str, warnings: list[PlanWarning]) -> QuantChoice:

@@ -97,7 +97,7 @@ class Spec:
 
     @property
     def speculative_build_modes(self) -> dict[str, str]:
-        return self.data["speculative_build_modes"]["map"]
+        return self.data["speculative_build_modes"]["map"]  # our mode → trtllm-build --speculative_decoding_mode
 
     @property
     def removed_build_flags(self) -> dict[str, str]:
