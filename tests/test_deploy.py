@@ -140,7 +140,8 @@ def test_docker_target_renders_the_run_command(tmp_path, write_config, repo):
     assert "docker run --detach --name trtllm-forge-gpu" in script
     assert "--gpus 3" in script and "--shm-size=1g" in script
     assert "-p 127.0.0.1:9000:8000" in script
-    assert f"-v {workdir}:{workdir}:ro nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3 mpirun -n 3 tritonserver" in script
+    # The serving image of the pinned TensorRT-LLM 1.2.1 (no NGC image ships it: docker/Dockerfile on 25.12).
+    assert f"-v {workdir}:{workdir}:ro trtllm-forge:0.1.0-trtllm1.2.1 mpirun -n 3 tritonserver" in script
 
 
 def test_kubernetes_target_renders_a_valid_manifest(tmp_path, write_config, repo):

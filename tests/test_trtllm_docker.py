@@ -19,7 +19,7 @@ SPEC = load_spec()
 
 def test_dockerfile_defaults_match_the_pinned_spec():
     text = (REPO / "docker" / "Dockerfile").read_text()
-    assert re.search(r"^ARG BASE_IMAGE=(\S+)$", text, re.M).group(1) == SPEC.container_image
+    assert re.search(r"^ARG BASE_IMAGE=(\S+)$", text, re.M).group(1) == SPEC.base_image
     assert re.search(r"^ARG TRTLLM_VERSION=(\S+)$", text, re.M).group(1) == SPEC.version
     assert "FROM ${BASE_IMAGE}" in text
     for path in ("trtllm_forge", "builders", "plugins", "model_repo_templates"):
@@ -41,7 +41,7 @@ def test_container_command_mounts_every_input_at_the_same_path(tmp_path):
     assert run[run.index(image) + 1:run.index(image) + 4] == [
         "trtllm-forge", "build-engine", str(REPO / "configs" / "qwen2.5-7b-fp16-l40s-tp2.yaml")]
     build = commands["docker_build"]
-    assert build[:4] == ["docker", "build", "-f", "docker/Dockerfile"] and f"BASE_IMAGE={SPEC.container_image}" in build
+    assert build[:4] == ["docker", "build", "-f", "docker/Dockerfile"] and f"BASE_IMAGE={SPEC.base_image}" in build
 
 
 def _fake_forge(tmp_path, fail_step: str | None):

@@ -67,7 +67,13 @@ print("[TRT-LLM] [I] Build phase peak memory: 2048.00 MB, children: 0.00 MB")
 print("[TRT-LLM] [I] Total time of building all engines: 00:00:01")
 """
 
-FAKE_NVIDIA_SMI = 'print("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-FAKE)")'
+FAKE_NVIDIA_SMI = """
+import os, sys
+if "--query-gpu=driver_version" in sys.argv:
+    print(os.environ.get("FAKE_DRIVER", "580.95.05"))
+else:
+    print("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-FAKE)")
+"""
 
 
 def _script(path: Path, body: str) -> None:
@@ -146,8 +152,24 @@ def test_fake_trtllm_build_runs_steps_and_records_manifest(cli, tmp_path, fake_t
     assert (workdir / "logs" / "build-quantize.log").is_file() and (workdir / "logs" / "build-build.log").is_file()
     assert not [p for p in workdir.iterdir() if p.name.startswith(".build")]
 
+    serving = manifest["outputs"]["serving_image"]
+    assert serving["image"] == "trtllm-forge:0.1.0-trtllm1.2.1" and serving["route"] == "pinned-install"
+    assert serving["tensorrt_llm"] == "1.2.1" and serving["base_image"] == "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
+    assert serving["driver_seen"] == "580.95.05" and manifest["tool_versions"]["nvidia_driver"] == "580.95.05"
+
     again = cli("build-engine", str(config), "--workdir", str(workdir), "--json", env=fake_trtllm)
     assert again.returncode == 0 and json.loads(again.stdout)["skipped"] is True
+
+
+def test_fake_driver_older_than_the_image_minimum_is_refused(cli, tmp_path, fake_trtllm, gpu_project):
+    config, _ = gpu_project
+    workdir = tmp_path / "wd"
+    result = cli("build-engine", str(config), "--workdir", str(workdir), env={**fake_trtllm, "FAKE_DRIVER": "550.54.15"})
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "NVIDIA driver 550.54.15 is older than 580.95.05" in errors[0]
+    assert "trtllm-forge:0.1.0-trtllm1.2.1" in errors[0] and "Traceback" not in result.stderr
+    assert not (workdir / "build").exists()
 
 
 def test_fake_trtllm_version_mismatch_and_adjustments_are_reported(cli, tmp_path, fake_trtllm, gpu_project):

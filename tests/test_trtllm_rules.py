@@ -100,7 +100,8 @@ def codes(plan):
                      "speculative": {"mode": "eagle", "max_draft_len": 7, "draft_model": "/m/eagle"}}},
          "eagle_forces_paged_context_fmha", lambda e: e.toggles["use_paged_context_fmha"]),
         ({"engine": {"plugins": {"fp8_context_fmha": True}}}, "fp8_context_fmha_off", lambda e: not e.toggles["use_fp8_context_fmha"]),
-        ({"quantization": q("fp8", "fp8")}, "fp8_kv_forces_fp8_context_fmha", lambda e: e.toggles["use_fp8_context_fmha"]),
+        ({"quantization": q("fp8", "fp8"), "engine": {"plugins": {"fp8_context_fmha": False}}}, "fp8_kv_forces_fp8_context_fmha",
+         lambda e: e.toggles["use_fp8_context_fmha"]),
         ({"quantization": q("int4_awq", "fp8"), "hardware": {"gpu": "L40S"}}, "awq_fp8kv_paged_fmha_kernels", lambda e: True),
         ({"engine": {"fusion": {"reduce_fusion": True}}}, "reduce_fusion_off", lambda e: not e.toggles["reduce_fusion"]),
         ({"engine": {"fusion": {"user_buffer": True}}}, "user_buffer_off", lambda e: not e.toggles["user_buffer"]),
@@ -160,11 +161,10 @@ def test_calibration_name_quirk_and_local_dataset_required():
         plan_build(unchecked_config(quantization={"algorithm": "fp8"}))
 
 
-def test_eagle_with_quantization_is_warned_not_silent():
-    plan = plan_build(unchecked_config(quantization=q("fp8", "fp8"), engine={"max_num_tokens": 8192, "speculative": {
-        "mode": "eagle", "max_draft_len": 7, "draft_model": "/m/eagle"}}))
-    assert {"eagle_quantization_dropped", "eagle_kv_quantization_dropped"} <= codes(plan)
-    assert plan.quant.quant_algo is None
+def test_eagle_refuses_quantization_its_converter_cannot_apply():
+    with pytest.raises(ConfigError, match="quantization.algorithm: NVIDIA's EAGLE converter quantizes only weight-only int8/int4"):
+        plan_build(unchecked_config(quantization=q("fp8", "fp8"), engine={"max_num_tokens": 8192, "speculative": {
+            "mode": "eagle", "max_draft_len": 7, "draft_model": "/m/eagle"}}))
 
 
 def test_weight_only_without_kv_uses_convert_checkpoint():

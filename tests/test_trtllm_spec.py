@@ -18,7 +18,9 @@ SPEC = load_spec("1.2.1")
 def test_spec_is_versioned_package_data():
     assert SPEC.version == "1.2.1"
     assert "1.2.0" in SPEC.compatible_versions
-    assert SPEC.container_image.startswith("nvcr.io/nvidia/tritonserver:") and SPEC.container_image.endswith("-trtllm-python-py3")
+    # No NGC image ships 1.2.x: the serving image is ours, on the NGC base image (spec/serving-images.json).
+    assert SPEC.container_image == "trtllm-forge:0.1.0-trtllm1.2.1"
+    assert SPEC.base_image.startswith("nvcr.io/nvidia/tritonserver:") and SPEC.base_image.endswith("-trtllm-python-py3")
     flags = SPEC.flags("trtllm-build")
     assert len(flags) == 67
     assert flags["--gemm_plugin"].choices == ("auto", "float16", "float32", "bfloat16", "int32", "fp8", "nvfp4", "disable")
@@ -46,7 +48,7 @@ def test_every_generated_argv_parses_with_the_spec_parser(config_path):
         # values typed by the table: ints are ints, choices are in the table
         assert isinstance(parsed.values["max_seq_len"], int)
     for step in plan.steps:
-        if step.tool in ("quantize.py", "convert_checkpoint.py", "eagle/convert_checkpoint.py"):
+        if step.tool in ("quantize.py", "convert_checkpoint.py", "qwen/convert_checkpoint.py", "eagle/convert_checkpoint.py"):
             SPEC.parser(step.tool).parse(step.argv[2:])
 
 

@@ -16,12 +16,6 @@ from trtllm_forge.builders.tensorrt_llm.spec import Spec
 
 EAGLE_NUM_LAYERS = 4
 EAGLE_MAX_NON_LEAVES = 10
-SPECULATIVE_BUILD_MODE = {
-    "draft_target": "draft_tokens_external",
-    "eagle": "eagle",
-    "medusa": "medusa",
-    "lookahead": "lookahead_decoding",
-}
 # rope types whose scaling factor trtllm-build ignores when it deduces max_seq_len
 FACTOR_IGNORED_ROPE = {"su", "longrope", "llama3"}
 
@@ -161,11 +155,9 @@ def effective_build(
     if input_len > seq:
         warn("max_input_len_clipped", "engine.max_input_len", f"{input_len} is clipped to max_seq_len {seq}")
         input_len = seq
-    draft = spec_cfg.max_draft_len if mode_name in SPECULATIVE_BUILD_MODE else 0
-    mode = SPECULATIVE_BUILD_MODE.get(mode_name)
-    if mode_name == "prompt_lookup":
-        warn("prompt_lookup_not_in_engine", "engine.speculative.mode",
-             "prompt lookup is not a trtllm-build mode; the engine is built without speculative decoding")
+    modes = spec.speculative_build_modes
+    draft = spec_cfg.max_draft_len if mode_name in modes else 0
+    mode = modes.get(mode_name)
     if mode_name == "eagle" and draft > adj["eagle_max_draft_len"]:
         warn("eagle_draft_len", "engine.speculative.max_draft_len", f"EAGLE asserts max_draft_len <= {adj['eagle_max_draft_len']}")
     if draft:

@@ -10,8 +10,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from trtllm_forge import __version__
 from trtllm_forge.config.schema import ForgeConfig
+
+from trtllm_forge.builders.tensorrt_llm.images import forge_image_tag
 
 DOCKERFILE = "docker/Dockerfile"
 
@@ -60,8 +61,8 @@ def probe() -> Runtime:
 
 
 def image_tag(trtllm_version: str) -> str:
-    """Our serving/build image (docker/Dockerfile on the NGC TensorRT-LLM Triton image)."""
-    return f"trtllm-forge:{__version__}-trtllm{trtllm_version}"
+    """Our serving/build image (docker/Dockerfile on the route's NGC base image, spec/serving-images.json)."""
+    return forge_image_tag(trtllm_version)
 
 
 def docker_build_argv(base_image: str, trtllm_version: str) -> list[str]:

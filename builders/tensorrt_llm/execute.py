@@ -19,7 +19,7 @@ from trtllm_forge.errors import ConfigError, StepError
 from trtllm_forge.stages import StageRecorder, StageResult, run_stage, write_json_atomic
 from trtllm_forge.ui import emit_json, info, warn
 
-from trtllm_forge.builders.tensorrt_llm import container
+from trtllm_forge.builders.tensorrt_llm import container, images
 from trtllm_forge.builders.tensorrt_llm.calibration import prepare_calibration
 from trtllm_forge.builders.tensorrt_llm.engine_fixture import expected_engine_config
 from trtllm_forge.builders.tensorrt_llm.plan import BuildPlan, plan_build
@@ -65,8 +65,8 @@ def container_command(config: ForgeConfig, plan: BuildPlan, workdir: Path) -> di
         host_paths.append(plan.calibration_source)
     host_paths += [p.path for p in plan.custom_plugins]
     run = container.docker_run_argv(config, _config_file(config), workdir, host_paths, plan.trtllm_version)
-    build = container.docker_build_argv(spec.container_image, plan.trtllm_version)
-    return {"image": container.image_tag(plan.trtllm_version), "base_image": spec.container_image,
+    build = container.docker_build_argv(spec.base_image, plan.trtllm_version)
+    return {"image": container.image_tag(plan.trtllm_version), "base_image": spec.base_image,
             "docker_build": build, "docker_run": run}
 
 
@@ -105,16 +105,19 @@ def build(config: ForgeConfig, workdir: Path, checkpoint_dir: Path | None, force
         return _report(_write_llmapi(plan, workdir, force), as_json)
 
     spec = load_spec(plan.trtllm_version)
+    serving = images.image_for_version(plan.trtllm_version)
+    # Where nvidia-smi exists, the image this engine is built and served in must start on this driver.
+    driver = images.check_host_driver(serving)
     runtime = container.probe()
     missing = runtime.missing(plan.trtllm_version, spec.compatible_versions)
     if missing:
         raise ConfigError(
             "engine.backend",
             f"tensorrt-llm build cannot run here: {missing}",
-            f"run the same build in the NGC TensorRT-LLM container ({spec.container_image}): "
+            f"run the same build in the serving image {spec.container_image} (docker/Dockerfile on {spec.base_image}): "
             f"{shlex.join(commands['docker_build'])} && {shlex.join(commands['docker_run'])}",
         )
-    return _report(_execute(config, plan, workdir, runtime, force), as_json)
+    return _report(_execute(config, plan, workdir, runtime, force, driver), as_json)
 
 
 def _report(result: StageResult, as_json: bool) -> StageResult:
@@ -189,9 +192,20 @@ def diff_engine_config(expected: dict, actual: dict) -> list[str]:
     return out
 
 
-def _execute(config: ForgeConfig, plan: BuildPlan, workdir: Path, runtime: container.Runtime, force: bool) -> StageResult:
+def serving_record(trtllm_version: str, driver: str | None) -> dict:
+    """What the engine manifest says about the image that must serve it (spec/serving-images.json)."""
+    row = images.image_for_version(trtllm_version)
+    return {"image": row.image, "route": row.how, "base_image": row.base_image, "tensorrt_llm": row.tensorrt_llm,
+            "tensorrt": row.tensorrt, "cuda": row.cuda, "min_driver": row.min_driver, "driver_seen": driver,
+            "sources": list(row.sources)}
+
+
+def _execute(config: ForgeConfig, plan: BuildPlan, workdir: Path, runtime: container.Runtime, force: bool,
+             driver: str | None = None) -> StageResult:
     def body(tmp: Path, recorder: StageRecorder) -> dict:
         recorder.tool_versions["tensorrt_llm"] = str(runtime.trtllm_version)
+        if driver:
+            recorder.tool_versions["nvidia_driver"] = driver
         recorder.tool_versions["gpus"] = "; ".join(runtime.gpus)
         if not any(_gpu_matches(plan.gpu, name) for name in runtime.gpus):
             recorder.notes.append(f"engines are tied to the GPU model: built on {runtime.gpus} for hardware.gpu {plan.gpu}")
@@ -237,6 +251,7 @@ def _execute(config: ForgeConfig, plan: BuildPlan, workdir: Path, runtime: conta
             "checkpoint_dir": str(final / "checkpoint"),
             "trtllm_version": built_version,
             "container_image": plan.container_image,
+            "serving_image": serving_record(plan.trtllm_version, driver),
             "custom_plugins": plugins,
             "ld_preload": ":".join(p["path"] for p in plugins),
             "warnings": [w.to_dict() for w in plan.warnings],

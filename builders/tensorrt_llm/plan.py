@@ -20,18 +20,17 @@ from trtllm_forge.errors import ConfigError, ConfigErrors
 from trtllm_forge.hardware import find_device
 from trtllm_forge.model_shape import ModelShape
 
-from trtllm_forge.builders.tensorrt_llm import llmapi
+from trtllm_forge.builders.tensorrt_llm import images, llmapi
 from trtllm_forge.builders.tensorrt_llm.adjust import (
     EAGLE_MAX_NON_LEAVES,
     EAGLE_NUM_LAYERS,
-    SPECULATIVE_BUILD_MODE,
     Effective,
     PlanWarning,
     effective_build,
 )
-from trtllm_forge.builders.tensorrt_llm.plugins import CustomPlugin, custom_plugins, plugin_flags, preload_value
+from trtllm_forge.builders.tensorrt_llm.plugins import CustomPlugin, custom_plugins, draft_plugin_flags, plugin_flags, preload_value
 from trtllm_forge.builders.tensorrt_llm.quant import QuantChoice, capability_problems, choose, plain, sm_of
-from trtllm_forge.builders.tensorrt_llm.spec import Spec, load_spec
+from trtllm_forge.builders.tensorrt_llm.spec import TOOL_TABLES, Spec, load_spec
 
 PYTHON = "python3"
 CALIBRATION_DIR = "calibration"
@@ -44,7 +43,7 @@ HUB_DATASET_MARKERS = ("cnn_dailymail", "pileval", "scienceqa", "science_qa")
 @dataclass
 class Step:
     name: str
-    tool: str  # trtllm-build | quantize.py | convert_checkpoint.py | eagle/convert_checkpoint.py | cmake | internal
+    tool: str  # a key of spec.TOOL_TABLES (trtllm-build, quantize.py, convert_checkpoint.py, ...) | cmake | internal
     argv: list[str]
     outputs: list[str]
     description: str
@@ -246,23 +245,32 @@ def _convert_step(config: ForgeConfig, family: str, choice: QuantChoice | None, 
         argv += ["--use_weight_only", "--weight_only_precision", choice.algorithm.split("_")[0]]
     if par.world_size > 1:
         argv += ["--workers", str(min(par.world_size, 8))]
-    return Step(name, "convert_checkpoint.py", argv, [f"{out}/config.json", f"{out}/rank*.safetensors"],
+    tool = "qwen/convert_checkpoint.py" if family == "qwen2" else "convert_checkpoint.py"
+    return Step(name, tool, argv, [f"{out}/config.json", f"{out}/rank*.safetensors"],
                 f"convert the Hugging Face checkpoint ({family}) to a TensorRT-LLM checkpoint", env=dict(OFFLINE_ENV))
 
 
-def _eagle_step(config: ForgeConfig, model_dir: str, dtype: str, out: str, spec: Spec) -> Step:
+def _eagle_step(config: ForgeConfig, choice: QuantChoice, model_dir: str, dtype: str, out: str, spec: Spec) -> Step:
     par, sp = config.parallel, config.engine.speculative
     argv = [PYTHON, _script(spec, "eagle"), "--model_dir", model_dir,
             "--eagle_model_dir", str(config.resolve_path(sp.draft_model)), "--output_dir", out, "--dtype", dtype,
             "--tp_size", str(par.tp), "--pp_size", str(par.pp), "--max_draft_len", str(sp.max_draft_len),
             "--num_eagle_layers", str(EAGLE_NUM_LAYERS), "--max_non_leaves_per_layer", str(EAGLE_MAX_NON_LEAVES)]
+    if choice.algorithm in EAGLE_WEIGHT_ONLY:
+        argv += ["--use_weight_only", "--weight_only_precision", EAGLE_WEIGHT_ONLY[choice.algorithm]]
     if par.world_size > 1:
         argv += ["--workers", str(min(par.world_size, 8))]
     return Step("convert", "eagle/convert_checkpoint.py", argv, [f"{out}/config.json", f"{out}/rank*.safetensors"],
                 "convert the base model and the EAGLE heads into one TensorRT-LLM checkpoint", env=dict(OFFLINE_ENV))
 
 
-def _build_argv(config: ForgeConfig, checkpoint: str, out: str, flags: dict[str, str], draft_engine: bool = False) -> list[str]:
+# quantization.algorithm → NVIDIA's EAGLE convert_checkpoint.py --weight_only_precision (its only quantization route
+# without calibration); the converter reads a LlamaConfig and asserts pp_size == 1 (spec convert_checkpoint_eagle).
+EAGLE_WEIGHT_ONLY = {"int8_wo": "int8", "int4_wo": "int4"}
+EAGLE_FAMILIES = ("llama", "mistral")
+
+
+def _build_argv(config: ForgeConfig, spec: Spec, checkpoint: str, out: str, flags: dict[str, str], draft_engine: bool = False) -> list[str]:
     eng, sp = config.engine, config.engine.speculative
     argv = ["trtllm-build", "--checkpoint_dir", checkpoint, "--output_dir", out,
             "--max_batch_size", str(eng.max_batch_size), "--max_input_len", str(eng.max_input_len),
@@ -273,7 +281,7 @@ def _build_argv(config: ForgeConfig, checkpoint: str, out: str, flags: dict[str,
     for flag, value in flags.items():
         argv += [flag, value]
     if not draft_engine:
-        mode = SPECULATIVE_BUILD_MODE.get(plain(sp.mode))
+        mode = spec.speculative_build_modes.get(plain(sp.mode))
         if mode:
             argv += ["--speculative_decoding_mode", mode, "--max_draft_len", str(sp.max_draft_len)]
         if eng.gather_logits.context:
@@ -300,15 +308,42 @@ def _flag_map(argv: list[str]) -> dict[str, str]:
 def _check_steps(steps: list[Step], spec: Spec, warnings: list[PlanWarning]) -> None:
     """Every generated argv must parse with the parser built from the spec table of its tool."""
     for step in steps:
-        if step.tool not in ("trtllm-build", "quantize.py", "convert_checkpoint.py", "eagle/convert_checkpoint.py"):
+        if step.tool not in TOOL_TABLES:
             continue
         args = step.argv[1:] if step.tool == "trtllm-build" else step.argv[2:]
         parsed = spec.parser(step.tool).parse(args)
+        table = spec.flags(step.tool)
         for flag in parsed.deprecated_used:
-            replacement = spec.flags(step.tool)[flag].replacement
+            replacement = table[flag].replacement
             warnings.append(PlanWarning(
                 "deprecated_flag", step.name,
                 f"{flag} is deprecated in TensorRT-LLM {spec.version}" + (f" (use {replacement})" if replacement else "")))
+    warnings.extend(uncertain_facts(steps, spec))
+
+
+def uncertain_facts(steps: list[Step], spec: Spec) -> list[PlanWarning]:
+    """The facts the generated commands were checked against that are not tied to TensorRT-LLM 1.2.1: one warning
+    per uncertain source (naming the steps that rely on it) and one per step for rows uncertain themselves."""
+    by_source: dict[str, list[str]] = {}
+    out = []
+    for step in steps:
+        if step.tool not in TOOL_TABLES:
+            continue
+        table = spec.flags(step.tool)
+        used = [a for a in step.argv if a.startswith("--") and a in table]
+        for key in dict.fromkeys(table[flag].source for flag in used):
+            by_source.setdefault(key, []).append(step.name)
+        rows = [flag for flag in used if table[flag].uncertain]
+        if rows:
+            out.append(PlanWarning("uncertain_flag", step.name,
+                                   f"{', '.join(rows)}: values or choices not tied to TensorRT-LLM {spec.version}"))
+    for key, names in by_source.items():
+        source = spec.source(key)
+        if source.uncertain:
+            out.insert(0, PlanWarning("uncertain_source", ", ".join(names),
+                                      f"checked against {source.cite()}, not tied to TensorRT-LLM {spec.version} "
+                                      "(its commit is not pinned)"))
+    return out
 
 
 def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> BuildPlan:
@@ -324,7 +359,7 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
     sm = sm_of(device.compute_capability)
     shape = shape_for(config)
     family = _family(config, shape)
-    architecture = spec.data["architectures"][family]
+    architecture = spec.architectures[family]
     model_dir = model_source(config, checkpoint_dir)
     dtype = _dtype(config, model_dir)
     choice = choose(config.quantization.algorithm, config.quantization.kv_cache, spec)
@@ -334,20 +369,15 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
     if plain(sp.mode) == "medusa":
         raise ConfigError("engine.speculative.mode", "medusa engines (Vicuna-only in 1.2.x) are not planned by trtllm-forge",
                           "use eagle, draft_target or lookahead, or engine.target: llmapi")
-    if sp.mode == "eagle" and choice.quant_algo is not None:
-        warnings.append(PlanWarning(
-            "eagle_quantization_dropped", "quantization.algorithm",
-            f"the 1.2.x EAGLE converter builds {dtype} weights only: {choice.algorithm} weight quantization is NOT applied "
-            "to this engine (engine.target: llmapi serves EAGLE with quantized checkpoints)"))
-        choice = QuantChoice(choice.algorithm, choice.kv_cache, None, None, "eagle/convert_checkpoint.py", None, False)
-        if config.quantization.kv_cache != "none":
-            warnings.append(PlanWarning("eagle_kv_quantization_dropped", "quantization.kv_cache",
-                                        f"{config.quantization.kv_cache} KV cache is not baked into the EAGLE checkpoint"))
+    if sp.mode == "eagle":
+        choice = _eagle_choice(config, family, choice, dtype, warnings)
     if choice.tool == "quantize.py" and config.parallel.moe_ep is not None:
         raise ConfigError("parallel.moe_ep", "quantize.py (ModelOpt) cannot set expert parallelism",
                           "drop moe_ep/moe_tp for quantized MoE models, or use quantization.algorithm none / int8_wo / int4_wo")
 
     flags = plugin_flags(config, is_moe=bool(shape and shape.is_moe))
+    if plain(sp.mode) == "prompt_lookup":
+        _prompt_lookup_rules(config, spec, flags, warnings)
     problems = capability_problems(choice, sm, device.name, spec, flags)
     if problems:
         raise ConfigErrors(problems)
@@ -377,7 +407,7 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
         files[f"{CALIBRATION_DIR}/train.jsonl"] = "local calibration samples"
     ckpt = "checkpoint"
     if sp.mode == "eagle":
-        steps.append(_eagle_step(config, str(model_dir), dtype, ckpt, spec))
+        steps.append(_eagle_step(config, choice, str(model_dir), dtype, ckpt, spec))
     elif choice.tool == "quantize.py":
         steps.append(_quantize_step(config, choice, str(model_dir), dtype, ckpt, spec, warnings))
     else:
@@ -386,7 +416,7 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
     for rank in range(config.parallel.world_size):
         files[f"{ckpt}/rank{rank}.safetensors"] = f"checkpoint weights, rank {rank}"
 
-    build_argv = _build_argv(config, ckpt, "engine", flags)
+    build_argv = _build_argv(config, spec, ckpt, "engine", flags)
     build_env = {"LD_PRELOAD": preload_value(plugins)} if plugins else {}
     steps.append(Step("build", "trtllm-build", build_argv, ["engine/config.json", "engine/rank*.engine"],
                       "build the TensorRT engines", env=build_env))
@@ -398,15 +428,17 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
     draft = None
     if sp.mode == "draft_target":
         draft_dir = str(config.resolve_path(sp.draft_model))
-        draft_flags = dict(flags)
+        # The draft model is converted unquantized: its plugins follow its own dtype, not the FP8 target's.
+        draft_flags = draft_plugin_flags(config, is_moe=False)
         draft_flags["--use_paged_context_fmha"] = "enable"
         steps.append(_convert_step(config, family, None, draft_dir, dtype, "draft/checkpoint", spec, name="convert-draft"))
-        steps.append(Step("build-draft", "trtllm-build", _build_argv(config, "draft/checkpoint", "draft/engine", draft_flags, True),
+        steps.append(Step("build-draft", "trtllm-build", _build_argv(config, spec, "draft/checkpoint", "draft/engine", draft_flags, True),
                           ["draft/engine/config.json"], "build the draft model's engines", env=build_env))
         files["draft/engine/config.json"] = "draft engine config"
         draft = {"model_dir": draft_dir, "engine_dir": "draft/engine", "max_draft_len": sp.max_draft_len}
 
     _check_steps(steps, spec, warnings)
+    warnings += serving_route_warnings(spec)
     requested = {
         "max_batch_size": config.engine.max_batch_size,
         "max_input_len": config.engine.max_input_len,
@@ -442,6 +474,69 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
     )
     plan.llmapi = llmapi.engine_equivalent(config, plan)
     return plan
+
+
+def _prompt_lookup_rules(config: ForgeConfig, spec: Spec, flags: dict[str, str], warnings: list[PlanWarning]) -> None:
+    """What NVIDIA's n-gram (prompt lookup) engine workflow needs beyond the build mode (spec speculative_build_modes)."""
+    needs = spec.data["speculative_build_modes"]["prompt_lookup"]
+    if config.engine.max_beam_width > needs["max_beam_width"]:
+        raise ConfigError("engine.max_beam_width", f"prompt lookup on the engine target supports beam width 1 (got {config.engine.max_beam_width})",
+                          "set engine.max_beam_width: 1")
+    if flags.get("--use_paged_context_fmha") != needs["use_paged_context_fmha"]:
+        warnings.append(PlanWarning("prompt_lookup_forces_paged_context_fmha", "engine.plugins.paged_context_fmha",
+                                    "prompt lookup reuses KV-cache blocks, which needs paged context FMHA: built with it on"))
+        flags["--use_paged_context_fmha"] = needs["use_paged_context_fmha"]
+    if needs["needs_kv_cache_reuse"] and not config.runtime.enable_kv_cache_reuse:
+        warnings.append(PlanWarning("prompt_lookup_needs_kv_reuse", "runtime.enable_kv_cache_reuse",
+                                    "NVIDIA's n-gram workflow runs with KV-cache block reuse; set runtime.enable_kv_cache_reuse: true"))
+
+
+def _eagle_choice(config: ForgeConfig, family: str, choice: QuantChoice, dtype: str, warnings: list[PlanWarning]) -> QuantChoice:
+    """What NVIDIA's EAGLE converter can build: Llama-family models, pp 1, weight-only int8/int4 or no quantization."""
+    if family not in EAGLE_FAMILIES:
+        raise ConfigError(
+            "engine.speculative.mode",
+            f"eagle on the engine target reads the base model as a LlamaConfig (TensorRT-LLM 1.2.x examples/eagle/convert_checkpoint.py), "
+            f"which a {family} model is not",
+            "use engine.target: llmapi for EAGLE with this model, or another speculative mode (draft_target, lookahead)")
+    if config.parallel.pp > 1:
+        raise ConfigError("parallel.pp", f"NVIDIA's EAGLE converter asserts pp_size == 1 (got {config.parallel.pp})",
+                          "use tensor parallelism only (pp: 1) with eagle")
+    if choice.quant_algo is not None and choice.algorithm not in EAGLE_WEIGHT_ONLY:
+        raise ConfigError(
+            "quantization.algorithm",
+            f"NVIDIA's EAGLE converter quantizes only weight-only int8/int4 without calibration; {choice.algorithm} cannot be applied",
+            f"one of none, {', '.join(EAGLE_WEIGHT_ONLY)}, or engine.target: llmapi with a pre-quantized checkpoint")
+    if config.quantization.kv_cache != "none":
+        warnings.append(PlanWarning("eagle_kv_quantization_dropped", "quantization.kv_cache",
+                                    f"{config.quantization.kv_cache} KV cache is not baked into the EAGLE checkpoint (its converter "
+                                    f"only offers --int8_kv_cache, which needs calibration); the KV cache stays {dtype}"))
+    return QuantChoice(choice.algorithm, "none", choice.quant_algo, None, "eagle/convert_checkpoint.py", None, False)
+
+
+def serving_route_warnings(spec: Spec) -> list[PlanWarning]:
+    """The serving image is a route of ours, not an image NVIDIA ships: say so, with what was not tried."""
+    route = images.image_for_version(spec.version)
+    if route.how != "pinned-install":
+        return []
+    base = images.describe_image(route.base_image)
+    return [PlanWarning(
+        "uncertain_source", "serving image",
+        f"no NGC Triton image ships TensorRT-LLM {spec.version}: built and served in {route.image} (docker/Dockerfile on "
+        f"{route.base_image}, whose tensorrtllm backend was built for TensorRT-LLM {base.tensorrt_llm if base else 'another version'}; "
+        "not yet tried on a GPU)")]
+
+
+def fact_warnings(config: ForgeConfig) -> list[PlanWarning]:
+    """For `trtllm-forge plan`: the warnings of the build plan about facts not tied to TensorRT-LLM 1.2.1
+    (empty when there is no engine to build, or when the build plan itself is refused: build-engine says why)."""
+    if config.engine.backend != "tensorrt-llm" or config.engine.target != "engine":
+        return []
+    try:
+        plan = plan_build(config)
+    except ConfigError:
+        return []
+    return [w for w in plan.warnings if w.code.startswith("uncertain_")]
 
 
 LLMAPI_DIR = "llmapi"
@@ -482,7 +577,7 @@ def plan_llmapi(config: ForgeConfig, checkpoint_dir: Path | None, spec: Spec) ->
     return BuildPlan(
         config_name=config.name or "default", target="llmapi", trtllm_version=spec.version,
         container_image=spec.container_image, gpu=device.name, sm=sm_of(device.compute_capability),
-        architecture=spec.data["architectures"][family], dtype=config.model.dtype, model_dir=str(model_dir),
+        architecture=spec.architectures[family], dtype=config.model.dtype, model_dir=str(model_dir),
         tp=config.parallel.tp, pp=config.parallel.pp, quant=choice, steps=steps, files=files, warnings=warnings,
         effective=None, requested={}, build_flags={}, custom_plugins=plugins, calibration_source=None,
         llmapi={"model_yaml": yaml_body, "extra_llm_api_options": options, "serve_argv": serve}, shape=shape,

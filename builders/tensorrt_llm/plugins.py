@@ -23,24 +23,40 @@ GEMM_PRESET = {
     "nvfp4": "nvfp4",
 }
 FP8_ACTIVATIONS = {"fp8", "w4a8_awq", "nvfp4"}
+# trtllm-build's default for --use_fp8_context_fmha (spec trtllm_build table, from NVIDIA's plugin.py): on, and the
+# builder itself keeps it only for FP8/W4A8_AWQ/NVFP4 on SM >= 89. We pass NVIDIA's default unless the config
+# sets engine.plugins.fp8_context_fmha explicitly.
+NVIDIA_FP8_CONTEXT_FMHA_DEFAULT = True
 
 
 def _toggle(value: bool) -> str:
     return "enable" if value else "disable"
 
 
-def plugin_flags(config: ForgeConfig, is_moe: bool) -> dict[str, str]:
+def fp8_context_fmha_wanted(config: ForgeConfig) -> bool:
+    plugins = config.engine.plugins
+    return plugins.fp8_context_fmha if "fp8_context_fmha" in plugins.model_fields_set else NVIDIA_FP8_CONTEXT_FMHA_DEFAULT
+
+
+def draft_plugin_flags(config: ForgeConfig, is_moe: bool) -> dict[str, str]:
+    """Plugin flags for a draft-target draft engine: the draft checkpoint is converted unquantized, so its
+    GEMM plugin and FP8-only features follow quantization none, not the (possibly FP8) target's."""
+    return plugin_flags(config, is_moe, algo="none")
+
+
+def plugin_flags(config: ForgeConfig, is_moe: bool, algo: str | None = None) -> dict[str, str]:
     """trtllm-build plugin and feature flags (flag → value) for this config, before silent adjustments."""
     eng, quant, par = config.engine, config.quantization, config.parallel
     p = eng.plugins
-    algo = str(getattr(quant.algorithm, "value", quant.algorithm))
+    draft = algo is not None
+    algo = algo or str(getattr(quant.algorithm, "value", quant.algorithm))
     flags: dict[str, str] = {
         "--gpt_attention_plugin": p.gpt_attention,
-        "--gemm_plugin": GEMM_PRESET[algo] if p.gemm == "auto" else p.gemm,
+        "--gemm_plugin": GEMM_PRESET[algo] if p.gemm == "auto" or (draft and p.gemm == "fp8") else p.gemm,
         "--nccl_plugin": ("auto" if par.world_size > 1 else "disable") if p.nccl == "auto" else p.nccl,
         "--context_fmha": _toggle(p.context_fmha),
         "--use_paged_context_fmha": _toggle(p.paged_context_fmha),
-        "--use_fp8_context_fmha": _toggle(p.fp8_context_fmha),
+        "--use_fp8_context_fmha": _toggle(fp8_context_fmha_wanted(config) and not draft),
         "--remove_input_padding": _toggle(p.remove_input_padding),
         "--reduce_fusion": _toggle(eng.fusion.reduce_fusion),
         "--user_buffer": _toggle(eng.fusion.user_buffer),
@@ -48,6 +64,8 @@ def plugin_flags(config: ForgeConfig, is_moe: bool) -> dict[str, str]:
     }
     if is_moe:
         flags["--moe_plugin"] = p.moe
+    if draft:
+        return flags  # FP8/FP4-only plugins and LoRA belong to the target engine
     if p.gemm == "fp8" and algo not in FP8_ACTIVATIONS:
         raise ConfigError("engine.plugins.gemm", f"fp8 needs FP8 activations but quantization is {algo}", "use auto")
     if p.low_latency_gemm:

@@ -42,7 +42,7 @@ def plain(value) -> str:
 def choose(algorithm: str, kv_cache: str, spec: Spec) -> QuantChoice:
     algorithm, kv_cache = plain(algorithm), plain(kv_cache)
     qformat = QFORMAT[algorithm]
-    quant_algo = spec.data["qformat_to_quant_algo"][qformat]
+    quant_algo = spec.data["qformat_to_quant_algo"]["map"][qformat]
     kv_algo = None if kv_cache == "none" else kv_cache.upper()
     if quant_algo is not None and quant_algo not in spec.data["quant_algos"]["quant_algo"]:
         raise ConfigError("quantization.algorithm", f"{quant_algo} is not a QuantAlgo of TensorRT-LLM {spec.version}", "")

@@ -23,12 +23,37 @@ DEFAULT_VERSION = "1.2.1"
 @dataclass(frozen=True)
 class Flag:
     flag: str
-    kind: str  # int | float | str | flag (store_true) | toggle (enable|disable) | list (nargs=+)
+    kind: str  # int | float | str | flag (store_true) | toggle (enable|disable) | list (nargs=+) | pair (nargs=2)
     choices: tuple[str, ...] | None
     default: object
     deprecated: bool
     aliases: tuple[str, ...]
     replacement: str | None
+    source: str  # key of the spec's "sources": repository, commit and path of NVIDIA's parser
+    uncertain: bool  # the row itself was not tied to 1.2.1 (its source may be uncertain too)
+
+
+# One flag table per NVIDIA script, each read from that script's own argparse (spec "sources").
+TOOL_TABLES = {
+    "trtllm-build": "trtllm_build",
+    "quantize.py": "quantize_py",
+    "convert_checkpoint.py": "convert_checkpoint_llama",
+    "qwen/convert_checkpoint.py": "convert_checkpoint_qwen",
+    "eagle/convert_checkpoint.py": "convert_checkpoint_eagle",
+}
+
+
+@dataclass(frozen=True)
+class Source:
+    key: str
+    repo: str
+    commit: str | None
+    path: str
+    uncertain: bool
+    why: str
+
+    def cite(self) -> str:
+        return f"{self.repo}@{(self.commit or 'unpinned')[:12]}:{self.path}"
 
 
 class Spec:
@@ -41,17 +66,18 @@ class Spec:
         self.capability: dict = data["capability"]
         self.adjustments: dict = data["adjustments"]
         self.engine_config: dict = data["engine_config"]
-        self.container: dict = data["container"]
+
+    def source(self, key: str) -> Source:
+        row = self.data["sources"][key]
+        return Source(key, row["repo"], row.get("commit"), row["path"], bool(row.get("uncertain")), row.get("why", ""))
+
+    def table_source(self, tool: str) -> Source:
+        return self.source(self.data[TOOL_TABLES[tool]]["source"])
 
     def flags(self, tool: str) -> dict[str, Flag]:
-        tables = {
-            "trtllm-build": [self.data["trtllm_build"]],
-            "quantize.py": [self.data["quantize_py"]],
-            "convert_checkpoint.py": [self.data["convert_checkpoint_llama"]],
-            "eagle/convert_checkpoint.py": [self.data["convert_checkpoint_llama"], self.data["convert_checkpoint_eagle_extra"]],
-        }[tool]
+        table = self.data[TOOL_TABLES[tool]]
         out = {}
-        for entry in (e for table in tables for e in table["flags"]):
+        for entry in table["flags"]:
             out[entry["flag"]] = Flag(
                 flag=entry["flag"],
                 kind=entry["kind"],
@@ -60,8 +86,18 @@ class Spec:
                 deprecated=bool(entry.get("deprecated")),
                 aliases=tuple(entry.get("aliases", ())),
                 replacement=entry.get("replacement"),
+                source=entry.get("source", table["source"]),
+                uncertain=bool(entry.get("uncertain")),
             )
         return out
+
+    @property
+    def architectures(self) -> dict[str, str]:
+        return self.data["architectures"]["map"]
+
+    @property
+    def speculative_build_modes(self) -> dict[str, str]:
+        return self.data["speculative_build_modes"]["map"]  # our mode → trtllm-build --speculative_decoding_mode
 
     @property
     def removed_build_flags(self) -> dict[str, str]:
@@ -72,7 +108,18 @@ class Spec:
 
     @property
     def container_image(self) -> str:
-        return f"{self.container['image']}:{self.container['tag']}"
+        """The one image that builds and serves this version's engines (spec/serving-images.json)."""
+        from trtllm_forge.builders.tensorrt_llm.images import image_for_version
+
+        return image_for_version(self.version).image
+
+    @property
+    def base_image(self) -> str:
+        """The image docker/Dockerfile starts from (the NGC image itself when it ships this version)."""
+        from trtllm_forge.builders.tensorrt_llm.images import image_for_version
+
+        row = image_for_version(self.version)
+        return row.base_image or row.image
 
 
 def _spec_file(version: str) -> str:
@@ -125,6 +172,8 @@ class FlagParser:
                 self._parser.add_argument(*names, action="store_true")
             elif flag.kind == "list":
                 self._parser.add_argument(*names, nargs="+", choices=flag.choices)
+            elif flag.kind == "pair":
+                self._parser.add_argument(*names, nargs=2)
             else:
                 type_ = {"int": int, "float": float}.get(flag.kind, str)
                 choices = [type_(c) for c in flag.choices] if flag.choices else None

@@ -57,6 +57,15 @@ def plan(config_file: Path | None, measure_host: bool, input_len: int | None, ou
         if as_json:
             emit_json(data)
         raise ConfigError(where, problem, valid)
+    # Facts the build plan relies on that are not tied to the pinned TensorRT-LLM release (after a refusal, the
+    # one error line is all that is printed).
+    from rich.markup import escape
+
+    from trtllm_forge.builders.tensorrt_llm.plan import fact_warnings
+
+    data["fact_warnings"] = [w.to_dict() for w in fact_warnings(config)]
+    for item in data["fact_warnings"]:
+        warn(escape(f"{item['field']}: {item['message']} [{item['code']}]"))
 
     out_dir = wd / "plan"
     files = [out_dir / "plan.json"] + ([out_dir / "roofline.png"] if plot and the_plan.machine else [])

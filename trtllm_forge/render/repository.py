@@ -10,6 +10,7 @@ from pathlib import Path
 
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.deploy.discovery import TritonInstall, prepare_backend_dir, pytriton_install
+from trtllm_forge.builders.tensorrt_llm.images import check_engine_for_config
 from trtllm_forge.engine_config import EngineInfo, read_engine_config
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.render import launch as launch_mod
@@ -50,7 +51,10 @@ def resolve_engine(config: ForgeConfig, workdir: Path, engine_dir: Path | None, 
     if engine_dir is None:
         raise ConfigError("--engine-dir", f"no engine given and {workdir / 'build' / 'engine'} has no config.json",
                           "run `trtllm-forge build-engine CONFIG` first or pass --engine-dir DIR")
-    return read_engine_config(Path(engine_dir).resolve())
+    engine = read_engine_config(Path(engine_dir).resolve())
+    if engine.backend == "tensorrt-llm":
+        check_engine_for_config(config, engine.version)  # an engine loads only in an image of its own TensorRT-LLM
+    return engine
 
 
 def write_repository(config: ForgeConfig, workdir: Path, engine: EngineInfo | None, kind: str, out: Path) -> RenderedRepository:

@@ -1,0 +1,163 @@
+"""Which serving image carries which TensorRT-LLM, TensorRT, CUDA and minimum driver (spec/serving-images.json),
+and the checks built on it: an engine only loads in an image with the TensorRT-LLM that built it, and an image
+only starts on a driver at least as new as its minimum.
+
+The JSON is the one definition; every row names its source. An engine's TensorRT-LLM version comes from its
+config.json (`version`, written by trtllm-build).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from trtllm_forge import __version__
+from trtllm_forge.errors import ConfigError
+
+# Our own image: docker/Dockerfile on the route's base image, tagged with the TensorRT-LLM it carries.
+FORGE_IMAGE_RE = re.compile(r"^trtllm-forge:[^-\s]+-trtllm(?P<version>\d[\w.]*)$")
+
+
+@dataclass(frozen=True)
+class ServingImage:
+    image: str
+    tensorrt_llm: str
+    tensorrt: str
+    cuda: str
+    min_driver: str
+    how: str  # "ngc" (NVIDIA ships it) | "pinned-install" (docker/Dockerfile on base_image)
+    base_image: str | None
+    sources: tuple[str, ...]
+
+
+@lru_cache(maxsize=1)
+def matrix() -> dict:
+    path = resources.files("trtllm_forge.builders.tensorrt_llm").joinpath("spec/serving-images.json")
+    return json.loads(path.read_text())
+
+
+def forge_image_tag(trtllm_version: str) -> str:
+    return f"trtllm-forge:{__version__}-trtllm{trtllm_version}"
+
+
+def ngc_images() -> list[ServingImage]:
+    return [ServingImage(r["image"], r["tensorrt_llm"], r["tensorrt"], r["cuda"], r["min_driver"], "ngc", None, (r["source"],))
+            for r in matrix()["images"]]
+
+
+def image_for_version(trtllm_version: str) -> ServingImage:
+    """The one image that builds and serves engines of this TensorRT-LLM version: an NGC image that ships it,
+    else the documented route (our Dockerfile installing the pinned version on a base image)."""
+    for row in ngc_images():
+        if row.tensorrt_llm == trtllm_version:
+            return row
+    route = matrix()["routes"].get(trtllm_version)
+    if route is None:
+        known = sorted({r.tensorrt_llm for r in ngc_images()} | set(matrix()["routes"]))
+        raise ConfigError("engine.trtllm_version", f"no serving image is known for TensorRT-LLM {trtllm_version}",
+                          f"one of {', '.join(known)} (builders/tensorrt_llm/spec/serving-images.json)")
+    sources = route["source"] if isinstance(route["source"], list) else [route["source"]]
+    return ServingImage(forge_image_tag(trtllm_version), route["tensorrt_llm"], route["tensorrt"], route["cuda"],
+                        route["min_driver"], route["how"], route["base_image"], tuple(sources))
+
+
+def serving_image(deploy_image: str | None, trtllm_version: str) -> str:
+    """deploy.image when set, else the one image that builds and serves this TensorRT-LLM version."""
+    return deploy_image or image_for_version(trtllm_version).image
+
+
+def check_engine_for_config(config, engine_version: str) -> None:
+    """render/deploy: refuse a TensorRT-LLM engine whose version differs from the serving image's."""
+    if config.engine.backend == "tensorrt-llm":
+        check_engine_image(engine_version, serving_image(config.deploy.image, config.engine.trtllm_version))
+
+
+def describe_image(image: str) -> ServingImage | None:
+    """What the table knows about an image name; None for an image it does not list."""
+    for row in ngc_images():
+        if row.image == image:
+            return row
+    match = FORGE_IMAGE_RE.match(image)
+    if match and match.group("version") in matrix()["routes"]:
+        return image_for_version(match.group("version"))
+    return None
+
+
+def version_mismatch(engine_version: str, image: str) -> str | None:
+    """What is wrong when the engine cannot load in this image (None when it can, or when the table does not list the image)."""
+    known = describe_image(image)
+    if known is None or known.tensorrt_llm == engine_version:
+        return None
+    return (f"the engine was built by TensorRT-LLM {engine_version} but {image} ships TensorRT-LLM {known.tensorrt_llm}, "
+            "and engines load only with the version that built them")
+
+
+def check_engine_image(engine_version: str, image: str, field: str = "deploy.image") -> None:
+    """ConfigError (exit 2, one line naming both versions and the image to use) on a mismatch."""
+    problem = version_mismatch(engine_version, image)
+    if problem:
+        try:
+            use = image_for_version(engine_version).image
+        except ConfigError:
+            use = f"an image that ships TensorRT-LLM {engine_version}"
+        raise ConfigError(field, problem, f"serve it with {use} (deploy.image), or rebuild the engine in {image}")
+
+
+# --- driver ---------------------------------------------------------------------------------------------------
+
+_SMI_HEADER_RE = re.compile(r"Driver Version\s*:\s*(\d+(?:\.\d+)+)")
+_VERSION_RE = re.compile(r"^\s*(\d+(?:\.\d+)+)\s*$")
+
+
+def parse_driver_version(smi_output: str) -> str | None:
+    """The driver version in `nvidia-smi` output: the default table ("Driver Version: 580.95.05"), `nvidia-smi -q`
+    ("Driver Version : 580.95.05") or `--query-gpu=driver_version --format=csv[,noheader]` (one version per GPU
+    line); None when absent."""
+    match = _SMI_HEADER_RE.search(smi_output)
+    if match:
+        return match.group(1)
+    for line in smi_output.splitlines():
+        match = _VERSION_RE.match(line)
+        if match:
+            return match.group(1)
+    return None
+
+
+def _as_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
+def driver_problem(driver: str, image: ServingImage) -> str | None:
+    if _as_tuple(driver) >= _as_tuple(image.min_driver):
+        return None
+    return (f"NVIDIA driver {driver} is older than {image.min_driver}, the minimum for {image.image} "
+            f"(CUDA {image.cuda}); upgrade the driver or use an image built for an older CUDA")
+
+
+def host_driver_version() -> str | None:
+    """The driver here, read with nvidia-smi; None where there is no nvidia-smi (or it fails)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_driver_version(out.stdout) if out.returncode == 0 else None
+
+
+def check_host_driver(image: ServingImage, field: str = "hardware.gpu") -> str | None:
+    """ConfigError when nvidia-smi reports a driver older than the image's minimum; returns the driver seen."""
+    driver = host_driver_version()
+    if driver is None:
+        return None
+    problem = driver_problem(driver, image)
+    if problem:
+        raise ConfigError(field, problem, f"a driver >= {image.min_driver}")
+    return driver
