@@ -336,3 +336,35 @@ def test_http_generate_returns_one_string(decoupled_server, reference):
     with urllib.request.urlopen(request, timeout=120) as response:
         reply = json.loads(response.read())
     assert reply["text_output"] == expected
+
+
+# --- our own consumers read the same tensors -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+def test_our_client_reads_nvidias_shapes(decoupled_server, reference, model):
+    """trtllm_forge.client (used by run's smoke test, verify and the docs) on the 1-D text_output."""
+    from trtllm_forge.client import generate
+
+    _, _, _, expected = reference
+    whole = generate(decoupled_server, PROMPT, MAX_TOKENS, model=model, stream=False, exclude_input_in_output=True)
+    streamed = generate(decoupled_server, PROMPT, MAX_TOKENS, model=model, stream=True, exclude_input_in_output=True)
+    assert whole.text == streamed.text == expected
+    assert len(streamed.chunks) > 1
+
+
+@pytest.mark.parametrize("target", ["triton-grpc", "triton-http"])
+def test_bench_targets_read_nvidias_shapes(decoupled_server, smollm2_checkpoint, tmp_path, target):
+    """bench's gRPC and HTTP text targets on the 1-D text_output: every request completes with text."""
+    from conftest import run_cli
+
+    url = decoupled_server.grpc_url if target == "triton-grpc" else decoupled_server.http_url
+    proc = run_cli("bench", "--target", target, "--url", url, "--model", "ensemble", "--concurrency", "2",
+                   "--num-requests", "4", "--input-len", "8", "--output-len", "6", "--tokenizer", str(smollm2_checkpoint),
+                   "--out", str(tmp_path), "--no-plots", "--json", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    point = json.loads(proc.stdout)  # one load point: its summary
+    assert point["requests"]["completed"] == 4 and point["requests"]["failed"] == 0
+    assert point["metrics"]["output_tokens"]["min"] > 0
+    records = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert records and all(r["error"] is None and r["output_tokens"] > 0 for r in records), records[-1]
