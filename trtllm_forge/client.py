@@ -173,9 +173,12 @@ def stream_request(
 
 
 def _text_of(array: np.ndarray | None) -> str:
-    if array is None:
+    """The text of the first sequence: `text_output[0]` in NVIDIA's 1-D shape (one string per request and
+    beam); older [1, 1] responses read the same way."""
+    if array is None or np.size(array) == 0:
         return ""
-    return "".join(v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in np.ravel(array))
+    value = np.ravel(array)[0]
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def generate(

@@ -260,6 +260,10 @@ def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind:
             "skip_special_tokens": "true",
             "accumulate_tokens": "true",
             "tensorrt_llm_model_name": names["tensorrt_llm"],
+            # NVIDIA's 1.2 BLS declares both; empty means "none" to its model (no draft model, no
+            # multimodal encoder), which is what every repository we render has.
+            "tensorrt_llm_draft_model_name": "",
+            "multimodal_encoders_name": "",
             "preprocessing_model_name": names["preprocessing"],
             "tensorrt_llm_decoupled": pb_bool(tr.decoupled),
             "EXECUTION_ENV_PATH": python_env,

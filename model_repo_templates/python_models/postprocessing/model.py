@@ -41,14 +41,17 @@ class TritonPythonModel:
         return responses
 
     def _decode(self, tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        # tokens: [batch, beams, tokens]; lengths: [batch, beams]
+        """tokens [batch, beams, tokens], lengths [batch, beams] -> OUTPUT, one string per (batch item, beam).
+
+        OUTPUT is 1-D ([batch * beams], batch-major) like NVIDIA's postprocessing, so the ensemble's
+        `text_output` is 1-D too and clients read `as_numpy("text_output")[0].decode()`.
+        """
         if tokens.ndim == 2:
             tokens = tokens[:, None, :]
         lengths = lengths.reshape(tokens.shape[0], -1)
-        texts = np.empty(lengths.shape, dtype=object)
+        texts = []
         for b in range(tokens.shape[0]):
             for beam in range(tokens.shape[1]):
                 ids = tokens[b, beam, : int(lengths[b, beam])].tolist()
-                text = anchored_decode(self.tokenizer, ids, self.anchor, self.skip_special_tokens)
-                texts[b, beam] = text.encode("utf-8")
-        return texts
+                texts.append(anchored_decode(self.tokenizer, ids, self.anchor, self.skip_special_tokens).encode("utf-8"))
+        return np.array(texts, dtype=object)

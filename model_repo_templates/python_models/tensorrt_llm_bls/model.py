@@ -135,7 +135,8 @@ class TritonPythonModel:
             )
 
     def _response(self, text: str, tensors: dict):
-        outputs = [pb_utils.Tensor("text_output", np.array([[text.encode("utf-8")]], dtype=object))]
+        # 1-D, one string per request, like NVIDIA's BLS (its text_output is the postprocessing OUTPUT).
+        outputs = [pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=object))]
         for name, value in tensors.items():
             if name in self.output_names:
                 outputs.append(pb_utils.Tensor(name, value))
