@@ -175,7 +175,7 @@ def status(config_file: Path | None, workdir: Path | None, as_json: bool) -> Non
         else:
             info(f"not running: no deployment recorded in {wd / 'deploy' / 'state.json'}")
         return
-    problems = stub_health(deployment.pid, Path(deployment.repository)).problems() if deployment.running else []
+    problems = stub_health(deployment.pgid or deployment.pid, Path(deployment.repository)).problems() if deployment.running else []
     if as_json:
         emit_json({**deployment.to_dict(), "problems": problems})
     else:

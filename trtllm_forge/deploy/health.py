@@ -1,6 +1,7 @@
 """Are the python-backend stubs of a running Triton server alive?
 
-Triton runs every instance of a python-backend model in its own stub process (a child of the server).
+Triton runs every instance of a python-backend model in its own stub process, in the server's process
+group (deploy starts the server in a session of its own; under mpirun too).
 When a stub dies (a crash, the OOM killer, a SIGKILL), Triton 2.51 keeps answering ready for that model
 and for the whole server, while requests to it fail or hang and requests in flight from it can wedge the
 models it called. So readiness is not enough: a deployment is healthy only when every python instance the
@@ -58,17 +59,17 @@ def python_instances(repository: Path) -> dict[str, int]:
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, parent pid) from /proc/<pid>/stat, or None when the process is gone."""
+    """(state letter, process group) from /proc/<pid>/stat, or None when the process is gone."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = raw[raw.rfind(")") + 2 :].split()
-    return fields[0], int(fields[1])
+    return fields[0], int(fields[2])
 
 
-def stub_processes(server_pid: int) -> tuple[dict[str, int], int]:
-    """(model -> live stubs, number of exited stubs) among the children of `server_pid`.
+def stub_processes(pgid: int) -> tuple[dict[str, int], int]:
+    """(model -> live stubs, number of exited stubs) in process group `pgid`.
 
     A stub's argv is `triton_python_backend_stub <repo>/<model>/<version>/model.py <shm region> ...`.
     """
@@ -78,24 +79,27 @@ def stub_processes(server_pid: int) -> tuple[dict[str, int], int]:
         if not entry.name.isdigit():
             continue
         stat = _stat(int(entry.name))
-        if stat is None or stat[1] != server_pid:
+        if stat is None or stat[1] != pgid:
             continue
         try:
             comm = (entry / "comm").read_text().strip()
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if not comm.startswith(STUB_COMM[:8]) or not STUB_BINARY.startswith(comm):
+        if comm != STUB_COMM:
             continue
         if stat[0] in ("Z", "X") or not argv[0]:
             dead += 1
-            continue
-        if len(argv) > 1 and argv[1]:
+        elif len(argv) > 1 and argv[1]:
             model = Path(argv[1].decode(errors="replace")).parent.parent.name
             alive[model] = alive.get(model, 0) + 1
     return alive, dead
 
 
-def stub_health(server_pid: int, repository: Path) -> StubHealth:
-    alive, dead = stub_processes(server_pid)
+def stub_health(pgid: int | None, repository: Path) -> StubHealth:
+    """Stub processes of the server whose process group is `pgid` against what `repository` configures
+    (nothing is expected when the group is unknown or /proc is missing: no false alarm)."""
+    if not pgid or not Path("/proc").is_dir():
+        return StubHealth(expected={})
+    alive, dead = stub_processes(pgid)
     return StubHealth(expected=python_instances(repository), alive=alive, dead=dead)

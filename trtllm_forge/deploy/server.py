@@ -273,7 +273,7 @@ def _start_once(plan: LaunchPlan, workdir: Path, timeout: float, picked_ports: b
                     ready = model_readiness(deployment.http_url, plan.models)
                     deployment.models = ready
                     if all(ready.values()):
-                        health = stub_health(proc.pid, Path(plan.repository))
+                        health = stub_health(proc.pid, Path(plan.repository))  # the group leader: own session
                         if not health.healthy:  # Triton says ready even when a stub died while loading
                             raise _fail(deployment, "; ".join(health.problems()), f"see the log {plan.log}")
                         break
@@ -394,14 +394,10 @@ def server_status(workdir: Path) -> Deployment | None:
     return deployment
 
 
-def mark_dead_stubs(deployment: Deployment) -> list[str]:
-    """Mark not ready the models whose python stubs died (Triton keeps saying ready); the problems found."""
-    health = stub_health(deployment.pid, Path(deployment.repository))
-    for model in health.missing:
+def mark_dead_stubs(deployment: Deployment) -> None:
+    """Mark not ready the models whose python stubs died (Triton keeps saying they are ready)."""
+    for model in stub_health(deployment.pgid or deployment.pid, Path(deployment.repository)).missing:
         deployment.models[model] = False
-    if health.dead and not health.missing:
-        deployment.models = {name: False for name in deployment.models}  # which model lost it is unknown
-    return health.problems()
 
 
 @contextmanager
