@@ -158,7 +158,13 @@ def _print_deployment(deployment) -> None:
 @workdir_option
 @json_option
 def status(config_file: Path | None, workdir: Path | None, as_json: bool) -> None:
-    """Whether the deployment of this workdir is running, its URLs and model readiness."""
+    """Whether the deployment of this workdir is running, its URLs and model readiness.
+
+    A running server with a dead python stub (Triton still says ready, requests hang) is unhealthy: its
+    models show not ready, the problem is printed ("problems" in --json) and the exit code is 1; restart it
+    with `deploy stop` and `deploy`.
+    """
+    from trtllm_forge.deploy.health import stub_health
     from trtllm_forge.deploy.server import server_status
 
     wd = _workdir_only(config_file, workdir, "status")
@@ -169,10 +175,15 @@ def status(config_file: Path | None, workdir: Path | None, as_json: bool) -> Non
         else:
             info(f"not running: no deployment recorded in {wd / 'deploy' / 'state.json'}")
         return
+    problems = stub_health(deployment.pgid or deployment.pid, Path(deployment.repository)).problems() if deployment.running else []
     if as_json:
-        emit_json(deployment.to_dict())
+        emit_json({**deployment.to_dict(), "problems": problems})
     else:
         _print_deployment(deployment)
+        for problem in problems:
+            info(f"[red]unhealthy[/red]: {problem}; restart with `trtllm-forge deploy stop` and `trtllm-forge deploy`")
+    if problems:
+        raise SystemExit(1)
 
 
 @deploy_group.command("stop")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.deploy.discovery import prepare_backend_dir
+from trtllm_forge.deploy.health import stub_health
 from trtllm_forge.deploy.launch import LaunchPlan, plan_launch
 from trtllm_forge.deploy.state import Deployment, read_state, write_state
 from trtllm_forge.errors import StepError
@@ -272,6 +273,9 @@ def _start_once(plan: LaunchPlan, workdir: Path, timeout: float, picked_ports: b
                     ready = model_readiness(deployment.http_url, plan.models)
                     deployment.models = ready
                     if all(ready.values()):
+                        health = stub_health(proc.pid, Path(plan.repository))  # the group leader: own session
+                        if not health.healthy:  # Triton says ready even when a stub died while loading
+                            raise _fail(deployment, "; ".join(health.problems()), f"see the log {plan.log}")
                         break
                 if time.monotonic() > deadline:
                     waiting = [n for n, ok in deployment.models.items() if not ok] or ["(server not live)"]
@@ -385,7 +389,15 @@ def server_status(workdir: Path) -> Deployment | None:
     live = alive and server_live(deployment.http_url)
     deployment.running = bool(live)
     deployment.models = model_readiness(deployment.http_url, list(deployment.models)) if live else {n: False for n in deployment.models}
+    if live:
+        mark_dead_stubs(deployment)
     return deployment
+
+
+def mark_dead_stubs(deployment: Deployment) -> None:
+    """Mark not ready the models whose python stubs died (Triton keeps saying they are ready)."""
+    for model in stub_health(deployment.pgid or deployment.pid, Path(deployment.repository)).missing:
+        deployment.models[model] = False
 
 
 @contextmanager

@@ -188,7 +188,7 @@ def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind:
                         "(run import first, set model.tokenizer, or render on the serving host)")
     if tr.instances.bls < engine.max_batch_size and tr.entrypoint == "bls":
         warnings.append(f"triton.instances.bls is {tr.instances.bls}; each BLS instance serves requests one at a time "
-                        f"unless decoupled, consider {engine.max_batch_size}")
+                        f"(like NVIDIA's BLS), so concurrent requests queue; consider {engine.max_batch_size}")
     if config.engine.speculative.mode == "draft_target" and kind == "inflight_batcher_llm":
         warnings.append("draft-target speculative decoding needs a second engine model for the draft "
                         "(tensorrt_llm_draft, named by the BLS parameter tensorrt_llm_draft_model_name); render does "

@@ -5,14 +5,20 @@ Written for trtllm-forge. Runs inside the Triton python stub: imports only numpy
 triton_python_backend_utils and the stdlib (plus the helpers copied next to this file).
 
 What it adds over the ensemble: per-request incremental detokenization (streamed text keeps its spaces
-and multi-byte characters), stop words applied to the text, and requests served concurrently from one
-instance (each request runs in a worker thread when the model is decoupled).
+and multi-byte characters) and stop words applied to the text.
+
+One request at a time per instance, like NVIDIA's tensorrt_llm_bls; concurrency comes from more instances
+(`triton.instances.bls`, each its own stub process). Never from threads inside one stub: the python backend
+stub (2.51) turns every BLS response into numpy arrays without holding the GIL (Stub::ParentToStubMQMonitor
+-> ProcessBLSResponseDecoupled -> PbTensor, and InferRequest::Exec after releasing the GIL), so Python code
+running in another thread of the same stub races with it. With a worker thread per request that corrupted
+the stub's heap under load (`malloc(): unaligned fastbin chunk detected`, a general protection fault in
+pymalloc_alloc under PbTensor::PbTensor; trtllm-forge issue 12).
 """
 
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -88,17 +94,14 @@ class TritonPythonModel:
         self.preprocessing_model = params.get("preprocessing_model_name", "preprocessing")
         self.engine_decoupled = as_bool(params, "tensorrt_llm_decoupled", self.decoupled)
         self.output_names = {o["name"] for o in model_config.get("output", [])}
-        self.pool = ThreadPoolExecutor(max_workers=max(int(model_config.get("max_batch_size") or 1), 1))
 
     def execute(self, requests):
+        # In this thread, one after another: see the module docstring for why there are no worker threads.
         if not self.decoupled:
             return [self._run_collecting(request) for request in requests]
         for request in requests:
-            self.pool.submit(self._run_streaming, request)
+            self._run_streaming(request)
         return None
-
-    def finalize(self):
-        self.pool.shutdown(wait=True, cancel_futures=True)
 
     # --- one request --------------------------------------------------------------------------------
 
