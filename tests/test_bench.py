@@ -90,7 +90,7 @@ def test_metric_definitions_on_known_records():
     assert sorted([m["itl_ms"]["min"], m["itl_ms"]["max"]]) == [2.0, 10.0] and m["itl_ms"]["count"] == 3
     assert m["itl_per_token_ms"]["count"] == 3 and m["itl_per_token_ms"]["max"] == 10.0
     assert m["time_to_first_response_ms"]["min"] == 5.0
-    assert s["requests"] == {"sent": 3, "completed": 2, "failed": 1, "errors_by_kind": {"connection": 1}, "warmup": 0}
+    assert s["requests"] == {"sent": 3, "completed": 2, "failed": 1, "errors_by_kind": {"connection": 1}, "warmup": 0, "retried": 0, "retries": 0}
     assert s["windows"]["benchmark"]["seconds"] == pytest.approx(0.030)
     assert m["output_token_throughput_per_s"]["avg"] == pytest.approx(7 / 0.030)
     assert m["goodput_per_s"]["avg"] == pytest.approx(1 / 0.030)  # only a meets TTFT <= 11 ms

@@ -72,6 +72,9 @@ def perf_analyzer_argv(binary: str, workload: ToolWorkload, inputs: Path, load: 
     """Streaming over gRPC (the models are decoupled), asynchronous, exactly `count` requests."""
     if load.mode == "rate" and load.arrival not in PA_ARRIVALS:
         raise ConfigError("--arrival", f"perf_analyzer has no {load.arrival!r} arrivals", "use --arrival poisson or constant")
+    if count < load.value:  # perf_analyzer refuses a request count below the concurrency or the rate
+        raise ConfigError("--num-requests", f"perf_analyzer needs at least {load.value:g} requests at {load.label}",
+                          f"give --num-requests {int(-(-load.value // 1))} or more")
     argv = [binary, "-m", workload.model, "-u", host_port(workload.grpc_url), "-i", "grpc", "--async", "--streaming",
             "--input-data", str(inputs), "--request-count", str(count)]
     if load.mode == "concurrency":

@@ -149,9 +149,6 @@ def _run_point(tool: str, options, workload: ToolWorkload, warmup: ToolWorkload 
     binary, env = executable(tool)
     timeout = options.request_timeout_s * max(1, options.num_requests)
     if tool == "perf_analyzer":
-        if load.mode == "concurrency" and options.num_requests < load.value:
-            raise ConfigError("--num-requests", f"perf_analyzer needs at least as many requests as the concurrency ({int(load.value)})",
-                              f"give --num-requests {int(load.value)} or more")
         if warmup is not None:
             inputs = write_perf_analyzer_inputs(warmup, work / "warmup_inputs.json")
             warm_load = replace(load, value=min(load.value, len(warmup.requests))) if load.mode == "concurrency" else load
