@@ -273,6 +273,10 @@ def _from_analyze_csv(rows: list[list[str]], path: Path) -> list[ImportedPoint]:
     return points
 
 
+def _first_given(*values):
+    return next((v for v in values if v is not None), None)
+
+
 def _from_aiperf_jsonl(path: Path, text: str) -> dict:
     """AIPerf's per-request records: per-request values are pooled and summarised here; the window runs from
     the first request start to the last response."""
@@ -299,8 +303,8 @@ def _from_aiperf_jsonl(path: Path, text: str) -> dict:
             metric = metrics.get(tag)
             return metric.get("value") if isinstance(metric, dict) else metric
 
-        start = meta.get("request_start_ns") or value_of("min_request_timestamp") or meta.get("timestamp_ns")
-        end = meta.get("request_end_ns") or value_of("max_response_timestamp")
+        start = _first_given(meta.get("request_start_ns"), value_of("min_request_timestamp"), meta.get("timestamp_ns"))
+        end = _first_given(meta.get("request_end_ns"), value_of("max_response_timestamp"))
         if end is None and start is not None and value_of("request_latency") is not None:
             end = start + value_of("request_latency") * 1e6
         if start is not None:
