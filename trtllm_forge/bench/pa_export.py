@@ -7,7 +7,8 @@ applies to this file, except that a response carrying no token is not a timing p
 
 Tokens per response, best source first: `output_ids` (the tensorrt_llm model), `num_output_tokens` (requested
 with return_num_output_tokens; a running total is turned into per-response counts), the client tokenizer on
-the response text, else one per non-empty response (`output_tokens_source` says which).
+the response text, else one per non-empty response (`output_tokens_source` says which). PA exports Triton's
+flag-only final response with stale outputs: a last response after the requested length is taken as that flag.
 """
 
 from __future__ import annotations
@@ -92,11 +93,22 @@ def _record(request_id: str, request: dict, service_kind: str, tokenizer) -> Req
     record.output_tokens_source = source
     if source == "server_count":
         cumulative_to_deltas(record)
+    _drop_stale_final(record, requested, service_kind)
     if not stamps:
         record.error_kind, record.error_message = "no_response", "perf_analyzer recorded no response for this request"
     if not requested:
         record.requested_output_tokens = record.output_tokens
     return record
+
+
+def _drop_stale_final(record: RequestRecord, requested: int | None, service_kind: str) -> None:
+    """PA 2.51 exports Triton's flag-only final response with stale output values (e.g. `output_ids: 0`). When
+    the responses before it already carry the requested length, that last response is the flag: no token."""
+    if service_kind not in ("triton", "triton_c_api") or not requested or len(record.tokens) < 2:
+        return
+    if record.tokens[-1] > 0 and sum(record.tokens[:-1]) >= requested:
+        record.tokens[-1] = 0
+        record.empty[-1] = True
 
 
 def _payload(inputs: dict) -> dict:
