@@ -362,3 +362,19 @@ def test_openai_requests_on_a_closed_keepalive_connection_are_retried_not_failed
     records = [json.loads(line) for line in (tmp_path / "o" / "requests.jsonl").read_text().splitlines()]
     assert sum(r["retries"] for r in records) == doc["requests"]["retries"]
     assert all(r["output_tokens"] == 3 for r in records)
+
+
+@pytest.mark.slow
+def test_bench_tool_aiperf_over_http_when_installed(timing_triton, smollm2_checkpoint, tmp_path):
+    """AIPerf lives in its own venv (FORGE_AIPERF=<venv>/bin/aiperf; see README); skipped without it."""
+    exe = os.environ.get("FORGE_AIPERF")
+    if not exe:
+        pytest.skip("AIPerf not configured (FORGE_AIPERF unset)")
+    proc, doc = _bench("--target", "triton-http", "--url", timing_triton.http_url, "--model", "ensemble", "--concurrency", "2",
+                       "--num-requests", "6", "--input-len", "8", "--output-len", "5", "--tokenizer", str(smollm2_checkpoint),
+                       "--tool", "aiperf", "--no-plots", "--out", str(tmp_path / "ai"), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    template = Path(doc["tool_run"]["argv"][doc["tool_run"]["argv"].index("--extra-inputs") + 1].split(":", 1)[1]).read_text()
+    assert '"min_tokens": {{ max_tokens }}' in template and "generate_stream" in " ".join(doc["tool_run"]["argv"])
+    assert doc["source"] == "aiperf" and doc["requests"]["completed"] == 6
+    assert doc["metrics"]["ttft_ms"]["p50"] >= TTFT_MS and doc["metrics"]["output_tokens"]["avg"] == 5

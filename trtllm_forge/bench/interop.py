@@ -130,15 +130,16 @@ def write_aiperf_inputs(workload: ToolWorkload, path: Path) -> Path:
 
 
 def aiperf_argv(executable: str, workload: ToolWorkload, prompts: Path, load: LoadSpec, count: int, artifact_dir: Path) -> list[str]:
-    """AIPerf speaks HTTP: Triton's generate_stream through its template endpoint."""
+    """AIPerf speaks HTTP: Triton's generate_stream through its template endpoint; each request's output length
+    comes from the input file (`output_length` → the template's `max_tokens`), forced like ours."""
     http = workload.http_url or "http://127.0.0.1:8000"
-    osl = round(sum(r.output_tokens for r in workload.requests) / len(workload.requests))
-    fields = {"text_input": "{{ text|tojson }}", "max_tokens": str(osl), "stream": "true", "exclude_input_in_output": "true"}
-    for name in ("min_tokens", "min_length"):
-        if name in workload.names():
-            fields[name] = str(osl)
-            break
-    template = "{" + ", ".join(f'"{k}": {v}' for k, v in fields.items()) + "}"
+    fields = {"text_input": "{{ text|tojson }}", "max_tokens": "{{ max_tokens }}"}
+    for name in sorted(workload.names() - {"text_input", "max_tokens"}):
+        value = workload.constant(name)
+        fields[name] = "{{ max_tokens }}" if name in ("min_tokens", "min_length") else json.dumps(value)
+    # In a file: AIPerf splits an inline --extra-inputs value at its commas.
+    template = prompts.with_name(prompts.stem + "_payload.jinja")
+    template.write_text("{" + ", ".join(f'"{k}": {v}' for k, v in fields.items()) + "}\n")
     argv = [executable, "profile", "--model", workload.model, "--url", http, "--endpoint-type", "template",
             "--custom-endpoint", f"/v2/models/{workload.model}/generate_stream", "--streaming",
             "--extra-inputs", f"payload_template:{template}", "--extra-inputs", "response_field:text_output",

@@ -175,6 +175,10 @@ class TritonHttpTarget(_SseTarget):
             body["end_id"] = UNREACHABLE_END_ID
         return body
 
+    def request_inputs(self, request: BenchRequest) -> list[tuple[str, str, list]]:
+        """The JSON fields one request sends (for `bench --tool aiperf`), as (name, "", [value])."""
+        return [(name, "", [value]) for name, value in self.payload(request).items()]
+
     def parse_event(self, data: dict, record: RequestRecord, stamp: int) -> None:
         text = data.get("text_output")
         if isinstance(text, list):

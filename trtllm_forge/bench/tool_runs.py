@@ -28,12 +28,14 @@ from trtllm_forge.bench.exports import import_export
 from trtllm_forge.bench.interop import (ToolWorkload, aiperf_argv, emit, genai_perf_argv, perf_analyzer_argv,
                                         write_aiperf_inputs, write_perf_analyzer_inputs, write_prompts_jsonl)
 from trtllm_forge.bench.runner import LoadSpec
+from trtllm_forge.bench.target import output_length_plan
 from trtllm_forge.bench.workload import load_tokenizer
 from trtllm_forge.errors import ConfigError, StepError
 from trtllm_forge.ui import info, warn
 
 TOOLS = ("perf_analyzer", "genai-perf", "aiperf")
 GRPC_TARGETS = ("triton-grpc", "triton-grpc-tokens")
+TOOL_TARGETS = {"perf_analyzer": GRPC_TARGETS, "genai-perf": ("triton-grpc",), "aiperf": ("triton-http",)}  # what each can drive
 TOOL_ENV = {"genai-perf": "FORGE_GENAI_PERF", "aiperf": "FORGE_AIPERF"}  # path of the tool's executable
 # What the rendered ensemble / tensorrt_llm model declare: the inputs --emit assumes when no server answers.
 ASSUMED_INPUTS = {
@@ -44,11 +46,12 @@ ASSUMED_INPUTS = {
 }
 
 
-def _grpc_target(options, tokenizer):
+def _tool_target(options, tokenizer, tool: str):
     from trtllm_forge.bench.run import make_target
 
-    if options.target not in GRPC_TARGETS:
-        raise ConfigError("--target", f"{options.target} cannot be driven by the Triton tools here", "use --target triton-grpc or triton-grpc-tokens")
+    allowed = TOOL_TARGETS[tool]
+    if options.target not in allowed:
+        raise ConfigError("--target", f"{tool} drives {' or '.join(allowed)} here, not {options.target}", f"use --target {allowed[0]}")
     return make_target(options, tokenizer)
 
 
@@ -57,19 +60,23 @@ async def _probe(target) -> None:
     await target.close()
 
 
-def probed_target(options, tokenizer, assume_if_down: bool = False):
-    """Our gRPC target after reading the model's config (its `request_inputs` are what the tools send). With
+def probed_target(options, tokenizer, tool: str, assume_if_down: bool = False):
+    """Our target after reading the model's config (its `request_inputs` are what the tools send). With
     assume_if_down, a server that does not answer gives the rendered model's declared inputs instead."""
-    target = _grpc_target(options, tokenizer)
+    target = _tool_target(options, tokenizer, tool)
     try:
         asyncio.run(_probe(target))
         return target, None
     except StepError:
         if not assume_if_down:
             raise
-    inputs, outputs = ASSUMED_INPUTS[options.target]
-    target.inputs, target.outputs, target.perf, target.batched = {n: {} for n in inputs}, outputs, False, True
-    target.check_contract()
+    inputs, outputs = ASSUMED_INPUTS["triton-grpc-tokens" if options.target == "triton-grpc-tokens" else "triton-grpc"]
+    if options.target == "triton-http":
+        target.inputs, target.count_server, target.perf = inputs, "num_output_tokens" in outputs, False
+        target.length_input, target.end_id, target.info.forced_output_len = output_length_plan(inputs, options.force_output_len)
+    else:
+        target.inputs, target.outputs, target.perf, target.batched = {n: {} for n in inputs}, outputs, False, True
+        target.check_contract()
     return target, f"{options.url} did not answer: inputs assumed from the rendered {options.model} model ({', '.join(sorted(inputs))})"
 
 
@@ -93,7 +100,13 @@ def _requests(options, tokenizer, index: int):
 def emit_workload(options, kind: str) -> dict:
     """`bench --emit KIND`: write the workload for another tool (nothing is sent, except a config read)."""
     tokenizer = load_tokenizer(options.tokenizer)
-    target, note = probed_target(options, tokenizer, assume_if_down=True)
+    if kind == "aiperf" and options.target.startswith("triton-grpc"):  # AIPerf speaks HTTP: the deployment's HTTP URL
+        from dataclasses import replace as copy
+
+        options = copy(options, target="triton-http", url=options.http_url or "http://127.0.0.1:8000")
+    if kind == "genai-perf" and options.target == "triton-grpc-tokens":
+        raise ConfigError("--emit genai-perf", "GenAI-Perf drives the text contract (ensemble) here", "use --target triton-grpc")
+    target, note = probed_target(options, tokenizer, kind, assume_if_down=True)
     requests, _ = _requests(options, tokenizer, 0)
     workload = tool_workload(options, target, requests)
     if note:
@@ -175,10 +188,8 @@ def run_tool(options, tool: str) -> dict:
     """Run `tool` at every sweep point of `options`; return the document `--json` prints."""
     if options.duration_s is not None:
         raise ConfigError("--duration", "not supported with --tool (the tools run a request count here)", "use --num-requests")
-    if tool != "perf_analyzer" and options.target != "triton-grpc":
-        raise ConfigError("--target", f"{tool} is driven through the ensemble's text contract here", "use --target triton-grpc")
     tokenizer = load_tokenizer(options.tokenizer)
-    target, _ = probed_target(options, tokenizer)
+    target, _ = probed_target(options, tokenizer, tool)
     loads = options.loads()
     multi = len(loads) > 1
     summaries = []
