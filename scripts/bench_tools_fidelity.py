@@ -58,7 +58,7 @@ def _one(tool: str, server, concurrency: int, n: int, out: Path, tokenizer: Path
 
     options = BenchOptions(target="triton-grpc", url=server.grpc_url, model="ensemble", concurrency=[concurrency], num_requests=n,
                            warmup_requests=min(concurrency, 4), input_len=LengthSpec(ISL), output_len=LengthSpec(OSL),
-                           tokenizer=tokenizer, out=out, plots=False)
+                           tokenizer=tokenizer, out=out, plots=False, request_timeout_s=60.0)
     started = time.time()
     summary = run_bench(options) if tool == "trtllm-forge" else run_tool(options, tool)
     m = summary["metrics"]
@@ -100,7 +100,10 @@ def run(repeats: int, concurrencies: list[int], n_per_concurrency: int, tokenize
                     order = tools[repeat % len(tools):] + tools[:repeat % len(tools)]  # rotate who goes first
                     for tool in order:
                         n = max(n_per_concurrency, concurrency * 4)
-                        row = _one(tool, server, concurrency, n, root / f"{tool}-{repeat}-c{concurrency}", tokenizer)
+                        try:
+                            row = _one(tool, server, concurrency, n, root / f"{tool}-{repeat}-c{concurrency}", tokenizer)
+                        except Exception as exc:  # noqa: BLE001 - one failed run is recorded, the others go on
+                            row = {"tool": tool, "concurrency": concurrency, "error": f"{type(exc).__name__}: {exc}"}
                         row["repeat"] = repeat
                         document["runs"].append(row)
                         print(json.dumps(row), flush=True)

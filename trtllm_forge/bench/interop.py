@@ -95,6 +95,12 @@ def write_prompts_jsonl(workload: ToolWorkload, path: Path) -> Path:
     return path
 
 
+def _pa_warmup(warmup: int, load: LoadSpec) -> int:
+    """perf_analyzer 2.51 never finishes a warm-up of fewer requests than the concurrency (seen: GenAI-Perf at
+    concurrency 16 with 4 warm-up requests hung): at least one request per slot, or none."""
+    return max(warmup, int(load.value)) if warmup and load.mode == "concurrency" else warmup
+
+
 def genai_perf_argv(executable: str, workload: ToolWorkload, prompts: Path, load: LoadSpec, count: int, artifact_dir: Path,
                     warmup: int = 0) -> list[str]:
     lengths = {r.output_tokens for r in workload.requests}
@@ -104,7 +110,7 @@ def genai_perf_argv(executable: str, workload: ToolWorkload, prompts: Path, load
     argv = [executable, "profile", "-m", workload.model, "--endpoint-type", "kserve", "--backend", "tensorrtllm",
             "-u", host_port(workload.grpc_url), "--streaming", "--input-file", str(prompts),
             "--num-dataset-entries", str(len(workload.requests)), "--output-tokens-mean", str(osl),
-            "--request-count", str(count), "--warmup-request-count", str(warmup), "--random-seed", str(workload.seed),
+            "--request-count", str(count), "--warmup-request-count", str(_pa_warmup(warmup, load)), "--random-seed", str(workload.seed),
             "--artifact-dir", str(artifact_dir)]
     for name in ("min_tokens", "min_length"):
         if name in workload.names():

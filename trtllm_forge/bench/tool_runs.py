@@ -160,7 +160,9 @@ def run_logged(argv: list[str], env: dict, log: Path, timeout_s: float) -> None:
 
 def _run_point(tool: str, options, workload: ToolWorkload, warmup: ToolWorkload | None, load: LoadSpec, work: Path, tokenizer):
     binary, env = executable(tool)
-    timeout = options.request_timeout_s * max(1, options.num_requests)
+    # a stuck tool must not hang the run: each request may take request_timeout_s, slots run in parallel
+    slots = int(load.value) if load.mode == "concurrency" else max(1, int(load.value))
+    timeout = options.request_timeout_s * (-(-options.num_requests // max(1, slots)) + 1) + 120
     if tool == "perf_analyzer":
         if warmup is not None:
             inputs = write_perf_analyzer_inputs(warmup, work / "warmup_inputs.json")
