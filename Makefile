@@ -6,7 +6,7 @@ STAMP := $(VENV)/.setup-done
 CONFIG ?= configs/smollm2-cpu.yaml
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps demo test clean
+.PHONY: setup system-deps tool-venvs demo test clean
 
 setup: $(STAMP)
 
@@ -29,6 +29,12 @@ system-deps:
 	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libb64-0d; \
 	else echo "perf_analyzer needs libb64-0d: run 'sudo apt-get install libb64-0d' (or 'sudo make system-deps')"; fi
 
+# Optional, not part of `make test`: GenAI-Perf and AIPerf, each in its own venv (they fight our pins; install
+# took ~80 s and ~13 min here). Then: FORGE_GENAI_PERF=.venv-genai-perf/bin/genai-perf FORGE_AIPERF=.venv-aiperf/bin/aiperf
+tool-venvs:
+	$(PYTHON) -m venv .venv-genai-perf && .venv-genai-perf/bin/pip install --quiet genai-perf==0.0.16
+	$(PYTHON) -m venv .venv-aiperf && .venv-aiperf/bin/pip install --quiet aiperf==0.13.0
+
 demo: setup
 	$(BIN)/trtllm-forge run $(CONFIG)
 
@@ -36,4 +42,4 @@ test: setup system-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) forge-work build *.egg-info
+	rm -rf $(VENV) .venv-genai-perf .venv-aiperf forge-work build *.egg-info
