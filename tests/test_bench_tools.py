@@ -291,6 +291,25 @@ def test_emitted_genai_perf_command_runs_when_installed(timing_triton, smollm2_c
     assert argv[argv.index("--endpoint-type") + 1] == "kserve" and "min_tokens:5" in argv
     assert doc["source"] == "genai-perf" and doc["metrics"]["ttft_ms"]["p50"] >= TTFT_MS
     assert doc["metrics"]["output_tokens"]["avg"] == pytest.approx(5, abs=0.5)
+    _run_emitted("genai-perf", exe, ("--url", timing_triton.grpc_url), smollm2_checkpoint, tmp_path)
+
+
+def _run_emitted(tool: str, exe: str, where: tuple[str, ...], tokenizer: Path, tmp_path: Path) -> None:
+    """Run the command `--emit TOOL` prints, as printed (only the executable's path filled in), and import its export."""
+    from trtllm_forge.bench.tool_runs import executable
+
+    proc, doc = _bench(*where, "--model", "ensemble", "--concurrency", "2", "--num-requests", "4", "--input-len", "8",
+                       "--output-len", "4", "--tokenizer", str(tokenizer), "--emit", tool, "--out", str(tmp_path / "emit"))
+    assert proc.returncode == 0, proc.stderr
+    (command,) = doc["emitted"][0]["commands"]
+    argv = shlex.split(command)
+    assert argv[0] == tool
+    _, env = executable(tool)
+    result = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (point,) = _import(Path(argv[argv.index("--artifact-dir") + 1]), out=tmp_path / "emit-imported")[0]
+    assert point["source"] == tool and point["metrics"]["ttft_ms"]["p50"] >= TTFT_MS
+    assert point["metrics"]["output_tokens"]["avg"] == pytest.approx(4, abs=0.5)
 
 
 # ---- OpenAI target: a keep-alive connection the server already closed --------------------------------------
@@ -378,3 +397,4 @@ def test_bench_tool_aiperf_over_http_when_installed(timing_triton, smollm2_check
     assert '"min_tokens": {{ max_tokens }}' in template and "generate_stream" in " ".join(doc["tool_run"]["argv"])
     assert doc["source"] == "aiperf" and doc["requests"]["completed"] == 6
     assert doc["metrics"]["ttft_ms"]["p50"] >= TTFT_MS and doc["metrics"]["output_tokens"]["avg"] == 5
+    _run_emitted("aiperf", exe, ("--target", "triton-http", "--url", timing_triton.http_url), smollm2_checkpoint, tmp_path)
