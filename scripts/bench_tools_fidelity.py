@@ -5,7 +5,7 @@ Serves the timing model (a Triton python-backend model with the ensemble's text 
 on a known schedule: first token TTFT ms after arrival, then one every GAP ms) on the real tritonserver, then
 for each repeat and each concurrency runs, back to back, our bench, perf_analyzer 2.51 (`bench --tool
 perf_analyzer`) and GenAI-Perf (`bench --tool genai-perf`, when FORGE_GENAI_PERF points at it) with the same
-workload. Runs taken at different times are never compared: every row of the table is the median over
+workload, each through the CLI in its own process. Runs taken at different times are never compared: every row of the table is the median over
 repeats of runs that were interleaved. Truth: the configured TTFT and gap (the server can only be late, never
 early); E2E truth = TTFT + (OSL − 1) × gap.
 
@@ -52,15 +52,19 @@ def _machine() -> dict:
 
 
 def _one(tool: str, server, concurrency: int, n: int, out: Path, tokenizer: Path | None) -> dict:
-    from trtllm_forge.bench.run import BenchOptions, run_bench
-    from trtllm_forge.bench.tool_runs import run_tool
-    from trtllm_forge.bench.workload import LengthSpec
-
-    options = BenchOptions(target="triton-grpc", url=server.grpc_url, model="ensemble", concurrency=[concurrency], num_requests=n,
-                           warmup_requests=min(concurrency, 4), input_len=LengthSpec(ISL), output_len=LengthSpec(OSL),
-                           tokenizer=tokenizer, out=out, plots=False, request_timeout_s=60.0)
+    """One run through the CLI, each tool in its own process, as a user runs it."""
+    argv = [sys.executable, "-m", "trtllm_forge", "bench", "--url", server.grpc_url, "--model", "ensemble",
+            "--concurrency", str(concurrency), "--num-requests", str(n), "--warmup", str(min(concurrency, 4)),
+            "--input-len", str(ISL), "--output-len", str(OSL), "--request-timeout", "60", "--no-plots", "--out", str(out), "--json"]
+    if tokenizer is not None:
+        argv += ["--tokenizer", str(tokenizer)]
+    if tool != "trtllm-forge":
+        argv += ["--tool", tool]
     started = time.time()
-    summary = run_bench(options) if tool == "trtllm-forge" else run_tool(options, tool)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}")
+    summary = json.loads(proc.stdout)
     m = summary["metrics"]
     row = {"tool": tool, "concurrency": concurrency, "requests": summary["requests"].get("completed"), "wall_s": time.time() - started,
            "load_average_after": os.getloadavg()[0]}
@@ -68,6 +72,7 @@ def _one(tool: str, server, concurrency: int, n: int, out: Path, tokenizer: Path
         row[f"{name}_{stat}"] = (m.get(name) or {}).get(stat)
     row["request_throughput_per_s"] = (m.get("request_throughput_per_s") or {}).get("avg")
     row["output_tokens_avg"] = (m.get("output_tokens") or {}).get("avg")
+    row["client_cpu_busy_share"] = (summary.get("self_checks") or {}).get("client_cpu_busy_share")
     return row
 
 
