@@ -38,7 +38,7 @@ tool-venvs:
 demo: setup
 	$(BIN)/trtllm-forge run $(CONFIG)
 
-test: setup system-deps
+test: system-deps setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:
