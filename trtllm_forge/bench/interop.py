@@ -1,215 +1,182 @@
-"""Interop with other load generators: write the same workload for perf_analyzer, GenAI-Perf and AIPerf
-(`--emit`), and import their exports into our summary schema so `bench compare` can show them beside ours.
+"""Interop with other load generators: the same workload as our bench, written for perf_analyzer, GenAI-Perf
+and AIPerf (the input files and exact command lines of `--emit`, and what `bench --tool` runs). Reading
+their exports is exports.py's job.
 
-Metric mapping on import: GenAI-Perf's and AIPerf's `inter_token_latency` is a per-request decode average
-(our TPOT); AIPerf's `inter_chunk_latency` is the chunk-gap distribution (our ITL); `request_latency` is E2E.
+The inputs of each request are the ones our gRPC target sends (`request_inputs`: only what the model
+declares; the output length forced with min_tokens, else min_length, else an unreachable end_id).
+GenAI-Perf: 0.0.13+ takes `--endpoint-type kserve --backend tensorrtllm` (not `--service-kind triton`);
+its `--output-tokens-mean-deterministic` sends `min_length`, which the TensorRT-LLM ensemble does not declare,
+so the forced length goes in as `--extra-inputs min_tokens:N` (GenAI-Perf's `subcommand/common.py` turns
+digits into an int; its tensorrtllm converter adds extra inputs to every payload).
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 import shlex
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from trtllm_forge.bench.stats import describe, scalar
+from trtllm_forge.bench.runner import LoadSpec
+from trtllm_forge.bench.target import UNREACHABLE_END_ID
 from trtllm_forge.bench.workload import BenchRequest
+from trtllm_forge.errors import ConfigError
 
 EMITTERS = ("perf_analyzer", "genai-perf", "aiperf")
-
-_NAME_MAP = {
-    "time_to_first_token": "ttft_ms", "time_to_second_token": "ttst_ms", "inter_token_latency": "tpot_ms",
-    "inter_chunk_latency": "itl_ms", "request_latency": "e2e_ms", "output_sequence_length": "output_tokens",
-    "input_sequence_length": "input_tokens", "output_token_throughput_per_user": "per_user_output_tokens_per_s",
-}
-_SYSTEM_MAP = {"output_token_throughput": "output_token_throughput_per_s", "request_throughput": "request_throughput_per_s",
-               "goodput": "goodput_per_s", "request_goodput": "goodput_per_s"}
+PA_ARRIVALS = ("poisson", "constant")  # perf_analyzer's --request-distribution
 
 
-def _host_port(url: str) -> str:
-    return re.sub(r"^https?://", "", url).rstrip("/")
+@dataclass
+class ToolWorkload:
+    """One sweep point's requests with the exact inputs each sends, and where to send them."""
+
+    model: str
+    grpc_url: str  # host:port
+    http_url: str | None
+    requests: list[BenchRequest]
+    inputs: list[list[tuple[str, str, list]]]  # per request: (name, Triton datatype, values)
+    tokenizer: Path | None = None
+    seed: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def constant(self, name: str):
+        """The value of an input that every request sends identically (None if absent or varying)."""
+        values = {json.dumps(v) for spec in self.inputs for n, _, v in spec if n == name}
+        return json.loads(values.pop())[0] if len(values) == 1 and all(any(n == name for n, _, _ in s) for s in self.inputs) else None
+
+    def names(self) -> set[str]:
+        return {name for spec in self.inputs for name, _, _ in spec}
 
 
-def emit(kind: str, requests: list[BenchRequest], out: Path, *, url: str, http_url: str | None, model: str,
-         concurrency: list[int], rates: list[float], num_requests: int, tokenizer: Path | None, seed: int) -> dict:
-    """Write the input file and the exact command lines for `kind`; return {files, commands}."""
+def host_port(url: str) -> str:
+    return re.sub(r"^(https?|grpc)://", "", url).rstrip("/")
+
+
+def _label(load: LoadSpec) -> str:
+    return load.label
+
+
+# ---- perf_analyzer ---------------------------------------------------------------------------------------
+
+
+def write_perf_analyzer_inputs(workload: ToolWorkload, path: Path) -> Path:
+    """PA's --input-data JSON: one entry per request, every tensor with its content and shape."""
+    rows = [{name: {"content": values, "shape": [len(values)]} for name, _, values in spec} for spec in workload.inputs]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"data": rows}) + "\n")
+    return path
+
+
+def perf_analyzer_argv(binary: str, workload: ToolWorkload, inputs: Path, load: LoadSpec, count: int, export: Path | None) -> list[str]:
+    """Streaming over gRPC (the models are decoupled), asynchronous, exactly `count` requests."""
+    if load.mode == "rate" and load.arrival not in PA_ARRIVALS:
+        raise ConfigError("--arrival", f"perf_analyzer has no {load.arrival!r} arrivals", "use --arrival poisson or constant")
+    if count < load.value:  # perf_analyzer refuses a request count below the concurrency or the rate
+        raise ConfigError("--num-requests", f"perf_analyzer needs at least {load.value:g} requests at {load.label}",
+                          f"give --num-requests {int(-(-load.value // 1))} or more")
+    argv = [binary, "-m", workload.model, "-u", host_port(workload.grpc_url), "-i", "grpc", "--async", "--streaming",
+            "--input-data", str(inputs), "--request-count", str(count)]
+    if load.mode == "concurrency":
+        argv += ["--concurrency-range", str(int(load.value))]
+    else:
+        argv += ["--request-rate-range", f"{load.value:g}", "--request-distribution", load.arrival]
+    if export is not None:
+        argv += ["--profile-export-file", str(export)]
+    return argv
+
+
+# ---- GenAI-Perf ------------------------------------------------------------------------------------------
+
+
+def write_prompts_jsonl(workload: ToolWorkload, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"text": r.prompt}) + "\n" for r in workload.requests))
+    return path
+
+
+def _pa_warmup(warmup: int, load: LoadSpec) -> int:
+    """perf_analyzer 2.51 never finishes a warm-up of fewer requests than the concurrency (seen: GenAI-Perf at
+    concurrency 16 with 4 warm-up requests hung): at least one request per slot, or none."""
+    return max(warmup, int(load.value)) if warmup and load.mode == "concurrency" else warmup
+
+
+def genai_perf_argv(executable: str, workload: ToolWorkload, prompts: Path, load: LoadSpec, count: int, artifact_dir: Path,
+                    warmup: int = 0) -> list[str]:
+    lengths = {r.output_tokens for r in workload.requests}
+    if len(lengths) != 1:
+        raise ConfigError("--output-len", "GenAI-Perf sends one forced output length for every request", "give a fixed --output-len N for genai-perf")
+    osl = lengths.pop()
+    argv = [executable, "profile", "-m", workload.model, "--endpoint-type", "kserve", "--backend", "tensorrtllm",
+            "-u", host_port(workload.grpc_url), "--streaming", "--input-file", str(prompts),
+            "--num-dataset-entries", str(len(workload.requests)), "--output-tokens-mean", str(osl),
+            "--request-count", str(count), "--warmup-request-count", str(_pa_warmup(warmup, load)), "--random-seed", str(workload.seed),
+            "--artifact-dir", str(artifact_dir)]
+    for name in ("min_tokens", "min_length"):
+        if name in workload.names():
+            argv += ["--extra-inputs", f"{name}:{osl}"]
+            break
+    if "end_id" in workload.names():
+        argv += ["--extra-inputs", f"end_id:{UNREACHABLE_END_ID}"]
+    if "return_num_output_tokens" in workload.names():
+        argv += ["--extra-inputs", "return_num_output_tokens:true"]
+    if workload.tokenizer is not None:
+        argv += ["--tokenizer", str(workload.tokenizer)]
+    argv += ["--concurrency", str(int(load.value))] if load.mode == "concurrency" else ["--request-rate", f"{load.value:g}"]
+    return argv
+
+
+# ---- AIPerf ----------------------------------------------------------------------------------------------
+
+
+def write_aiperf_inputs(workload: ToolWorkload, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"text": r.prompt, "output_length": r.output_tokens}) + "\n" for r in workload.requests))
+    return path
+
+
+def aiperf_argv(executable: str, workload: ToolWorkload, prompts: Path, load: LoadSpec, count: int, artifact_dir: Path) -> list[str]:
+    """AIPerf speaks HTTP: Triton's generate_stream through its template endpoint; each request's output length
+    comes from the input file (`output_length` → the template's `max_tokens`), forced like ours."""
+    http = workload.http_url or "http://127.0.0.1:8000"
+    fields = {"text_input": "{{ text|tojson }}", "max_tokens": "{{ max_tokens }}"}
+    for name in sorted(workload.names() - {"text_input", "max_tokens"}):
+        value = workload.constant(name)
+        fields[name] = "{{ max_tokens }}" if name in ("min_tokens", "min_length") else json.dumps(value)
+    # In a file: AIPerf splits an inline --extra-inputs value at its commas.
+    template = prompts.with_name(prompts.stem + "_payload.jinja")
+    template.write_text("{" + ", ".join(f'"{k}": {v}' for k, v in fields.items()) + "}\n")
+    argv = [executable, "profile", "--model", workload.model, "--url", http, "--endpoint-type", "template",
+            "--custom-endpoint", f"/v2/models/{workload.model}/generate_stream", "--streaming",
+            "--extra-inputs", f"payload_template:{template}", "--extra-inputs", "response_field:text_output",
+            "--input-file", str(prompts), "--custom-dataset-type", "single_turn",
+            "--request-count", str(count), "--random-seed", str(workload.seed), "--artifact-dir", str(artifact_dir)]
+    if workload.tokenizer is not None:
+        argv += ["--tokenizer", str(workload.tokenizer)]
+    argv += ["--concurrency", str(int(load.value))] if load.mode == "concurrency" else ["--request-rate", f"{load.value:g}"]
+    return argv
+
+
+# ---- --emit ----------------------------------------------------------------------------------------------
+
+
+def emit(kind: str, workload: ToolWorkload, loads: list[LoadSpec], count: int, out: Path) -> dict:
+    """Write the input file and a script of the exact command lines for `kind`; return {tool, files, commands}."""
     out.mkdir(parents=True, exist_ok=True)
-    http = http_url or "http://127.0.0.1:8000"
-    loads = [("concurrency", c) for c in concurrency] + [("rate", r) for r in rates] or [("concurrency", 1)]
     commands: list[list[str]] = []
     if kind == "perf_analyzer":
-        data = {"data": [{"text_input": [r.prompt], "max_tokens": [r.output_tokens], "stream": [True],
-                          "exclude_input_in_output": [True], "min_tokens": [r.output_tokens]} for r in requests]}
-        path = out / "perf_analyzer_inputs.json"
-        path.write_text(json.dumps(data) + "\n")
-        for mode, value in loads:
-            argv = ["perf_analyzer", "-m", model, "-u", _host_port(url), "-i", "grpc", "--async", "--streaming",
-                    "--input-data", str(path), "--shape", "text_input:1", "--request-count", str(num_requests),
-                    "--profile-export-file", str(out / f"pa_{mode}{value:g}.json")]
-            argv += ["--concurrency-range", str(value)] if mode == "concurrency" else ["--request-rate-range", f"{value:g}", "--request-distribution", "poisson"]
-            commands.append(argv)
+        path = write_perf_analyzer_inputs(workload, out / "perf_analyzer_inputs.json")
+        commands = [perf_analyzer_argv("perf_analyzer", workload, path, load, count, out / f"pa_{_label(load)}.json") for load in loads]
+    elif kind == "genai-perf":
+        path = write_prompts_jsonl(workload, out / "genai_perf_inputs.jsonl")
+        commands = [genai_perf_argv("genai-perf", workload, path, load, count, out / f"genai_perf_{_label(load)}") for load in loads]
     else:
-        path = out / f"{kind.replace('-', '_')}_inputs.jsonl"
-        key = "text" if kind == "genai-perf" else "text"
-        with open(path, "w") as handle:
-            for r in requests:
-                row = {key: r.prompt, "output_length": r.output_tokens} if kind == "aiperf" else {key: r.prompt}
-                handle.write(json.dumps(row) + "\n")
-        osl = int(round(float(np.mean([r.output_tokens for r in requests]))))
-        for mode, value in loads:
-            load = ["--concurrency", str(value)] if mode == "concurrency" else ["--request-rate", f"{value:g}"]
-            if kind == "genai-perf":
-                argv = ["genai-perf", "profile", "-m", model, "--service-kind", "triton", "--backend", "tensorrtllm",
-                        "-u", _host_port(url), "--streaming", "--input-file", str(path), "--output-tokens-mean", str(osl),
-                        "--output-tokens-mean-deterministic", "--request-count", str(num_requests), "--random-seed", str(seed),
-                        "--artifact-dir", str(out / f"genai_perf_{mode}{value:g}"), *load]
-            else:
-                template = '{"text_input": {{ text|tojson }}, "max_tokens": %d, "min_tokens": %d, "stream": true, "exclude_input_in_output": true}' % (osl, osl)
-                argv = ["aiperf", "profile", "--model", model, "--url", http, "--endpoint-type", "template",
-                        "--custom-endpoint", f"/v2/models/{model}/generate_stream", "--streaming",
-                        "--extra-inputs", f"payload_template:{template}", "--extra-inputs", "response_field:text_output",
-                        "--input-file", str(path), "--custom-dataset-type", "single_turn",
-                        "--request-count", str(num_requests), "--random-seed", str(seed),
-                        "--artifact-dir", str(out / f"aiperf_{mode}{value:g}"), *load]
-            if tokenizer is not None:
-                argv += ["--tokenizer", str(tokenizer)]
-            commands.append(argv)
+        path = write_aiperf_inputs(workload, out / "aiperf_inputs.jsonl")
+        commands = [aiperf_argv("aiperf", workload, path, load, count, out / f"aiperf_{_label(load)}") for load in loads]
     script = out / f"run_{kind.replace('-', '_')}.sh"
-    header = ("#!/bin/sh\n# Same workload as trtllm-forge bench; generated, not run here. The output length is forced with\n"
-              "# min_tokens; if your model declares min_length instead, rename it. AIPerf speaks HTTP only: check its --url.\nset -e\n")
+    notes = "".join(f"# {note}\n" for note in workload.notes)
+    header = ("#!/bin/sh\n# Same workload as trtllm-forge bench (`bench --tool` runs these and imports the exports).\n"
+              f"{notes}set -e\n")
     script.write_text(header + "".join(shlex.join(c) + "\n" for c in commands))
     script.chmod(0o755)
-    return {"tool": kind, "files": [str(path), str(script)], "commands": [shlex.join(c) for c in commands]}
-
-
-# ---- import --------------------------------------------------------------------------------------------
-
-
-def _stats(block: dict, unit: str) -> dict:
-    out = describe([], unit)
-    for key in ("avg", "min", "max", "std", *(f"p{p}" for p in (1, 5, 10, 25, 50, 75, 90, 95, 99))):
-        if isinstance(block.get(key), (int, float)):
-            out[key] = float(block[key])
-    out["count"] = block.get("count", 1 if out["avg"] is not None else 0)
-    return out
-
-
-def _empty_summary(source: str, path: Path) -> dict:
-    names = ["ttft_ms", "ttst_ms", "tpot_ms", "itl_ms", "e2e_ms", "output_tokens", "input_tokens", "per_user_output_tokens_per_s",
-             "output_token_throughput_per_s", "request_throughput_per_s", "goodput_per_s"]
-    return {"schema": "trtllm-forge.bench/1", "source": source, "imported_from": str(path),
-            "metrics": {n: describe([], "ms") for n in names}, "requests": {"completed": None, "failed": None}, "load": {}}
-
-
-def _from_aggregate_json(data: dict, source: str, path: Path) -> dict:
-    summary = _empty_summary(source, path)
-    blocks = data.get("records") if isinstance(data.get("records"), dict) else data
-    for name, block in blocks.items():
-        if not isinstance(block, dict):
-            continue
-        if name in _NAME_MAP:
-            summary["metrics"][_NAME_MAP[name]] = _stats(block, block.get("unit", "ms"))
-        elif name in _SYSTEM_MAP:
-            summary["metrics"][_SYSTEM_MAP[name]] = _stats(block, block.get("unit", "per s"))
-    for key, target in (("request_count", "completed"), ("error_request_count", "failed")):
-        block = blocks.get(key)
-        if isinstance(block, dict) and block.get("avg") is not None:
-            summary["requests"][target] = int(block["avg"])
-    config = data.get("input_config") or data.get("input_config_") or {}
-    if isinstance(config, dict):
-        load = config.get("perf_analyzer", {}).get("stimulus", {}) if "perf_analyzer" in config else {}
-        load = load or {k: config.get(k) for k in ("concurrency", "request_rate") if config.get(k)}
-        if load.get("concurrency"):
-            summary["load"] = {"mode": "concurrency", "value": load["concurrency"]}
-        elif load.get("request_rate"):
-            summary["load"] = {"mode": "rate", "value": load["request_rate"]}
-    return summary
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"\s*\(.*\)\s*$", "", name).strip().lower().replace(" ", "_")
-
-
-def _from_genai_perf_csv(path: Path) -> dict:
-    summary = _empty_summary("genai-perf", path)
-    header: list[str] | None = None
-    with open(path, newline="") as handle:
-        for row in csv.reader(handle):
-            if not row or not any(row):
-                header = None
-                continue
-            if row[0] == "Metric":
-                header = row
-                continue
-            name = _norm(row[0])
-            if header and len(header) > 2:
-                block = {h: float(v.replace(",", "")) for h, v in zip(header[1:], row[1:]) if v not in ("", "N/A")}
-                if name in _NAME_MAP:
-                    summary["metrics"][_NAME_MAP[name]] = _stats(block, "ms")
-            elif header and len(row) > 1:
-                if name in _SYSTEM_MAP:
-                    summary["metrics"][_SYSTEM_MAP[name]] = scalar(float(row[1].replace(",", "")), "per s")
-                elif name == "request_count":
-                    summary["requests"]["completed"] = int(float(row[1].replace(",", "")))
-    return summary
-
-
-def _from_aiperf_jsonl(path: Path) -> dict:
-    summary = _empty_summary("aiperf", path)
-    values: dict[str, list[float]] = {}
-    starts, ends, failed, done, out_tokens = [], [], 0, 0, 0.0
-    with open(path) as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            meta = rec.get("metadata") or {}
-            if meta.get("benchmark_phase") not in (None, "profiling"):
-                continue
-            if rec.get("error"):
-                failed += 1
-                continue
-            done += 1
-            if meta.get("request_start_ns") is not None:
-                starts.append(meta["request_start_ns"])
-            if meta.get("request_end_ns") is not None:
-                ends.append(meta["request_end_ns"])
-            for tag, metric in (rec.get("metrics") or {}).items():
-                value = metric.get("value") if isinstance(metric, dict) else metric
-                key = _NAME_MAP.get(tag)
-                if key is None or value is None:
-                    continue
-                values.setdefault(key, []).extend(value if isinstance(value, list) else [value])
-                if tag == "output_sequence_length":
-                    out_tokens += float(value)
-    for key, vals in values.items():
-        summary["metrics"][key] = describe(vals, "tokens" if key.endswith("tokens") else "ms")
-    if starts and ends and max(ends) > min(starts):
-        window = (max(ends) - min(starts)) / 1e9
-        summary["metrics"]["request_throughput_per_s"] = scalar(done / window, "requests/s")
-        summary["metrics"]["output_token_throughput_per_s"] = scalar(out_tokens / window, "tokens/s")
-    summary["requests"] = {"completed": done, "failed": failed}
-    return summary
-
-
-def import_export(path: Path) -> dict | None:
-    """Our summary schema from a GenAI-Perf or AIPerf export file, or a directory holding one."""
-    path = Path(path)
-    if path.is_dir():
-        for name in ("profile_export_aiperf.json", "profile_export_genai_perf.json", "profile_export.jsonl", "profile_export_genai_perf.csv"):
-            found = sorted(path.rglob(name))
-            if found:
-                return import_export(found[0])
-        return None
-    if path.name.endswith(".jsonl"):
-        return _from_aiperf_jsonl(path)
-    if path.suffix == ".csv":
-        return _from_genai_perf_csv(path)
-    if path.suffix == ".json":
-        data = json.loads(path.read_text())
-        source = "aiperf" if "aiperf" in path.name else "genai-perf"
-        return _from_aggregate_json(data, source, path)
-    return None
+    return {"tool": kind, "files": [str(path), str(script)], "commands": [shlex.join(c) for c in commands], "argv": commands}

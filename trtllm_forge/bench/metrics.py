@@ -195,7 +195,8 @@ def summarize(result: RunResult, slo: dict[str, float] | None = None, context: d
                  "max_concurrency": result.load.max_concurrency, "num_requests": result.load.num_requests,
                  "duration_s": result.load.duration_s, "warmup_requests": result.load.warmup_requests},
         "requests": {"sent": len(measured), "completed": len(done), "failed": len(failed),
-                     "errors_by_kind": dict(errors), "warmup": len(result.records) - len(measured)},
+                     "errors_by_kind": dict(errors), "warmup": len(result.records) - len(measured),
+                     "retried": sum(1 for r in measured if r.retries), "retries": sum(r.retries for r in measured)},
         "metrics": metrics,
         "windows": {
             "benchmark": {"definition": "first send -> last token-bearing response (measured requests)", "seconds": window_s},

@@ -31,6 +31,7 @@ class RequestRecord:
     error_kind: str | None = None
     error_message: str | None = None
     worker: int = 0
+    retries: int = 0  # resends after the connection failed before any response (OpenAI target)
 
     @property
     def ok(self) -> bool:
@@ -72,6 +73,7 @@ class RequestRecord:
             "usage_output_tokens": self.usage_tokens,
             "server_perf": self.server_perf,
             "error": None if self.ok else {"kind": self.error_kind, "message": self.error_message},
+            "retries": self.retries,
         }
 
     @classmethod
@@ -85,7 +87,7 @@ class RequestRecord:
             recv_ns=[r["recv_ns"] for r in responses], tokens=[r["tokens"] for r in responses],
             empty=[r["empty"] for r in responses], final=[r["final"] for r in responses],
             server_send_ns=data.get("server_send_ns") or [], output_tokens_source=data["output_tokens_source"],
-            usage_tokens=data.get("usage_output_tokens"), server_perf=data.get("server_perf"), error_kind=error.get("kind"), error_message=error.get("message"), worker=data.get("worker", 0),
+            usage_tokens=data.get("usage_output_tokens"), server_perf=data.get("server_perf"), error_kind=error.get("kind"), error_message=error.get("message"), worker=data.get("worker", 0), retries=data.get("retries", 0),
         )
 
 

@@ -200,19 +200,10 @@ def run_sharded(options: BenchOptions, load: LoadSpec, requests, warmup) -> RunR
 
 
 def emit_workload(options: BenchOptions, kind: str) -> dict:
-    """Write the workload of `options` for another tool (no request is sent)."""
-    from trtllm_forge.bench.interop import emit
+    """Write the workload of `options` for another tool (see tool_runs)."""
+    from trtllm_forge.bench.tool_runs import emit_workload as emit_for_tool
 
-    tokenizer = load_tokenizer(options.tokenizer)
-    requests = build_requests(options, tokenizer, options.num_requests, np.random.default_rng([options.seed, 0]))
-    http_url = options.url if options.url.startswith("http") else options.http_url
-    result = emit(kind, requests, options.out / "emit", url=options.url, http_url=http_url, model=options.model,
-                  concurrency=options.concurrency, rates=options.request_rate, num_requests=options.num_requests,
-                  tokenizer=options.tokenizer, seed=options.seed)
-    info(f"{kind}: wrote {', '.join(result['files'])}")
-    for command in result["commands"]:
-        info(f"  {command}")
-    return result
+    return emit_for_tool(options, kind)
 
 
 def _plots(make, out: Path) -> list[str]:

@@ -26,6 +26,14 @@ def _bytes_tensor(values: list[bytes]) -> bytes:
     return b"".join(struct.pack("<I", len(v)) + v for v in values)
 
 
+def _pack(datatype: str, values: list) -> bytes:
+    if datatype == "BYTES":
+        return _bytes_tensor([v.encode() for v in values])
+    if datatype == "BOOL":
+        return bytes(int(bool(v)) for v in values)
+    return struct.pack(f"<{len(values)}i", *values)
+
+
 def _first_bytes(raw: bytes) -> bytes:
     if len(raw) < 4:
         return b""
@@ -141,29 +149,33 @@ class TritonGrpcTarget(Target):
             self.info.notes.append("the model has no min_tokens, min_length or end_id input: output length not forced")
         self.info.output_tokens_source = "server_count" if self.count_server else ("client_tokenizer" if self.tokenizer else "responses")
 
-    def _tensor(self, request: pb.ModelInferRequest, name: str, datatype: str, raw: bytes, length: int = 1) -> None:
-        if name not in self.inputs:
-            return
-        shape = [1, length] if self.batched else [length]
-        request.inputs.append(pb.ModelInferRequest.InferInputTensor(name=name, datatype=datatype, shape=shape))
-        request.raw_input_contents.append(raw)
+    def request_inputs(self, request: BenchRequest) -> list[tuple[str, str, list]]:
+        """The inputs one request sends, as (name, Triton datatype, values), only those the model declares.
+        bench sends them over its own stream; `bench --tool` writes the same ones for perf_analyzer."""
+        n = request.output_tokens
+        spec = [("text_input", "BYTES", [request.prompt]), ("max_tokens", "INT32", [n]), ("stream", "BOOL", [True]),
+                ("exclude_input_in_output", "BOOL", [True])]
+        return [item for item in spec + self._common_inputs(n) if item[0] in self.inputs]
+
+    def _common_inputs(self, n: int) -> list[tuple[str, str, list]]:
+        spec = []
+        if self.count_server and "return_num_output_tokens" in self.inputs:
+            spec.append(("return_num_output_tokens", "BOOL", [True]))
+        if self.perf:
+            spec.append(("return_perf_metrics", "BOOL", [True]))
+        if self.length_input:
+            spec.append((self.length_input, "INT32", [n]))
+        if self.end_id:
+            spec.append(("end_id", "INT32", [UNREACHABLE_END_ID]))
+        return spec
 
     def build(self, request: BenchRequest, request_id: str) -> pb.ModelInferRequest:
         message = pb.ModelInferRequest(model_name=self.model, id=request_id)
         message.parameters["triton_enable_empty_final_response"].bool_param = True
-        i32 = lambda v: struct.pack("<i", v)  # noqa: E731
-        self._tensor(message, "text_input", "BYTES", _bytes_tensor([request.prompt.encode()]))
-        self._tensor(message, "max_tokens", "INT32", i32(request.output_tokens))
-        self._tensor(message, "stream", "BOOL", b"\x01")
-        self._tensor(message, "exclude_input_in_output", "BOOL", b"\x01")
-        if self.count_server:
-            self._tensor(message, "return_num_output_tokens", "BOOL", b"\x01")
-        if self.perf:
-            self._tensor(message, "return_perf_metrics", "BOOL", b"\x01")
-        if self.length_input:
-            self._tensor(message, self.length_input, "INT32", i32(request.output_tokens))
-        if self.end_id:
-            self._tensor(message, "end_id", "INT32", i32(UNREACHABLE_END_ID))
+        for name, datatype, values in self.request_inputs(request):
+            shape = [1, len(values)] if self.batched else [len(values)]
+            message.inputs.append(pb.ModelInferRequest.InferInputTensor(name=name, datatype=datatype, shape=shape))
+            message.raw_input_contents.append(_pack(datatype, values))
         return message
 
     def parse_response(self, response, record: RequestRecord, stamp: int) -> bool:
@@ -251,25 +263,14 @@ class TritonGrpcTokensTarget(TritonGrpcTarget):
         self.count_server = True
         self.info.output_tokens_source = "server_ids"
 
-    def build(self, request: BenchRequest, request_id: str) -> pb.ModelInferRequest:
+    def request_inputs(self, request: BenchRequest) -> list[tuple[str, str, list]]:
         if request.input_ids is None:
             raise StepError("--tokenizer", "the token-id target needs token ids", "pass --tokenizer DIR or a dataset with input_ids")
-        message = pb.ModelInferRequest(model_name=self.model, id=request_id)
-        message.parameters["triton_enable_empty_final_response"].bool_param = True
-        i32 = lambda v: struct.pack("<i", v)  # noqa: E731
-        ids = request.input_ids
-        self._tensor(message, "input_ids", "INT32", struct.pack(f"<{len(ids)}i", *ids), len(ids))
-        self._tensor(message, "input_lengths", "INT32", i32(len(ids)))
-        self._tensor(message, "request_output_len", "INT32", i32(request.output_tokens))
-        self._tensor(message, "streaming", "BOOL", b"\x01")
-        self._tensor(message, "exclude_input_in_output", "BOOL", b"\x01")
-        if self.length_input:
-            self._tensor(message, self.length_input, "INT32", i32(request.output_tokens))
-        if self.end_id:
-            self._tensor(message, "end_id", "INT32", i32(UNREACHABLE_END_ID))
-        if self.perf:
-            self._tensor(message, "return_perf_metrics", "BOOL", b"\x01")
-        return message
+        ids, n = list(request.input_ids), request.output_tokens
+        spec = [("input_ids", "INT32", ids), ("input_lengths", "INT32", [len(ids)]), ("request_output_len", "INT32", [n]),
+                ("streaming", "BOOL", [True]), ("exclude_input_in_output", "BOOL", [True])]
+        # output_ids are counted directly: no return_num_output_tokens
+        return [item for item in spec + self._common_inputs(n) if item[0] in self.inputs and item[0] != "return_num_output_tokens"]
 
     def parse_response(self, response, record: RequestRecord, stamp: int) -> bool:
         tokens = 0

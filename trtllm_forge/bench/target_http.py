@@ -17,6 +17,9 @@ from trtllm_forge.bench.workload import BenchRequest
 from trtllm_forge.errors import StepError
 
 
+RETRIES_BEFORE_RESPONSE = 1  # resends of a request whose connection failed before any response byte
+
+
 class _SseTarget(Target):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -24,6 +27,7 @@ class _SseTarget(Target):
         if not self.url.startswith(("http://", "https://")):
             self.url = "http://" + self.url
         self.session: aiohttp.ClientSession | None = None
+        self.retry_session: aiohttp.ClientSession | None = None
 
     async def _open_session(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, force_close=False)
@@ -33,8 +37,9 @@ class _SseTarget(Target):
         )
 
     async def close(self) -> None:
-        if self.session is not None:
-            await self.session.close()
+        for session in (self.session, self.retry_session):
+            if session is not None:
+                await session.close()
 
     def payload(self, request: BenchRequest) -> dict:
         raise NotImplementedError
@@ -56,27 +61,19 @@ class _SseTarget(Target):
             record.texts = []
         record.output_tokens_source = self.info.output_tokens_source
         body = json.dumps(self.payload(request))
-        record.sent_ns = now_ns()
         try:
             async with asyncio.timeout(self.request_timeout):
-                async with self.session.post(self.endpoint(), data=body, headers={"Content-Type": "application/json"}) as response:
-                    if response.status != 200:
-                        text = (await response.text())[:200]
-                        record.error_kind, record.error_message = f"http_{response.status}", text.strip() or response.reason
-                        return
-                    async for line in response.content:
-                        stamp = now_ns()
-                        if not line.startswith(b"data:"):
-                            continue
-                        data = line[5:].strip()
-                        if data == b"[DONE]":
-                            record.add_response(stamp, 0, "", final=True)
-                            continue
-                        event = json.loads(data)
-                        if "error" in event:
-                            record.error_kind, record.error_message = "server_error", str(event["error"])[:500]
-                            return
-                        self.parse_event(event, record, stamp)
+                for attempt in range(1 + RETRIES_BEFORE_RESPONSE):
+                    record.sent_ns = now_ns()
+                    try:
+                        await self._post(body, record, fresh=attempt > 0)
+                        break
+                    except _NotAccepted as exc:
+                        # The pooled keep-alive connection was already closed by the server: nothing of this
+                        # request reached it. Send it again on a new connection; a retry, not a failure.
+                        if attempt == RETRIES_BEFORE_RESPONSE:
+                            raise exc.cause from None
+                        record.retries += 1
             self.finish(record)
         except TimeoutError:
             record.error_kind, record.error_message = "timeout", f"no end of stream within {self.request_timeout:g} s"
@@ -85,6 +82,47 @@ class _SseTarget(Target):
             raise TargetDown(str(exc)) from None
         except (aiohttp.ClientError, ConnectionError, json.JSONDecodeError) as exc:
             record.error_kind, record.error_message = "connection", f"{type(exc).__name__}: {exc}"[:500]
+
+    async def _post(self, body: str, record: RequestRecord, fresh: bool) -> None:
+        """One attempt. Raises _NotAccepted when the connection failed before any response byte arrived."""
+        session = await self._fresh_session() if fresh else self.session
+        try:
+            response = await session.post(self.endpoint(), data=body, headers={"Content-Type": "application/json"})
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if isinstance(exc, aiohttp.ClientConnectorError):
+                raise
+            raise _NotAccepted(exc) from None
+        async with response:
+            if response.status != 200:
+                text = (await response.text())[:200]
+                record.error_kind, record.error_message = f"http_{response.status}", text.strip() or response.reason
+                return
+            async for line in response.content:
+                stamp = now_ns()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    record.add_response(stamp, 0, "", final=True)
+                    continue
+                event = json.loads(data)
+                if "error" in event:
+                    record.error_kind, record.error_message = "server_error", str(event["error"])[:500]
+                    return
+                self.parse_event(event, record, stamp)
+
+    async def _fresh_session(self) -> aiohttp.ClientSession:
+        """A session whose every request opens a new connection (for retries)."""
+        if self.retry_session is None:
+            self.retry_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True),
+                                                       timeout=aiohttp.ClientTimeout(total=None, sock_connect=10), read_bufsize=1 << 20)
+        return self.retry_session
+
+
+class _NotAccepted(Exception):
+    def __init__(self, cause: Exception):
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class TritonHttpTarget(_SseTarget):
@@ -136,6 +174,10 @@ class TritonHttpTarget(_SseTarget):
         if self.end_id:
             body["end_id"] = UNREACHABLE_END_ID
         return body
+
+    def request_inputs(self, request: BenchRequest) -> list[tuple[str, str, list]]:
+        """The JSON fields one request sends (for `bench --tool aiperf`), as (name, "", [value])."""
+        return [(name, "", [value]) for name, value in self.payload(request).items()]
 
     def parse_event(self, data: dict, record: RequestRecord, stamp: int) -> None:
         text = data.get("text_output")

@@ -53,6 +53,8 @@ def bench_group() -> None:
     \b
     trtllm-forge bench CONFIG                      the config's bench section against its deployment
     trtllm-forge bench --target triton-grpc --url 127.0.0.1:8001 --model ensemble --concurrency 1,8
+    trtllm-forge bench CONFIG --tool perf_analyzer the same workload through NVIDIA's perf_analyzer (also genai-perf, aiperf)
+    trtllm-forge bench import EXPORT... --out DIR  perf_analyzer / GenAI-Perf / AIPerf exports into our summary files
     trtllm-forge bench compare RUN_DIR RUN_DIR...  side-by-side table (and Pareto plot) of runs
     """
 
@@ -86,6 +88,10 @@ def bench_group() -> None:
 @click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds per request.")
 @click.option("--emit", type=click.Choice(["perf_analyzer", "genai-perf", "aiperf"]), multiple=True,
               help="Instead of running: write this workload's input file and exact command lines for another tool (repeatable).")
+@click.option("--tool", type=click.Choice(["perf_analyzer", "genai-perf", "aiperf"]), default=None,
+              help="Run this tool instead of our client on the same workload (gRPC streaming), import its export and "
+                   "write our summary files, for `bench compare`. perf_analyzer is installed by `make setup`; "
+                   "genai-perf/aiperf are found on PATH or via FORGE_GENAI_PERF/FORGE_AIPERF.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @click.option("--openai-endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True, help="For --target openai.")
 @workdir_option
@@ -93,7 +99,7 @@ def bench_group() -> None:
 @json_option
 def bench_run(config_file, target, url, model, concurrency, request_rate, arrival, burstiness, max_concurrency, num_requests,
               duration, warmup_requests, input_len, output_len, dataset, tokenizer, seed, out, slo, metrics_url, workers, streams,
-              stall_timeout, no_force_output_len, request_timeout, emit, no_plots, openai_endpoint, workdir, dry_run, as_json) -> None:
+              stall_timeout, no_force_output_len, request_timeout, emit, tool, no_plots, openai_endpoint, workdir, dry_run, as_json) -> None:
     """Run a benchmark (the default subcommand)."""
     from trtllm_forge.bench.config_runs import fail_on_errors, merge_options, options_from_config
     from trtllm_forge.bench.run import BenchOptions, run_bench
@@ -138,6 +144,15 @@ def bench_run(config_file, target, url, model, concurrency, request_rate, arriva
         if as_json:
             emit_json(document)
         return
+    if tool:
+        from trtllm_forge.bench.tool_runs import run_tool
+
+        documents = [run_tool(options, tool) for options in runs]
+        document = documents[0] if len(documents) == 1 else {"schema": "trtllm-forge.bench-workloads/1", "workloads": documents}
+        if as_json:
+            emit_json(document)
+        fail_on_errors(documents)
+        return
     documents = [run_bench(options) for options in runs]
     document = documents[0] if len(documents) == 1 else {"schema": "trtllm-forge.bench-workloads/1", "workloads": documents}
     if as_json:
@@ -148,24 +163,42 @@ def bench_run(config_file, target, url, model, concurrency, request_rate, arriva
 @bench_group.command("import")
 @click.argument("exports", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Write one run directory per export under here.")
+@click.option("--tokenizer", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="HF tokenizer directory: counts the tokens of text responses in a perf_analyzer export.")
 @json_option
-def bench_import(exports, out, as_json) -> None:
-    """Convert GenAI-Perf (profile_export_genai_perf.json/csv) or AIPerf (profile_export_aiperf.json,
-    profile_export.jsonl) exports into our summary.json, so `bench compare` shows them beside our runs."""
+def bench_import(exports, out, tokenizer, as_json) -> None:
+    """Convert other tools' exports into our summary files, so `bench compare` shows them beside our runs:
+    perf_analyzer's profile_export.json, AIPerf's profile_export_aiperf.json/.csv (both schemas) and
+    profile_export.jsonl, GenAI-Perf's profile_export_genai_perf.json/.csv and analyze_export_genai_perf.csv
+    (or a folder holding one). Anything else exits 2 naming the file."""
     import json
+    import os
 
-    from trtllm_forge.bench.interop import import_export
+    from trtllm_forge.bench.exports import import_export
+    from trtllm_forge.bench.tool_runs import write_point
+    from trtllm_forge.bench.workload import load_tokenizer
     from trtllm_forge.ui import info
 
+    tok = load_tokenizer(tokenizer)
+    imported = [(export, import_export(export, tok)) for export in exports]  # every file read before anything is written
     written = []
-    for index, export in enumerate(exports):
-        summary = import_export(export)
-        if summary is None:
-            raise ConfigError("EXPORTS", f"{export} is not a GenAI-Perf or AIPerf export", "give profile_export_genai_perf.json/csv, profile_export_aiperf.json or profile_export.jsonl (or a folder holding one)")
-        run_dir = out / f"{index:02d}-{summary['source']}-{Path(export).stem}"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        info(f"imported {export} ({summary['source']}) -> {run_dir}")
+    for index, (export, points) in enumerate(imported):
+        run_dir = out / f"{index:02d}-{points[0].summary['source']}-{Path(export).stem}"
+        if len(points) == 1:
+            write_point(run_dir, points[0].summary, points[0].records)
+        else:
+            summaries = []
+            for k, point in enumerate(points):
+                load = point.summary.get("load") or {}
+                label = point.summary.get("config_name") or f"{k:02d}-{load.get('mode', 'point')}{load.get('value', k)}"
+                write_point(run_dir / label, point.summary, point.records)
+                summaries.append(point.summary)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            tmp = run_dir / "sweep.json.tmp"
+            tmp.write_text(json.dumps({"schema": "trtllm-forge.bench-sweep/1", "points": summaries, "source": points[0].summary["source"]},
+                                      indent=2, default=str) + "\n")
+            os.replace(tmp, run_dir / "sweep.json")
+        info(f"imported {export} ({points[0].summary['source']}, {len(points)} point(s)) -> {run_dir}")
         written.append(str(run_dir))
     if as_json:
         emit_json({"schema": "trtllm-forge.bench-import/1", "runs": written})
@@ -176,7 +209,7 @@ def bench_import(exports, out, as_json) -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="Write compare.json, compare.csv and pareto.png here.")
 @json_option
 def bench_compare(run_dirs, out, as_json) -> None:
-    """Put several runs (ours, or imported GenAI-Perf/AIPerf exports) side by side."""
+    """Put several runs side by side: ours, `bench --tool` runs, `bench import` outputs or raw tool exports."""
     from trtllm_forge.bench.compare import compare_runs
 
     document = compare_runs(list(run_dirs), out)
