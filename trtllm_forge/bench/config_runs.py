@@ -50,8 +50,9 @@ def options_from_config(config: ForgeConfig, wd: Path, flags: dict, load_flags: 
             else:
                 raise StepError("bench", f"no running deployment in {wd}", f"run `trtllm-forge deploy {config_label}` first, or pass --url and --model")
         if not run_flags.get("model"):
-            entry = names.bls if config.triton.entrypoint == "bls" else names.ensemble
-            run_flags["model"] = names.tensorrt_llm if target == "triton-grpc-tokens" else entry
+            from trtllm_forge.entrypoint import entry_model
+
+            run_flags["model"] = names.tensorrt_llm if target == "triton-grpc-tokens" else entry_model(config)
         base: dict = {"tokenizer": checkpoint if checkpoint and (checkpoint / "tokenizer_config.json").is_file() else None}
         name = "default"
         if workload is not None:
