@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import queue
 import threading
 import time
@@ -20,6 +21,9 @@ from trtllm_forge.llmapi_cpu.sampling import SamplingParams
 # OpenVINO's CPU plugin stores the paged KV cache in blocks of 32 tokens.
 CPU_KV_BLOCK_SIZE = 32
 IDLE_WAIT_S = 0.05
+# When set, the engine's counters are written to this JSON file after every change (tests read them from outside
+# the Triton stub process to see that a vanished client really stopped the generation).
+STATS_ENV = "TRTLLM_FORGE_STANDIN_STATS"
 # LLM() arguments with a meaning on one CPU: anything else keeps NVIDIA's default or is refused below.
 SINGLE_DEVICE = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "context_parallel_size": 1, "max_beam_width": 1}
 
@@ -149,6 +153,16 @@ class LLM:
     def _abort(self, request_id: int) -> None:
         self._inbox.put(("abort", request_id))
 
+    def _count(self, name: str) -> None:
+        self.stats[name] += 1
+        self.stats["active"] = len(self._active)
+        path = os.environ.get(STATS_ENV)
+        if path:
+            tmp = f"{path}.tmp"
+            with open(tmp, "w") as handle:
+                json.dump(self.stats, handle)
+            os.replace(tmp, path)
+
     def _generation_config(self, params: SamplingParams, prompt_len: int):
         config = self.ov_genai.GenerationConfig()
         config.max_new_tokens = min(params.max_tokens, self.max_seq_len - prompt_len)
@@ -223,8 +237,7 @@ class LLM:
                     ids = ov.Tensor(np.asarray([request.prompt_ids], dtype=np.int64))
                     request.handle = self.pipeline.add_request(request.output.request_id, ids, request.config)
                     self._active[request.output.request_id] = request
-                    self.stats["submitted"] += 1
-                    self.stats["active"] = len(self._active)
+                    self._count("submitted")
                 except Exception as exc:  # noqa: BLE001 - refused by GenAI: this request only
                     request.output._publish("", [], None, None, RequestError(f"the engine refused the request: {exc}".splitlines()[0]))
             elif kind == "abort" and payload in self._active:
@@ -285,8 +298,7 @@ class LLM:
                 request.handle.stop()
         except Exception:  # noqa: BLE001 - already gone
             pass
-        self.stats["aborted" if finish_reason == "cancelled" else "finished"] += 1
-        self.stats["active"] = len(self._active)
+        self._count("aborted" if finish_reason == "cancelled" else "finished")
         self._publish(request, self._decode(request.tokens, request.params) if text is None else text, finish_reason, stop_reason)
 
     def _fail(self, request: _Request, error: BaseException) -> None:
@@ -296,6 +308,5 @@ class LLM:
             request.handle.stop()
         except Exception:  # noqa: BLE001
             pass
-        self.stats["failed"] += 1
-        self.stats["active"] = len(self._active)
+        self._count("failed")
         request.output._publish("", list(request.tokens), None, None, error)
