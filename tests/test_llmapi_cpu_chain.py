@@ -66,7 +66,7 @@ def test_run_passes_every_stage_exactly(served):
     assert doc["verify"]["passed"] and doc["verify"]["agreement"]["prefix"] == 1.0
     points = doc["bench"]["workloads"][0]["points"]
     assert [p["load"]["value"] for p in points] == [1, 4]
-    assert all(p["requests"]["failed"] == 0 and p["requests"]["completed"] == 8 for p in points)
+    assert all(p["requests"]["failed"] == 0 and p["requests"]["completed"] == 4 for p in points)
     workdir = served[0]
     version = workdir / "render" / "model_repository" / "tensorrt_llm" / "1"
     assert "NOT TensorRT-LLM" in (version / "tensorrt_llm" / "__init__.py").read_text()
