@@ -169,6 +169,11 @@ RULE_CASES = {
     ),
     "known_hardware": (merged(GPU_BASE, hardware={"gpu": "H900"}), "hardware.gpu", merged(GPU_BASE, hardware={"gpu": "h100 sxm"})),
     "backend_matches_hardware": (merged(GPU_BASE, hardware={"gpu": "cpu"}), "engine.backend", GPU_BASE),
+    "trtllm_serve_needs_llmapi": (
+        merged(GPU_BASE, deploy={"server": "trtllm-serve"}),
+        "deploy.server",
+        merged(GPU_BASE, engine={"backend": "tensorrt-llm", "target": "llmapi"}, deploy={"server": "trtllm-serve"}),
+    ),
     "llm_api_options_known": (
         merged(GPU_BASE, engine={"backend": "tensorrt-llm", "target": "llmapi", "extra_llm_api_options": {"max_num_token": 8}}),
         "engine.extra_llm_api_options",

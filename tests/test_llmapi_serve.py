@@ -33,7 +33,7 @@ def test_docker_and_kubernetes_run_the_same_command():
     inside = trtllm_serve.serve_argv(config, "/models/llama", "/wd/opts/extra.yaml", host="0.0.0.0", port=8000)
     docker = trtllm_serve.docker_argv(config, "/models/llama", "/wd/opts/extra.yaml")
     image = trtllm_serve.image_for(config)
-    assert docker[:2] == ["docker", "run"] and "--gpus" in docker and image.startswith("nvcr.io/nvidia/tensorrt-llm")
+    assert docker[:2] == ["docker", "run"] and "--gpus" in docker and "trtllm" in image  # the pinned NGC image carries trtllm-serve
     assert docker[docker.index(image) + 1:] == inside
     assert "/models/llama:/models/llama:ro" in docker
     deployment, service = yaml.safe_load_all(trtllm_serve.kubernetes_manifest(config, "/models/llama", "/wd/opts/extra.yaml"))
@@ -61,7 +61,7 @@ def stand_in_server(cpu_engine_fp32, tmp_path_factory):
     config = cpu_test_config(engine={"target": "llmapi", "max_batch_size": 4})
     root = tmp_path_factory.mktemp("trtllm-serve")
     write_model_yaml(config, root / "llmapi", str(engine_dir))
-    options = trtllm_serve.options_file(config, root / "llmapi")
+    options = trtllm_serve.options_file_for(root / "llmapi")
     import socket
 
     with socket.socket() as sock:
@@ -107,3 +107,37 @@ def test_bench_openai_target_measures_the_stand_in(stand_in_server, smollm2_chec
         point = (document.get("points") or [document])[0]
         assert point["requests"]["completed"] == 4 and point["requests"]["failed"] == 0, point["requests"]
         assert point["metrics"]["output_token_throughput_per_s"]["avg"] > 0
+
+
+@pytest.mark.slow
+def test_deploy_start_and_stop_with_server_trtllm_serve(cpu_engine_fp32, tmp_path):
+    """The deploy kind through the CLI: `deploy start` runs the (stand-in) trtllm-serve, `deploy stop` ends it."""
+    from conftest import run_cli
+    from trtllm_forge.builders.tensorrt_llm.llmapi import write_model_yaml
+    from trtllm_forge.stages import write_json_atomic
+
+    _, result = cpu_engine_fp32
+    engine_dir = result.manifest["outputs"]["engine_dir"]
+    source = yaml.safe_load((CONFIGS / "smollm2-cpu-llmapi.yaml").read_text())
+    source["deploy"]["server"] = "trtllm-serve"
+    config_file = tmp_path / "serve.yaml"
+    config_file.write_text(yaml.safe_dump(source))
+    workdir = tmp_path / "wd"
+    write_model_yaml(load_config(config_file), workdir / "build" / "llmapi", engine_dir)
+    write_json_atomic(workdir / "build" / "manifest.json", {"stage": "build", "outputs": {
+        "target": "llmapi", "engine_dir": engine_dir, "llmapi_dir": str(workdir / "build" / "llmapi")}})
+    started = run_cli("deploy", "start", str(config_file), "--workdir", str(workdir), "--json", timeout=600)
+    assert started.returncode == 0, started.stderr[-3000:]
+    described = json.loads(started.stdout)
+    try:
+        assert described["stand_in"] is True and "--extra_llm_api_options" in described["argv"]
+        with urllib.request.urlopen(f"{described['url']}/health") as response:
+            assert response.status == 200
+    finally:
+        stopped = run_cli("deploy", "stop", "--workdir", str(workdir))
+    assert stopped.returncode == 0, stopped.stderr
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{described['url']}/health", timeout=2)
+    docker = run_cli("deploy", "start", str(config_file), "--workdir", str(workdir), "--target", "docker", "--json")
+    assert docker.returncode == 0, docker.stderr
+    assert "trtllm_forge.llmapi_cpu.serve" in Path(json.loads(docker.stdout)["file"]).read_text()

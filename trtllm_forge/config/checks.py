@@ -82,6 +82,12 @@ def backend_matches_hardware(ctx: CheckContext) -> Iterator[ConfigError]:
 
 
 @rule
+def trtllm_serve_needs_llmapi(ctx: CheckContext) -> Iterator[ConfigError]:
+    if ctx.config.deploy.server == "trtllm-serve" and ctx.config.engine.target != "llmapi":
+        yield ConfigError("deploy.server", "trtllm-serve serves the LLM API, not trtllm-build engines", "set engine.target: llmapi")
+
+
+@rule
 def llm_api_options_known(ctx: CheckContext) -> Iterator[ConfigError]:
     """Keys the LLM API would refuse at LLM() time, found before any GPU time (llmapi_args holds the 1.2 table)."""
     from trtllm_forge.llmapi_args import describe, unknown_keys

@@ -277,6 +277,11 @@ class ResourceConfig(Section):
 
 class DeployConfig(Section):
     target: Literal["local", "docker", "kubernetes"] = Field(default="local", description="Where to serve.")
+    server: Literal["triton", "trtllm-serve"] = Field(
+        default="triton",
+        description="What serves: Triton on the rendered repository, or trtllm-serve (OpenAI-compatible; engine.target "
+        "llmapi; on CPU the LLM-API stand-in's server).",
+    )
     image: str | None = Field(default=None, description="Serving image (docker/kubernetes).")
     resources: ResourceConfig = Field(default_factory=ResourceConfig, description="Resources.")
     ready_timeout_s: float = Field(default=300.0, gt=0, description="Seconds to wait for every model to be ready.")

@@ -33,16 +33,6 @@ def is_stand_in(config: ForgeConfig) -> bool:
     return config.engine.backend == "openvino"
 
 
-def options_file(config: ForgeConfig, llmapi_dir: Path) -> Path:
-    """The --extra_llm_api_options YAML: model.yaml's LLM() arguments without `model` and `triton_config`."""
-    body = yaml.safe_load((llmapi_dir / "model.yaml").read_text()) or {}
-    for key in ("model", "triton_config"):
-        body.pop(key, None)
-    path = llmapi_dir / "extra_llm_api_options.yaml"
-    path.write_text(yaml.safe_dump(body, sort_keys=False))
-    return path
-
-
 def serve_argv(config: ForgeConfig, model: str, options: str, *, host: str | None = None, port: int | None = None) -> list[str]:
     """The exact trtllm-serve command (on CPU: the stand-in's server with the same flags)."""
     from trtllm_forge.builders.tensorrt_llm.llmapi import serve_argv as trtllm_serve_argv
@@ -148,3 +138,86 @@ def start_local(argv: list[str], url: str, log: Path, ready_timeout_s: float = 3
         time.sleep(0.5)
     server.stop()
     raise StepError("deploy", f"trtllm-serve was not healthy within {ready_timeout_s:g}s", f"see {log}")
+
+
+STATE = "trtllm-serve.json"
+
+
+def _built(workdir: Path) -> tuple[str, Path]:
+    """(model path, --extra_llm_api_options file) from the build stage's model.yaml."""
+    from trtllm_forge.build_result import BuildResult
+    from trtllm_forge.errors import ConfigError
+    from trtllm_forge.stages import StageResult, read_manifest
+
+    manifest = read_manifest(workdir / "build")
+    built = BuildResult.from_stage(StageResult("build", workdir / "build", True, manifest)) if manifest else None
+    if built is None or built.model_yaml is None or not built.model_yaml.is_file():
+        raise ConfigError("deploy.server", f"trtllm-serve serves the llmapi build and {workdir / 'build'} has none",
+                          "set engine.target: llmapi and run `trtllm-forge build-engine CONFIG` first")
+    model = (yaml.safe_load(built.model_yaml.read_text()) or {}).get("model")
+    return str(model), options_file_for(built.llmapi_dir)
+
+
+def options_file_for(llmapi_dir: Path) -> Path:
+    existing = llmapi_dir / "extra_llm_api_options.yaml"
+    if existing.is_file():
+        return existing
+    body = yaml.safe_load((llmapi_dir / "model.yaml").read_text()) or {}
+    for key in ("model", "triton_config"):
+        body.pop(key, None)
+    existing.write_text(yaml.safe_dump(body, sort_keys=False))
+    return existing
+
+
+def deploy(config: ForgeConfig, workdir: Path, target: str, dry_run: bool = False) -> dict:
+    """`deploy start` with deploy.server trtllm-serve: start it here (local) or write the docker/Kubernetes rendering."""
+    import json
+    import socket
+
+    model, options = _built(workdir)
+    out = workdir / "deploy"
+    if target == "docker":
+        path, text = out / "trtllm-serve-docker.sh", "#!/bin/sh\nexec " + " ".join(docker_argv(config, model, str(options))) + "\n"
+    elif target == "kubernetes":
+        path, text = out / "trtllm-serve.yaml", kubernetes_manifest(config, model, str(options))
+    else:
+        port = config.triton.http_port
+        if not port:
+            with socket.socket() as sock:
+                sock.bind((config.triton.bind_address, 0))
+                port = sock.getsockname()[1]
+        host = config.triton.bind_address
+        argv = serve_argv(config, model, str(options), host=host, port=port)
+        described = {"server": "trtllm-serve", "argv": argv, "url": f"http://{host}:{port}", "stand_in": is_stand_in(config)}
+        if dry_run:
+            return {**described, "dry_run": True}
+        server = start_local(argv, described["url"], workdir / "logs" / "trtllm-serve.log", config.deploy.ready_timeout_s)
+        described.update(pid=server.pid, log=str(server.log))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / STATE).write_text(json.dumps(described, indent=2) + "\n")
+        return described
+    if not dry_run:
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return {"server": "trtllm-serve", "target": target, "file": str(path), "dry_run": dry_run}
+
+
+def stop(workdir: Path) -> dict | None:
+    """Stop the local trtllm-serve recorded in <workdir>/deploy/trtllm-serve.json (its whole process group)."""
+    import json
+
+    path = workdir / "deploy" / STATE
+    if not path.is_file():
+        return None
+    state = json.loads(path.read_text())
+    server = ServeProcess(state["url"], int(state["pid"]), Path(state.get("log", "")), state["argv"])
+    server.stop()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(server.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    path.unlink()
+    return state
