@@ -133,6 +133,11 @@ def test_deploy_start_and_stop_with_server_trtllm_serve(cpu_engine_fp32, tmp_pat
         assert described["stand_in"] is True and "--extra_llm_api_options" in described["argv"]
         with urllib.request.urlopen(f"{described['url']}/health") as response:
             assert response.status == 200
+        bench = run_cli("bench", str(config_file), "--workdir", str(workdir), "--target", "openai", "--concurrency", "1",
+                        "--num-requests", "2", "--warmup", "0", "--input-len", "16", "--output-len", "8", "--json", timeout=600)
+        assert bench.returncode == 0, bench.stderr[-3000:]
+        point = (json.loads(bench.stdout).get("points") or [json.loads(bench.stdout)])[0]
+        assert point["requests"]["completed"] == 2 and point["requests"]["failed"] == 0
     finally:
         stopped = run_cli("deploy", "stop", "--workdir", str(workdir))
     assert stopped.returncode == 0, stopped.stderr

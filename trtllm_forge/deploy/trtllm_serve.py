@@ -221,3 +221,21 @@ def stop(workdir: Path) -> dict | None:
         time.sleep(0.2)
     path.unlink()
     return state
+
+
+def _state(workdir: Path) -> dict | None:
+    import json
+
+    path = workdir / "deploy" / STATE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def served_url(workdir: Path) -> str | None:
+    state = _state(workdir)
+    return state["url"] if state else None
+
+
+def served_model(workdir: Path) -> str | None:
+    """trtllm-serve names the model by the path it was given (its /v1/models id)."""
+    state = _state(workdir)
+    return state["argv"][state["argv"].index("--backend") - 1] if state else None

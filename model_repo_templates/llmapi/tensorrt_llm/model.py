@@ -95,8 +95,14 @@ class TritonPythonModel:
         outputs = request_output.outputs
         tensors = [pb_utils.Tensor("text_output", np.asarray([o.text.encode("utf-8") for o in outputs], dtype=np.object_))]
         for flag, name in OUTPUT_FIELDS.items():
-            if scalar(request, flag):
-                tensors.append(pb_utils.Tensor(name, np.asarray([str(getattr(o, name)) for o in outputs], dtype=np.object_)))
+            if not scalar(request, flag):
+                continue
+            values = [getattr(o, name) for o in outputs]
+            if name == "cumulative_logprob":  # declared TYPE_FP32: a float, NaN when the engine did not compute it
+                array = np.asarray([np.nan if v is None else float(v) for v in values], dtype=np.float32)
+            else:
+                array = np.asarray([str(v) for v in values], dtype=np.object_)
+            tensors.append(pb_utils.Tensor(name, array))
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def _error(self, message: str):
