@@ -158,3 +158,36 @@ def test_client_that_disconnects_stops_the_generation(served):
     assert now["aborted"] == before["aborted"] + 1 and now["active"] == 0
     generated = now["generated_tokens"] - before["generated_tokens"]
     assert 3 <= generated < 1000  # the engine stopped long before max_tokens
+
+
+def test_stop_request_ends_the_request_with_that_id(served):
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(_url(served))
+    arrived: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: arrived.put((result, error)))
+
+    def tensor(name, dtype, value):
+        t = grpcclient.InferInput(name, [1], dtype)
+        t.set_data_from_numpy(value)
+        return t
+
+    prompt = tensor("text_input", "BYTES", np.array([b"Once upon a time"], dtype=object))
+    client.async_stream_infer("tensorrt_llm", [prompt, tensor("sampling_param_max_tokens", "INT32", np.array([1000], np.int32)),
+                                               tensor("streaming", "BOOL", np.array([True])),
+                                               tensor("return_finish_reason", "BOOL", np.array([True]))],
+                              request_id="story", enable_empty_final_response=True)
+    arrived.get(timeout=60)
+    client.async_stream_infer("tensorrt_llm", [prompt, tensor("stop", "BOOL", np.array([True]))], request_id="story",
+                              enable_empty_final_response=True)
+    reasons, errors, deadline = [], [], time.monotonic() + 60
+    while time.monotonic() < deadline and not (errors and "cancelled" in reasons):
+        result, error = arrived.get(timeout=60)
+        if error is not None:
+            errors.append(str(error))
+        elif result.as_numpy("finish_reason") is not None:
+            reasons.append(result.as_numpy("finish_reason").reshape(-1)[0].decode())
+    client.stop_stream()
+    client.close()
+    assert any("cancelled" in e.lower() for e in errors)  # the stop request's own answer, as NVIDIA's model sends it
+    assert reasons[-1] == "cancelled"  # the stopped request ended with what it had generated

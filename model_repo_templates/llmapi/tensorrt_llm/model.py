@@ -59,6 +59,7 @@ class TritonPythonModel:
         self.SamplingParams = SamplingParams
         self.llm = LLM(**llm_args)
         self.in_flight: dict[int, tuple] = {}  # id(request) -> (triton request, RequestOutput, sender, user id)
+        self.answered: set[int] = set()  # requests whose final response the cancellation loop sent
         self.lock = threading.Lock()
         self.running = True
         self.loop = asyncio.new_event_loop()
@@ -144,17 +145,16 @@ class TritonPythonModel:
                 self.in_flight[key] = (request, output, sender, request.request_id())
             last = None
             async for last in output:
+                if key in self.answered:
+                    return  # the client went away; the cancellation loop answered
                 if streaming:
-                    with self.lock:
-                        if key not in self.in_flight:
-                            return  # cancelled: the cancellation loop answered
                     flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last.finished else 0
                     sender.send(self._response(last, request), flags=flags)
             with self.lock:
-                cancelled = self.in_flight.pop(key, None) is None
-            if cancelled:
+                self.in_flight.pop(key, None)
+            if key in self.answered:
                 return
-            if not streaming:
+            if not streaming:  # also a request ended by a `stop` request: it gets what was generated
                 sender.send(self._response(last, request), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             elif last is None or not last.finished:
                 sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -163,6 +163,8 @@ class TritonPythonModel:
                 self.in_flight.pop(key, None)
             pb_utils.Logger.log_error(f"llmapi model: error generating request: {exc}")
             sender.send(self._error(f"Error generating request: {exc}"), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        finally:
+            self.answered.discard(key)
 
     def _cancellation_loop(self) -> None:
         while self.running:
@@ -172,6 +174,7 @@ class TritonPythonModel:
                     if self.decoupled and request.is_cancelled():
                         output.abort()
                         del self.in_flight[key]
+                        self.answered.add(key)
                         sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("Request cancelled by client",
                                                                                          pb_utils.TritonError.CANCELLED)),
                                     flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
