@@ -4,7 +4,7 @@ TensorRT-LLM cannot be installed on machines without an NVIDIA GPU, so this pack
 `tensorrt_llm`'s LLM API that trtllm-forge's llmapi Triton model (model_repo_templates/llmapi/tensorrt_llm/model.py)
 and an OpenAI-style server use — `LLM(model=..., **llm_args)`, `generate_async(prompt, sampling_params, streaming=...)`,
 `RequestOutput`/`CompletionOutput`, `SamplingParams`, `abort()`, `shutdown()` — backed by OpenVINO GenAI's
-ContinuousBatchingPipeline on an OpenVINO IR directory that `trtllm-forge build` writes.
+ContinuousBatchingPipeline on an OpenVINO IR directory that `trtllm-forge build-engine` writes.
 
 Interface followed (names, defaults, finish/stop reasons), from NVIDIA's sources:
   NVIDIA/TensorRT-LLM:tensorrt_llm/sampling_params.py, tensorrt_llm/executor/result.py, tensorrt_llm/llmapi/llm.py,

@@ -43,7 +43,7 @@ class _Request:
 
 
 class LLM:
-    """`tensorrt_llm.LLM` on CPU (stand-in). `model` is an OpenVINO IR directory written by `trtllm-forge build`
+    """`tensorrt_llm.LLM` on CPU (stand-in). `model` is an OpenVINO IR directory written by `trtllm-forge build-engine`
     (openvino_model.xml, the engine config.json, HF tokenizer files)."""
 
     def __init__(self, model: str | Path, **llm_args):
@@ -60,7 +60,7 @@ class LLM:
 
         self.model_dir = Path(model)
         if not (self.model_dir / "openvino_model.xml").is_file():
-            raise FileNotFoundError(f"{self.model_dir} holds no OpenVINO IR (openvino_model.xml); run `trtllm-forge build` "
+            raise FileNotFoundError(f"{self.model_dir} holds no OpenVINO IR (openvino_model.xml); run `trtllm-forge build-engine` "
                                     "for an openvino llmapi config first")
         engine = json.loads((self.model_dir / "config.json").read_text())
         build = engine.get("build_config", {})
