@@ -191,3 +191,16 @@ def test_stop_request_ends_the_request_with_that_id(served):
     client.close()
     assert any("cancelled" in e.lower() for e in errors)  # the stop request's own answer, as NVIDIA's model sends it
     assert reasons[-1] == "cancelled"  # the stopped request ended with what it had generated
+
+
+def test_perf_metrics_outputs_like_nvidia(served):
+    result = _ask(served, sampling_param_max_tokens=6, sampling_param_return_perf_metrics=True,
+                  sampling_param_exclude_input_from_output=True)
+    (response,) = result.responses
+    stamps = [int(response[name].reshape(-1)[0]) for name in
+              ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")]
+    assert stamps == sorted(stamps) and stamps[0] > 0
+    assert response["kv_cache_alloc_total_blocks"].dtype == np.int32 and response["kv_cache_alloc_total_blocks"].reshape(-1)[0] >= 1
+    assert response["kv_cache_hit_rate"].dtype == np.float32
+    plain = _ask(served, sampling_param_max_tokens=6).responses[0]
+    assert "arrival_time_ns" not in plain  # only when asked for

@@ -11,6 +11,7 @@ The command follows trtllm-serve's 1.2 CLI (NVIDIA/TensorRT-LLM:tensorrt_llm/com
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -177,7 +178,7 @@ def deploy(config: ForgeConfig, workdir: Path, target: str, dry_run: bool = Fals
     model, options = _built(workdir)
     out = workdir / "deploy"
     if target == "docker":
-        path, text = out / "trtllm-serve-docker.sh", "#!/bin/sh\nexec " + " ".join(docker_argv(config, model, str(options))) + "\n"
+        path, text = out / "trtllm-serve-docker.sh", "#!/bin/sh\nexec " + shlex.join(docker_argv(config, model, str(options))) + "\n"
     elif target == "kubernetes":
         path, text = out / "trtllm-serve.yaml", kubernetes_manifest(config, model, str(options))
     else:

@@ -37,9 +37,15 @@ class _Request:
     output: RequestOutput
     params: SamplingParams
     prompt_ids: list[int]
+    config: object = None  # the GenAI GenerationConfig
     handle: object = None
     tokens: list[int] = field(default_factory=list)
     aborted: bool = False
+    # Wall-clock stamps (ns) for RequestPerfMetrics.timing_metrics.
+    arrival_ns: int = field(default_factory=time.time_ns)
+    first_scheduled_ns: int = 0
+    first_token_ns: int = 0
+    last_token_ns: int = 0
 
 
 class LLM:
@@ -122,8 +128,7 @@ class LLM:
         if len(ids) >= self.max_seq_len:
             raise RequestError(f"a {len(ids)}-token prompt leaves no room within max_seq_len {self.max_seq_len}")
         output = RequestOutput(next(self._ids), prompt, ids, streaming, self._abort)
-        request = _Request(output, params, ids)
-        request.config = self._generation_config(params, len(ids))
+        request = _Request(output, params, ids, self._generation_config(params, len(ids)))
         self._inbox.put(("add", request))
         return output
 
@@ -236,6 +241,7 @@ class LLM:
                 try:
                     ids = ov.Tensor(np.asarray([request.prompt_ids], dtype=np.int64))
                     request.handle = self.pipeline.add_request(request.output.request_id, ids, request.config)
+                    request.first_scheduled_ns = time.time_ns()
                     self._active[request.output.request_id] = request
                     self._count("submitted")
                 except Exception as exc:  # noqa: BLE001 - refused by GenAI: this request only
@@ -260,6 +266,9 @@ class LLM:
             return
         request.tokens.extend(new)
         self.stats["generated_tokens"] += len(new)
+        if new:
+            request.last_token_ns = time.time_ns()
+            request.first_token_ns = request.first_token_ns or request.last_token_ns
         text = self._decode(request.tokens, request.params)
         for stop in request.params.stop_strings:
             at = text.find(stop)
@@ -288,7 +297,25 @@ class LLM:
         if not request.params.exclude_input_from_output:
             prompt = request.output.prompt if request.output.prompt is not None else self.tokenizer.decode(request.prompt_ids)
             text, tokens = prompt + text, request.prompt_ids + tokens
-        request.output._publish(text, tokens, finish_reason, stop_reason)
+        request.output._publish(text, tokens, finish_reason, stop_reason, perf_metrics=self._perf(request))
+
+    @staticmethod
+    def _perf(request: _Request):
+        """RequestPerfMetrics' shape (kv_cache_metrics, timing_metrics, speculative_decoding) when asked for.
+        The stand-in has no prefix reuse here: every block is newly allocated."""
+        if not request.params.return_perf_metrics:
+            return None
+        from datetime import timedelta
+        from types import SimpleNamespace
+
+        blocks = math.ceil((len(request.prompt_ids) + len(request.tokens)) / CPU_KV_BLOCK_SIZE)
+        stamp = lambda ns: timedelta(microseconds=ns / 1000)  # noqa: E731
+        return SimpleNamespace(
+            kv_cache_metrics=SimpleNamespace(num_reused_blocks=0, num_missed_blocks=blocks, num_new_allocated_blocks=blocks,
+                                             num_total_allocated_blocks=blocks, kv_cache_hit_rate=0.0),
+            timing_metrics=SimpleNamespace(arrival_time=stamp(request.arrival_ns), first_scheduled_time=stamp(request.first_scheduled_ns),
+                                           first_token_time=stamp(request.first_token_ns), last_token_time=stamp(request.last_token_ns)),
+            speculative_decoding=SimpleNamespace(acceptance_rate=0.0, total_accepted_draft_tokens=0, total_draft_tokens=0))
 
     def _end(self, request: _Request, finish_reason: str, stop_reason, text: str | None = None) -> None:
         if self._active.pop(request.output.request_id, None) is None:

@@ -59,8 +59,9 @@ class RequestOutput:
             pass
 
     # -- called from the engine thread -------------------------------------------------------------
-    def _publish(self, text: str, token_ids: list[int], finish_reason: str | None, stop_reason, error: BaseException | None = None):
-        snapshot = (text, list(token_ids), finish_reason, stop_reason, error)
+    def _publish(self, text: str, token_ids: list[int], finish_reason: str | None, stop_reason,
+                 error: BaseException | None = None, perf_metrics: Any = None):
+        snapshot = (text, list(token_ids), finish_reason, stop_reason, error, perf_metrics)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._queue.put_nowait, snapshot)
         else:
@@ -69,8 +70,9 @@ class RequestOutput:
             self._done.set()
 
     def _apply(self, snapshot) -> None:
-        text, token_ids, finish_reason, stop_reason, error = snapshot
+        text, token_ids, finish_reason, stop_reason, error, perf_metrics = snapshot
         out = self.outputs[0]
+        out.request_perf_metrics = perf_metrics
         out._last_text_len, out._last_token_ids_len = len(out.text), len(out.token_ids)
         out.text, out.token_ids = text, token_ids
         out.finish_reason, out.stop_reason = finish_reason, stop_reason

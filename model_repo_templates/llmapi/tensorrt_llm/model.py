@@ -104,7 +104,27 @@ class TritonPythonModel:
             else:
                 array = np.asarray([str(v) for v in values], dtype=np.object_)
             tensors.append(pb_utils.Tensor(name, array))
+        metrics = getattr(outputs[0], "request_perf_metrics", None)
+        if metrics:  # sampling_param_return_perf_metrics: NVIDIA's per-request KV, timing and draft outputs
+            tensors += self._perf_tensors(metrics)
         return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    @staticmethod
+    def _perf_tensors(metrics) -> list:
+        kv, timing, spec = metrics.kv_cache_metrics, metrics.timing_metrics, metrics.speculative_decoding
+        ns = lambda t: int(round(t.total_seconds() * 1e9)) if hasattr(t, "total_seconds") else int(t)  # noqa: E731
+        values = [
+            ("kv_cache_reused_block", np.int32, kv.num_reused_blocks), ("kv_cache_missed_block", np.int32, kv.num_missed_blocks),
+            ("kv_cache_alloc_new_blocks", np.int32, kv.num_new_allocated_blocks),
+            ("kv_cache_alloc_total_blocks", np.int32, kv.num_total_allocated_blocks),
+            ("kv_cache_hit_rate", np.float32, kv.kv_cache_hit_rate),
+            ("arrival_time_ns", np.int64, ns(timing.arrival_time)), ("first_scheduled_time_ns", np.int64, ns(timing.first_scheduled_time)),
+            ("first_token_time_ns", np.int64, ns(timing.first_token_time)), ("last_token_time_ns", np.int64, ns(timing.last_token_time)),
+            ("acceptance_rate", np.float32, spec.acceptance_rate),
+            ("total_accepted_draft_tokens", np.int32, spec.total_accepted_draft_tokens),
+            ("total_draft_tokens", np.int32, spec.total_draft_tokens),
+        ]
+        return [pb_utils.Tensor(name, np.asarray([value], dtype=dtype)) for name, dtype, value in values]
 
     def _error(self, message: str):
         return pb_utils.InferenceResponse(
