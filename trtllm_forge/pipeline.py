@@ -205,8 +205,9 @@ def query_examples(config: ForgeConfig, deployment) -> str:
         f"  curl -s -X POST {deployment.http_url}/v2/models/{entry}/generate "
         "-d '{\"text_input\": \"The capital of France is\", \"" + max_tokens + "\": 20}'\n"
         "or with a few lines of tritonclient (streaming over gRPC):\n"
-        "  from trtllm_forge.client import generate\n"
-        f"  print(generate(\"{deployment.grpc_url}\", \"The capital of France is\", 20, stream=True, model=\"{entry}\").text)"
+        + ("  from trtllm_forge.llmapi_requests import llmapi_generate as generate\n" if is_llmapi(config)
+           else "  from trtllm_forge.client import generate\n")
+        + f"  print(generate(\"{deployment.grpc_url}\", \"The capital of France is\", 20, stream=True, model=\"{entry}\").text)"
     )
 
 
