@@ -15,7 +15,7 @@ from trtllm_forge.config.load import parse_config
 from trtllm_forge.errors import ConfigErrors
 
 EXAMPLES = sorted(CONFIGS.glob("*.yaml"))
-GPU_EXAMPLES = [p for p in EXAMPLES if p.name != "smollm2-cpu.yaml"]
+GPU_EXAMPLES = [p for p in EXAMPLES if "cpu" not in p.stem]
 
 
 def test_examples_exist():
@@ -169,10 +169,15 @@ RULE_CASES = {
     ),
     "known_hardware": (merged(GPU_BASE, hardware={"gpu": "H900"}), "hardware.gpu", merged(GPU_BASE, hardware={"gpu": "h100 sxm"})),
     "backend_matches_hardware": (merged(GPU_BASE, hardware={"gpu": "cpu"}), "engine.backend", GPU_BASE),
-    "llmapi_target_needs_trtllm": (
-        merged(CPU_BASE, engine={"backend": "openvino", "target": "llmapi"}),
-        "engine.target",
-        merged(GPU_BASE, engine={"backend": "tensorrt-llm", "target": "llmapi"}),
+    "trtllm_serve_needs_llmapi": (
+        merged(GPU_BASE, deploy={"server": "trtllm-serve"}),
+        "deploy.server",
+        merged(GPU_BASE, engine={"backend": "tensorrt-llm", "target": "llmapi"}, deploy={"server": "trtllm-serve"}),
+    ),
+    "llm_api_options_known": (
+        merged(GPU_BASE, engine={"backend": "tensorrt-llm", "target": "llmapi", "extra_llm_api_options": {"max_num_token": 8}}),
+        "engine.extra_llm_api_options",
+        merged(CPU_BASE, engine={"backend": "openvino", "target": "llmapi", "extra_llm_api_options": {"max_num_tokens": 8}}),
     ),
     "family_matches_checkpoint": (
         merged(GPU_BASE, model={**GPU_BASE["model"], "family": "qwen2"}),

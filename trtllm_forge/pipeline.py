@@ -13,7 +13,9 @@ from typing import Any
 
 from rich.table import Table
 
+from trtllm_forge.build_result import BuildResult
 from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.entrypoint import entry_model, is_llmapi
 from trtllm_forge.errors import ConfigError, StepError
 from trtllm_forge.stages import StageResult, terminate_as_error
 from trtllm_forge.ui import console, info
@@ -81,21 +83,22 @@ class _Stages:
         return result
 
 
-def _build(config: ForgeConfig, workdir: Path, checkpoint_dir: Path, force: bool) -> StageResult:
+def _build(config: ForgeConfig, workdir: Path, checkpoint_dir: Path, force: bool) -> BuildResult:
     if config.engine.backend == "openvino":
         from trtllm_forge.builders.openvino import build_engine
 
         return build_engine(config, workdir, checkpoint_dir, force=force)
     from trtllm_forge.builders.tensorrt_llm import build
 
-    return build(config=config, workdir=workdir, checkpoint_dir=checkpoint_dir, force=force)
+    return BuildResult.from_stage(build(config=config, workdir=workdir, checkpoint_dir=checkpoint_dir, force=force))
 
 
 def _smoke(config: ForgeConfig, deployment, report: RunReport) -> None:
     from trtllm_forge.client import generate
 
-    names = config.triton.model_names
-    entry = names.ensemble if config.triton.entrypoint == "ensemble" else names.bls
+    entry = entry_model(config)
+    if is_llmapi(config):
+        from trtllm_forge.llmapi_requests import llmapi_generate as generate  # noqa: F811 - NVIDIA's llmapi tensors
     whole = generate(deployment, SMOKE_PROMPT, config.verify.max_tokens, model=entry, stream=False)
     streamed = generate(deployment, SMOKE_PROMPT, config.verify.max_tokens, model=entry, stream=True)
     report.answer = whole.text
@@ -152,12 +155,11 @@ def _run_stages(config: ForgeConfig, workdir: Path, report: RunReport, force: bo
     try:
         imported = stages.run("import", import_checkpoint, config, workdir, force=force)
         checkpoint_dir = checkpoint_dir_of(imported)
-        built = stages.run("build", _build, config, workdir, checkpoint_dir, force)
-        engine_dir = Path(built.manifest["outputs"]["engine_dir"])
-        rendered = stages.run("render", render_repository, config, workdir, engine_dir, force=force)
+        built: BuildResult = stages.run("build", _build, config, workdir, checkpoint_dir, force)
+        rendered = stages.run("render", render_repository, config, workdir, built.engine_dir, force=force)
         repository = Path(rendered.manifest["outputs"]["repository"])
-        report.paths = {"checkpoint": str(checkpoint_dir), "engine": str(engine_dir), "repository": str(repository),
-                        "logs": str(workdir / "logs")}
+        report.paths = {"checkpoint": str(checkpoint_dir), "engine": str(built.engine_dir or built.llmapi_dir),
+                        "repository": str(repository), "logs": str(workdir / "logs")}
         if run_bench:
             _measure_host_once(config)
         deploy_outcome = StageOutcome("deploy", "failed")
@@ -196,14 +198,16 @@ def stage_table(report: RunReport) -> Table:
 
 
 def query_examples(config: ForgeConfig, deployment) -> str:
-    entry = config.triton.model_names.ensemble if config.triton.entrypoint == "ensemble" else config.triton.model_names.bls
+    entry = entry_model(config)
+    max_tokens = "sampling_param_max_tokens" if is_llmapi(config) else "max_tokens"
     return (
         "query it with curl:\n"
         f"  curl -s -X POST {deployment.http_url}/v2/models/{entry}/generate "
-        "-d '{\"text_input\": \"The capital of France is\", \"max_tokens\": 20}'\n"
+        "-d '{\"text_input\": \"The capital of France is\", \"" + max_tokens + "\": 20}'\n"
         "or with a few lines of tritonclient (streaming over gRPC):\n"
-        "  from trtllm_forge.client import generate\n"
-        f"  print(generate(\"{deployment.grpc_url}\", \"The capital of France is\", 20, stream=True, model=\"{entry}\").text)"
+        + ("  from trtllm_forge.llmapi_requests import llmapi_generate as generate\n" if is_llmapi(config)
+           else "  from trtllm_forge.client import generate\n")
+        + f"  print(generate(\"{deployment.grpc_url}\", \"The capital of France is\", 20, stream=True, model=\"{entry}\").text)"
     )
 
 
@@ -229,8 +233,18 @@ def show_dry_run(config: ForgeConfig, config_file: Path, workdir: Path, as_json:
     from trtllm_forge.importer.stage import plan_import
     from trtllm_forge.ui import emit_json
 
-    import_plan = plan_import(config, workdir)
-    checkpoint_dir = import_plan.checkpoint_dir
+    try:
+        import_plan = plan_import(config, workdir)
+        import_doc = import_plan.to_json()
+        checkpoint_dir = import_plan.checkpoint_dir
+    except ConfigError:
+        source = config.resolve_path(config.model.source)
+        if source.exists() or config.model.source.endswith(".gguf") or not source.is_absolute():
+            raise
+        # A checkpoint that lives on the serving/build host (e.g. /models/...): plan with its path; import checks it there.
+        checkpoint_dir = source
+        import_doc = {"source": str(source), "checkpoint_dir": str(source), "commands": [],
+                      "notes": [f"{source} is not on this machine: the import stage checks it where the build runs"]}
     if config.engine.backend == "openvino":
         from trtllm_forge.builders.openvino import plan_build
 
@@ -246,16 +260,18 @@ def show_dry_run(config: ForgeConfig, config_file: Path, workdir: Path, as_json:
         *([["trtllm-forge", "bench", str(config_file), "--workdir", str(workdir)]] if config.bench.workloads else []),
         ["trtllm-forge", "deploy", "stop", "--workdir", str(workdir)],
     ]
-    doc = {"dry_run": True, "workdir": str(workdir), "import": import_plan.to_json(), "build": build_plan,
+    doc = {"dry_run": True, "workdir": str(workdir), "import": import_doc, "build": build_plan,
            "then": [shlex.join(argv) for argv in later]}
     if as_json:
         emit_json(doc)
         return
     info(f"[bold]run (dry run)[/bold] for {config.name} in {workdir}")
-    for argv in doc["import"]["commands"] or [["(record the checkpoint", import_plan.to_json()["checkpoint_dir"] + ")"]]:
+    for argv in doc["import"]["commands"] or [["(record the checkpoint", str(doc["import"]["checkpoint_dir"]) + ")"]]:
         info(f"1. import: {shlex.join(argv)}")
     for argv in build_plan.get("commands") or [step["argv"] for step in build_plan.get("steps", [])]:
         info(f"2. build: {shlex.join(argv)}")
+    if config.engine.target == "llmapi" and config.engine.backend == "openvino":
+        info(f"2. build: write {workdir / 'build' / 'llmapi' / 'model.yaml'} (LLM() arguments for the CPU LLM-API stand-in)")
     for index, argv in enumerate(later, start=3):
         info(f"{index}. {shlex.join(argv)}")
     info("dry run: nothing was run and nothing was written")

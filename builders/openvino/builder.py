@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from trtllm_forge.build_result import BuildResult
 from trtllm_forge.builders.openvino import engine_json
 from trtllm_forge.builders.openvino.plan import (
     HF_TOKENIZER_FILES,
@@ -23,6 +24,7 @@ from trtllm_forge.stages import StageRecorder, StageResult, run_stage
 
 STAGE = "build"
 ENGINE_SUBDIR = "engine"
+LLMAPI_SUBDIR = "llmapi"
 EXPORT_TIMEOUT_S = 3600
 # Packages whose versions change what the export produces (part of the stage's input hash).
 TOOL_PACKAGES = ("openvino", "openvino-genai", "openvino-tokenizers", "optimum", "optimum-intel", "nncf", "transformers", "torch")
@@ -108,8 +110,9 @@ def _check_export(engine_dir: Path) -> None:
         raise StepError(f"{STAGE}.export", f"the export did not write {', '.join(missing)}", "see the export log in <workdir>/logs")
 
 
-def build_engine(config: ForgeConfig, workdir: Path, checkpoint_dir: Path, force: bool = False) -> StageResult:
-    """Export `checkpoint_dir` to <workdir>/build/engine (skipped when nothing that matters changed)."""
+def build_engine(config: ForgeConfig, workdir: Path, checkpoint_dir: Path, force: bool = False) -> BuildResult:
+    """Export `checkpoint_dir` to <workdir>/build/engine (skipped when nothing that matters changed). With
+    engine.target llmapi also <workdir>/build/llmapi/model.yaml, the LLM() arguments of the CPU LLM-API stand-in."""
     workdir = Path(workdir)
     checkpoint_dir = Path(checkpoint_dir)
     _check_checkpoint(checkpoint_dir)
@@ -131,7 +134,15 @@ def build_engine(config: ForgeConfig, workdir: Path, checkpoint_dir: Path, force
         if recorded.export.awq and not recorded.export.calibration_file:
             recorder.notes.append("int4_awq without quantization.calibration.dataset: data-free AWQ was applied")
         size = sum(p.stat().st_size for p in engine_dir.iterdir() if p.is_file())
+        llmapi_outputs = {}
+        if config.engine.target == "llmapi":
+            from trtllm_forge.builders.tensorrt_llm.llmapi import write_model_yaml
+
+            write_model_yaml(config, tmp / LLMAPI_SUBDIR, str(recorded.engine_dir))
+            final = workdir / STAGE / LLMAPI_SUBDIR
+            llmapi_outputs = {"target": "llmapi", "llmapi_dir": str(final), "model_yaml": str(final / "model.yaml")}
         return {
+            **llmapi_outputs,
             "engine_dir": str(recorded.engine_dir),
             "weight_format": run_plan.weight_format,
             "inference_precision": run_plan.inference_precision,
@@ -139,4 +150,4 @@ def build_engine(config: ForgeConfig, workdir: Path, checkpoint_dir: Path, force
             "size_bytes": size,
         }
 
-    return run_stage(workdir, STAGE, _hash_values(config, recorded.export), input_paths, body, force=force)
+    return BuildResult.from_stage(run_stage(workdir, STAGE, _hash_values(config, recorded.export), input_paths, body, force=force))

@@ -8,10 +8,12 @@ that some come from a newer main branch).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.errors import ConfigError
+from trtllm_forge.llmapi_args import describe, unknown_keys
 
 if TYPE_CHECKING:
     from trtllm_forge.builders.tensorrt_llm.plan import BuildPlan
@@ -73,14 +75,41 @@ def llm_api_options(config: ForgeConfig) -> dict:
     speculative = _speculative_pytorch(config)
     if speculative:
         options["speculative_config"] = speculative
-    return options
+    if config.model.trust_remote_code:
+        options["trust_remote_code"] = True
+    return _merge(options, config.engine.extra_llm_api_options)
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    merged = dict(base)
+    for key, value in extra.items():
+        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged
 
 
 def model_yaml(config: ForgeConfig, model_path: str) -> dict:
-    """The Triton `llmapi` model's model.yaml: LLM() arguments plus the triton_config overrides."""
+    """The Triton `llmapi` model's model.yaml: LLM() arguments plus the triton_config overrides.
+
+    `model` is the checkpoint (GPU) or, for engine.backend openvino, the OpenVINO IR the CPU stand-in loads."""
     body = {"model": model_path, **llm_api_options(config)}
+    if config.engine.backend == "openvino":
+        # The stand-in has no GPU memory to size from; the KV cache is max_tokens_in_paged_kv_cache tokens.
+        body["kv_cache_config"].pop("free_gpu_memory_fraction", None)
+    problems = unknown_keys(body)
+    if problems:
+        raise ConfigError("engine.extra_llm_api_options", describe(*problems[0]), "a TorchLlmArgs field")
     body["triton_config"] = {"max_batch_size": 0, "decoupled": config.triton.decoupled}
     return body
+
+
+def write_model_yaml(config: ForgeConfig, directory: Path, model_path: str) -> Path:
+    import yaml
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "model.yaml"
+    path.write_text("# LLM() arguments for TensorRT-LLM's LLM API (every top-level key except triton_config).\n"
+                    "# Rendered by trtllm-forge from the config.\n" + yaml.safe_dump(model_yaml(config, model_path), sort_keys=False))
+    return path
 
 
 def serve_argv(config: ForgeConfig, model_path: str, options_file: str) -> list[str]:

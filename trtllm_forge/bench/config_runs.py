@@ -38,6 +38,10 @@ def options_from_config(config: ForgeConfig, wd: Path, flags: dict, load_flags: 
         target = flags.get("target") or (workload.target if workload is not None else "triton-grpc")
         run_flags = {**flags, "target": target}
         grpc = target.startswith("triton-grpc")
+        if not run_flags.get("url") and target == "openai":
+            from trtllm_forge.deploy.trtllm_serve import served_url
+
+            run_flags["url"] = served_url(wd)  # a local trtllm-serve of this workdir, if one runs
         if not run_flags.get("url"):
             if running:
                 run_flags["url"] = state.grpc_url if grpc else state.http_url
@@ -49,9 +53,14 @@ def options_from_config(config: ForgeConfig, wd: Path, flags: dict, load_flags: 
                 run_flags["http_url"] = f"http://127.0.0.1:{t.http_port}"
             else:
                 raise StepError("bench", f"no running deployment in {wd}", f"run `trtllm-forge deploy {config_label}` first, or pass --url and --model")
+        if not run_flags.get("model") and target == "openai":
+            from trtllm_forge.deploy.trtllm_serve import served_model
+
+            run_flags["model"] = served_model(wd)
         if not run_flags.get("model"):
-            entry = names.bls if config.triton.entrypoint == "bls" else names.ensemble
-            run_flags["model"] = names.tensorrt_llm if target == "triton-grpc-tokens" else entry
+            from trtllm_forge.entrypoint import entry_model
+
+            run_flags["model"] = names.tensorrt_llm if target == "triton-grpc-tokens" else entry_model(config)
         base: dict = {"tokenizer": checkpoint if checkpoint and (checkpoint / "tokenizer_config.json").is_file() else None}
         name = "default"
         if workload is not None:

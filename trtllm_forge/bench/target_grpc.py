@@ -138,8 +138,17 @@ class TritonGrpcTarget(Target):
         self.streams = [_Stream(self, stub) for stub in self.stubs]
         self.info.notes.append(f"{self.n_streams} gRPC stream(s), one connection each")
 
+    # NVIDIA's llmapi model names the same inputs differently and streams the whole text so far in each response.
+    LLMAPI_NAMES = {"max_tokens": "sampling_param_max_tokens", "stream": "streaming",
+                    "exclude_input_in_output": "sampling_param_exclude_input_from_output"}
+
     def check_contract(self) -> None:
-        missing = [name for name in ("text_input", "max_tokens") if name not in self.inputs]
+        self.llmapi = "sampling_param_max_tokens" in self.inputs and "max_tokens" not in self.inputs
+        self.names = self.LLMAPI_NAMES if self.llmapi else {n: n for n in self.LLMAPI_NAMES}
+        self.seen_text: dict[str, str] = {}
+        if self.llmapi:
+            self.info.notes.append("llmapi model: sampling_param_* inputs; streamed text_output is cumulative")
+        missing = [name for name in ("text_input", self.names["max_tokens"]) if name not in self.inputs]
         if missing or "text_output" not in self.outputs:
             raise StepError("--target", f"model {self.model!r} does not speak the text contract (missing {', '.join(missing) or 'text_output'})",
                             "use the ensemble or tensorrt_llm_bls model, or --target triton-grpc-tokens for tensorrt_llm")
@@ -153,8 +162,8 @@ class TritonGrpcTarget(Target):
         """The inputs one request sends, as (name, Triton datatype, values), only those the model declares.
         bench sends them over its own stream; `bench --tool` writes the same ones for perf_analyzer."""
         n = request.output_tokens
-        spec = [("text_input", "BYTES", [request.prompt]), ("max_tokens", "INT32", [n]), ("stream", "BOOL", [True]),
-                ("exclude_input_in_output", "BOOL", [True])]
+        spec = [("text_input", "BYTES", [request.prompt]), (self.names["max_tokens"], "INT32", [n]),
+                (self.names["stream"], "BOOL", [True]), (self.names["exclude_input_in_output"], "BOOL", [True])]
         return [item for item in spec + self._common_inputs(n) if item[0] in self.inputs]
 
     def _common_inputs(self, n: int) -> list[tuple[str, str, list]]:
@@ -187,6 +196,10 @@ class TritonGrpcTarget(Target):
             name = output.name
             if name == "text_output":
                 text = _first_bytes(raw).decode("utf-8", "replace")
+                if self.llmapi:  # cumulative → the new part
+                    previous = self.seen_text.get(record.id, "")
+                    self.seen_text[record.id] = text
+                    text = text[len(previous):] if text.startswith(previous) else text
             elif name == "num_output_tokens":
                 tokens = struct.unpack_from("<i", raw, 0)[0] if raw else 0
             elif name == "send_time_ns":
@@ -198,6 +211,8 @@ class TritonGrpcTarget(Target):
         if not self.count_server:
             tokens = 1 if text else 0
         final = response.parameters["triton_final_response"].bool_param
+        if final:
+            self.seen_text.pop(record.id, None)
         if not response.outputs and final:
             tokens, text = 0, None
         record.add_response(stamp, tokens, text, final, server_ns)

@@ -92,6 +92,12 @@ def start(
     from trtllm_forge.deploy.launch import default_repository
 
     repo = (repository or default_repository(wd)).resolve()
+    if config.deploy.server == "trtllm-serve":  # the deploy kind lives in deploy/trtllm_serve.py
+        from trtllm_forge.deploy import trtllm_serve
+
+        described = trtllm_serve.deploy(config, wd, target, dry_run)
+        emit_json(described) if as_json else info(f"trtllm-serve: {described.get('url') or described.get('file')}")
+        return
     if target != "local":
         _render_target(config, wd, repo, target, dry_run, as_json)
         return
@@ -196,6 +202,10 @@ def stop(config_file: Path | None, workdir: Path | None, grace: float, as_json: 
     from trtllm_forge.deploy.server import stop_server
 
     wd = _workdir_only(config_file, workdir, "stop")
+    from trtllm_forge.deploy import trtllm_serve
+
+    if trtllm_serve.stop(wd) is not None:
+        info(f"trtllm-serve stopped ({wd / 'deploy' / trtllm_serve.STATE})")
     deployment = stop_server(wd, grace_s=grace)
     if deployment is None:
         info(f"nothing to stop: no deployment recorded in {wd / 'deploy' / 'state.json'}")

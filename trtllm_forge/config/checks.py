@@ -82,9 +82,18 @@ def backend_matches_hardware(ctx: CheckContext) -> Iterator[ConfigError]:
 
 
 @rule
-def llmapi_target_needs_trtllm(ctx: CheckContext) -> Iterator[ConfigError]:
-    if ctx.config.engine.target == "llmapi" and not ctx.is_trtllm:
-        yield ConfigError("engine.target", "'llmapi' is a TensorRT-LLM target", "use engine.target: engine with openvino")
+def trtllm_serve_needs_llmapi(ctx: CheckContext) -> Iterator[ConfigError]:
+    if ctx.config.deploy.server == "trtllm-serve" and ctx.config.engine.target != "llmapi":
+        yield ConfigError("deploy.server", "trtllm-serve serves the LLM API, not trtllm-build engines", "set engine.target: llmapi")
+
+
+@rule
+def llm_api_options_known(ctx: CheckContext) -> Iterator[ConfigError]:
+    """Keys the LLM API would refuse at LLM() time, found before any GPU time (llmapi_args holds the 1.2 table)."""
+    from trtllm_forge.llmapi_args import describe, unknown_keys
+
+    for key, near in unknown_keys(ctx.config.engine.extra_llm_api_options):
+        yield ConfigError("engine.extra_llm_api_options", describe(key, near), near or "a TorchLlmArgs field")
 
 
 @rule

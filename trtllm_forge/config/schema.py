@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Any, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -139,7 +139,13 @@ class EngineConfig(Section):
     )
     target: Literal["engine", "llmapi"] = Field(
         default="engine",
-        description="TensorRT-LLM only: 'engine' = trtllm-build engines (1.2.x); 'llmapi' = PyTorch backend, no engine.",
+        description="'engine' = trtllm-build engines (1.2.x); 'llmapi' = PyTorch backend through the LLM API, no engine "
+        "(with openvino: the CPU stand-in for tensorrt_llm's LLM API serves an OpenVINO IR).",
+    )
+    extra_llm_api_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="llmapi target: more LLM() arguments (TorchLlmArgs fields, e.g. kv_cache_config.enable_partial_reuse), "
+        "merged over the generated ones; unknown keys are refused.",
     )
     trtllm_version: str = Field(default="1.2.1", description="TensorRT-LLM version the build is pinned to.")
     max_batch_size: int = Field(default=8, ge=1, le=4096, description="Largest number of sequences in one step.")
@@ -271,6 +277,11 @@ class ResourceConfig(Section):
 
 class DeployConfig(Section):
     target: Literal["local", "docker", "kubernetes"] = Field(default="local", description="Where to serve.")
+    server: Literal["triton", "trtllm-serve"] = Field(
+        default="triton",
+        description="What serves: Triton on the rendered repository, or trtllm-serve (OpenAI-compatible; engine.target "
+        "llmapi; on CPU the LLM-API stand-in's server).",
+    )
     image: str | None = Field(default=None, description="Serving image (docker/kubernetes).")
     resources: ResourceConfig = Field(default_factory=ResourceConfig, description="Resources.")
     ready_timeout_s: float = Field(default=300.0, gt=0, description="Seconds to wait for every model to be ready.")

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 from trtllm_forge.config.schema import BUILTIN_MODELS, ForgeConfig
+from trtllm_forge.errors import ConfigError
 from trtllm_forge.importer.stage import imported_checkpoint
 from trtllm_forge.render.stub_env import project_env
 from trtllm_forge.render.templates import render_template, templates_root
@@ -32,41 +33,23 @@ def _python_env(config: ForgeConfig) -> str | None:
     return str(project_env()) if config.deploy.target == "local" else None
 
 
-def llm_api_args(config: ForgeConfig, model: str) -> dict:
-    eng, rt, par = config.engine, config.runtime, config.parallel
-    kv_cache = {"free_gpu_memory_fraction": rt.kv_cache_free_gpu_mem_fraction, "enable_block_reuse": rt.enable_kv_cache_reuse}
-    if rt.max_tokens_in_paged_kv_cache is not None:
-        kv_cache["max_tokens"] = rt.max_tokens_in_paged_kv_cache
-    if config.quantization.kv_cache != "none":
-        kv_cache["dtype"] = config.quantization.kv_cache
-    args: dict = {
-        "model": model,
-        "backend": "pytorch",
-        "tensor_parallel_size": par.tp,
-        "pipeline_parallel_size": par.pp,
-        "max_batch_size": eng.max_batch_size,
-        "max_seq_len": eng.max_seq_len,
-        "max_num_tokens": eng.resolved_max_num_tokens,
-        "max_beam_width": eng.max_beam_width,
-        "enable_chunked_prefill": rt.enable_chunked_context,
-        "trust_remote_code": config.model.trust_remote_code,
-        "kv_cache_config": kv_cache,
-    }
-    if par.moe_ep:
-        args["moe_expert_parallel_size"] = par.moe_ep
-    if par.moe_tp:
-        args["moe_tensor_parallel_size"] = par.moe_tp
-    if config.model.dtype != "auto":
-        args["dtype"] = config.model.dtype
-    # Kept for model.py's own checks; the server ignores it because auto-complete is disabled.
-    args["triton_config"] = {"max_batch_size": 0, "decoupled": config.triton.decoupled}
-    return args
+STAND_IN_SHIM = "llmapi_cpu_shim"
 
 
-def write_llmapi_repository(config: ForgeConfig, workdir: Path, out: Path) -> tuple[list[Path], list[str]]:
-    import yaml
+def write_llmapi_repository(config: ForgeConfig, workdir: Path, out: Path, engine_dir: Path | None = None) -> tuple[list[Path], list[str]]:
+    """NVIDIA's llmapi layout: tensorrt_llm/{config.pbtxt, 1/model.py, 1/model.yaml}. For engine.backend openvino
+    the model loads the OpenVINO IR in `engine_dir`, and a `tensorrt_llm` shim package beside model.py points
+    `import tensorrt_llm` at trtllm-forge's CPU stand-in (model.py itself is the same file as on GPU)."""
+    from trtllm_forge.builders.tensorrt_llm.llmapi import write_model_yaml
 
-    model, warnings = checkpoint_for(config, workdir)
+    stand_in = config.engine.backend == "openvino"
+    if stand_in:
+        if engine_dir is None:
+            raise ConfigError("--engine-dir", "the CPU llmapi repository serves the OpenVINO IR of the build stage, and there is none",
+                              "run `trtllm-forge build-engine CONFIG` first or pass --engine-dir DIR")
+        model, warnings = str(Path(engine_dir).resolve()), []
+    else:
+        model, warnings = checkpoint_for(config, workdir)
     name = config.triton.model_names.tensorrt_llm
     version = out / name / "1"
     version.mkdir(parents=True, exist_ok=True)
@@ -76,15 +59,22 @@ def write_llmapi_repository(config: ForgeConfig, workdir: Path, out: Path) -> tu
         "decoupled": config.triton.decoupled,
         "instance_count": config.triton.instances.tensorrt_llm,
         "parameters": {"EXECUTION_ENV_PATH": _python_env(config)},
-        "llm_args": llm_api_args(config, model),
     }
     config_path = out / name / "config.pbtxt"
     config_path.write_text(render_template("llmapi/tensorrt_llm/config.pbtxt.j2", context))
-    (version / "model.yaml").write_text(
-        "# LLM() arguments for the TensorRT-LLM PyTorch backend (all top-level keys except triton_config).\n"
-        "# Rendered by trtllm-forge from the config.\n" + yaml.safe_dump(context["llm_args"], sort_keys=False))
+    files = [config_path, write_model_yaml(config, version, model)]
     shutil.copyfile(templates_root() / "llmapi" / "tensorrt_llm" / "model.py", version / "model.py")
-    return [config_path, version / "model.yaml", version / "model.py"], warnings
+    files.append(version / "model.py")
+    if stand_in:
+        shim = templates_root() / STAND_IN_SHIM / "tensorrt_llm"
+        for source in sorted(shim.rglob("*.py")):
+            target = version / "tensorrt_llm" / source.relative_to(shim)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+            files.append(target)
+        warnings.append("CPU rendering: `tensorrt_llm` in this repository is trtllm-forge's CPU stand-in (OpenVINO GenAI), "
+                        "not TensorRT-LLM")
+    return files, warnings
 
 
 def vllm_engine_args(config: ForgeConfig, model: str) -> dict:

@@ -46,6 +46,8 @@ def default_engine_dir(workdir: Path) -> Path | None:
 
 def resolve_engine(config: ForgeConfig, workdir: Path, engine_dir: Path | None, kind: str) -> EngineInfo | None:
     if kind not in ENGINE_KINDS:
+        if engine_dir is None and kind == "llmapi" and config.engine.backend == "openvino":
+            engine_dir = default_engine_dir(workdir)  # the CPU stand-in serves the build stage's OpenVINO IR
         return read_engine_config(Path(engine_dir).resolve()) if engine_dir else None
     engine_dir = engine_dir or default_engine_dir(workdir)
     if engine_dir is None:
@@ -66,7 +68,7 @@ def write_repository(config: ForgeConfig, workdir: Path, engine: EngineInfo | No
         warnings, world_size = values.warnings, engine.world_size
         engine_model = values.names["tensorrt_llm"]
     elif kind == "llmapi":
-        files, warnings = write_llmapi_repository(config, workdir, out)
+        files, warnings = write_llmapi_repository(config, workdir, out, engine.directory if engine else None)
         world_size, engine_model = 1, config.triton.model_names.tensorrt_llm
     else:
         files, warnings = write_vllm_repository(config, workdir, out)
@@ -80,7 +82,8 @@ def write_repository(config: ForgeConfig, workdir: Path, engine: EngineInfo | No
 def wheel_server(config: ForgeConfig, kind: str) -> TritonInstall | None:
     """The Triton carried by nvidia-pytriton, which only the cpu kind runs on (python backend only), when it is
     installed with a stub for this Python; None renders the container's command."""
-    if config.deploy.target != "local" or kind != "cpu":
+    on_cpu = kind == "cpu" or (kind == "llmapi" and config.engine.backend == "openvino")  # the LLM-API stand-in
+    if config.deploy.target != "local" or not on_cpu:
         return None
     install = pytriton_install()
     return install if install is not None and install.stub is not None and install.stub.is_file() else None

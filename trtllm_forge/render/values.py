@@ -36,9 +36,9 @@ def choose_kind(config: ForgeConfig, kind: str | None) -> str:
         if kind not in KINDS:
             raise ConfigError("--kind", f"unknown repository kind {kind!r}", f"one of {', '.join(KINDS)}")
         return kind
-    if config.engine.backend == "openvino":
-        return "cpu"
-    return "llmapi" if config.engine.target == "llmapi" else "inflight_batcher_llm"
+    if config.engine.target == "llmapi":  # on openvino: the CPU stand-in for the LLM API
+        return "llmapi"
+    return "cpu" if config.engine.backend == "openvino" else "inflight_batcher_llm"
 
 
 def triton_dtype(name: str, where: str) -> str:

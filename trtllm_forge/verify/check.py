@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.entrypoint import entry_model, is_llmapi
 from trtllm_forge.verify.reference import Agreement, Perplexity, ReferenceModel, compare_tokens, mean_agreement
 
 QUANTIZED_DEFAULT_AGREEMENT = 0.5
@@ -138,11 +139,19 @@ def run_checks(config: ForgeConfig, deployment: Any, checkpoint_dir: Path, engin
     for prompt in config.verify.prompts:
         prompt_ids = reference.encode(prompt)
         ref_ids = reference.generate_ids(prompt_ids, max_tokens)
-        got_ids = served_token_ids(deployment, names.tensorrt_llm, prompt_ids, max_tokens, end_id, pad_id)
         ref_ids_cmp = [t for t in ref_ids if t != end_id]
-        got_ids_cmp = [t for t in got_ids if t != end_id]
-        text = generate(deployment, prompt, max_tokens, model=entry, stream=False, end_id=end_id, pad_id=pad_id)
-        streamed = generate(deployment, prompt, max_tokens, model=entry, stream=True, end_id=end_id, pad_id=pad_id)
+        if is_llmapi(config):
+            # NVIDIA's llmapi model returns text only: the served tokens are its text tokenized again.
+            from trtllm_forge.llmapi_requests import llmapi_generate
+
+            text = llmapi_generate(deployment, prompt, max_tokens, model=entry_model(config), stream=False)
+            streamed = llmapi_generate(deployment, prompt, max_tokens, model=entry_model(config), stream=True)
+            got_ids_cmp = list(reference.tokenizer.encode(text.text, add_special_tokens=False))
+        else:
+            got_ids = served_token_ids(deployment, names.tensorrt_llm, prompt_ids, max_tokens, end_id, pad_id)
+            got_ids_cmp = [t for t in got_ids if t != end_id]
+            text = generate(deployment, prompt, max_tokens, model=entry, stream=False, end_id=end_id, pad_id=pad_id)
+            streamed = generate(deployment, prompt, max_tokens, model=entry, stream=True, end_id=end_id, pad_id=pad_id)
         checks.append(
             PromptCheck(
                 prompt=prompt,

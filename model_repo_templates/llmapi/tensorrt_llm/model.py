@@ -1,8 +1,14 @@
 """Triton python model serving TensorRT-LLM's PyTorch backend through the LLM API (TensorRT-LLM >= 1.0).
 
-Written for trtllm-forge; tensor names follow the llmapi model of TensorRT-LLM 1.2 so existing clients work.
+Written for trtllm-forge; behaves like NVIDIA's llmapi model (NVIDIA/TensorRT-LLM:triton_backend/all_models/llmapi/
+tensorrt_llm/1/model.py and helpers.py): same tensors, `sampling_param_*` inputs passed to SamplingParams (with
+NVIDIA's defaults: best_of 1, exclude_input_from_output false), `text_output` holding `output.text` of each
+RequestOutput — in streaming mode the whole text so far, not a delta — finish/stop reasons as strings, `stop`
+requests and client cancellation aborting the generation.
+
 Runs inside the Triton python stub: imports numpy, yaml, triton_python_backend_utils, the stdlib, and
-tensorrt_llm (at initialize, never at import). Not exercised on this project's CPU machines: it needs a GPU.
+`tensorrt_llm` (at initialize, never at import). On GPU that is TensorRT-LLM; in trtllm-forge's CPU renderings a
+`tensorrt_llm` shim beside this file resolves it to trtllm-forge's CPU stand-in. This file is the same in both.
 """
 
 from __future__ import annotations
@@ -11,110 +17,209 @@ import asyncio
 import json
 import os
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 import yaml
 
-SAMPLING_INPUTS = {  # input tensor -> SamplingParams field
-    "sampling_param_best_of": "best_of",
-    "sampling_param_temperature": "temperature",
-    "sampling_param_top_k": "top_k",
-    "sampling_param_top_p": "top_p",
-    "sampling_param_frequency_penalty": "frequency_penalty",
-    "sampling_param_presence_penalty": "presence_penalty",
-    "sampling_param_max_tokens": "max_tokens",
-    "sampling_param_seed": "seed",
-}
+SAMPLING_INPUTS = ("best_of", "temperature", "top_k", "top_p", "frequency_penalty", "presence_penalty", "max_tokens",
+                   "seed", "exclude_input_from_output", "return_perf_metrics")
+SAMPLING_DEFAULTS = {"best_of": 1, "exclude_input_from_output": False, "return_perf_metrics": False}
+OUTPUT_FIELDS = {"return_finish_reason": "finish_reason", "return_stop_reason": "stop_reason",
+                 "return_cumulative_logprob": "cumulative_logprob"}
 
 
 def scalar(request, name):
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     if tensor is None:
         return None
-    flat = tensor.as_numpy().reshape(-1)
-    return flat[0].item() if flat.size else None
+    array = tensor.as_numpy()
+    if array.size != 1:
+        raise pb_utils.TritonModelException(f"Expected a scalar tensor for tensor {name}")
+    return array.item(0)
+
+
+def _text(value) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        model_config = json.loads(args["model_config"])
-        params = {k: v.get("string_value", "") for k, v in (model_config.get("parameters") or {}).items()}
+        self.model_config = json.loads(args["model_config"])
+        params = {k: v.get("string_value", "") for k, v in (self.model_config.get("parameters") or {}).items()}
         path = params.get("llm_config_path") or os.environ.get("LLM_CONFIG_PATH") or str(Path(__file__).with_name("model.yaml"))
         llm_args = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        llm_args.pop("triton_config", None)
-        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(model_config)
-        from tensorrt_llm import LLM, SamplingParams  # lazy: only present in the serving image
+        triton_config = llm_args.pop("triton_config", None) or {}
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self.model_config)
+        self.cancel_period_s = int(triton_config.get("cancellation_check_period_ms", 100)) / 1000.0
+        from tensorrt_llm import LLM, SamplingParams  # lazy: TensorRT-LLM on GPU, the shim on CPU renderings
 
         self.SamplingParams = SamplingParams
         self.llm = LLM(**llm_args)
+        self.in_flight: dict[int, tuple] = {}  # id(request) -> (triton request, RequestOutput, sender, user id)
+        self.answered: set[int] = set()  # requests whose final response the cancellation loop sent
+        self.lock = threading.Lock()
+        self.running = True
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
+        self.cancel_thread = threading.Thread(target=self._cancellation_loop, daemon=True)
+        self.cancel_thread.start()
+        pb_utils.Logger.log_info(f"llmapi model: LLM({', '.join(sorted(llm_args))}) from {getattr(LLM, '__module__', '?')}")
 
     def execute(self, requests):
         if self.decoupled:
             for request in requests:
                 asyncio.run_coroutine_threadsafe(self._serve(request, request.get_response_sender()), self.loop)
             return None
-        return [asyncio.run_coroutine_threadsafe(self._collect(request), self.loop).result() for request in requests]
+        collectors = [_Collector() for _ in requests]
+        for request, collector in zip(requests, collectors):
+            asyncio.run_coroutine_threadsafe(self._serve(request, collector), self.loop)
+        return [collector.wait() for collector in collectors]
 
-    def _sampling(self, request):
+    def _sampling(self, request) -> dict:
         kwargs = {}
-        for name, field in SAMPLING_INPUTS.items():
-            value = scalar(request, name)
+        for name in SAMPLING_INPUTS:
+            value = scalar(request, f"sampling_param_{name}")
+            if value is None:
+                value = SAMPLING_DEFAULTS.get(name)
             if value is not None:
-                kwargs[field] = value
+                kwargs[name] = value
         stop = pb_utils.get_input_tensor_by_name(request, "sampling_param_stop")
         if stop is not None:
-            kwargs["stop"] = [s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in stop.as_numpy().reshape(-1)]
-        return self.SamplingParams(**kwargs)
+            kwargs["stop"] = [_text(s) for s in stop.as_numpy().reshape(-1)]
+        return kwargs
 
-    def _prompt(self, request) -> str:
-        value = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1)[0]
-        return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-    def _response(self, text: str, output, request):
-        tensors = [pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=object))]
-        if scalar(request, "return_finish_reason"):
-            tensors.append(pb_utils.Tensor("finish_reason", np.array([str(output.finish_reason).encode()], dtype=object)))
-        if scalar(request, "return_stop_reason"):
-            tensors.append(pb_utils.Tensor("stop_reason", np.array([str(output.stop_reason).encode()], dtype=object)))
-        if scalar(request, "return_cumulative_logprob"):
-            tensors.append(pb_utils.Tensor("cumulative_logprob", np.array([output.cumulative_logprob or 0.0], dtype=np.float32)))
+    def _response(self, request_output, request):
+        outputs = request_output.outputs
+        tensors = [pb_utils.Tensor("text_output", np.asarray([o.text.encode("utf-8") for o in outputs], dtype=np.object_))]
+        for flag, name in OUTPUT_FIELDS.items():
+            if not scalar(request, flag):
+                continue
+            values = [getattr(o, name) for o in outputs]
+            if name == "cumulative_logprob":  # declared TYPE_FP32: a float, NaN when the engine did not compute it
+                array = np.asarray([np.nan if v is None else float(v) for v in values], dtype=np.float32)
+            else:
+                array = np.asarray([str(v) for v in values], dtype=np.object_)
+            tensors.append(pb_utils.Tensor(name, array))
+        metrics = getattr(outputs[0], "request_perf_metrics", None)
+        if metrics:  # sampling_param_return_perf_metrics: NVIDIA's per-request KV, timing and draft outputs
+            tensors += self._perf_tensors(metrics)
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
-    async def _collect(self, request):
-        try:
-            prompt = self._prompt(request)
-            result = await self.llm.generate_async(prompt, self._sampling(request), streaming=False)
-            output = result.outputs[0]
-            text = output.text
-            if scalar(request, "sampling_param_exclude_input_from_output") is False:
-                text = prompt + text
-            return self._response(text, output, request)
-        except Exception as exc:  # noqa: BLE001
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
+    @staticmethod
+    def _perf_tensors(metrics) -> list:
+        kv, timing, spec = metrics.kv_cache_metrics, metrics.timing_metrics, metrics.speculative_decoding
+        ns = lambda t: int(round(t.total_seconds() * 1e9)) if hasattr(t, "total_seconds") else int(t)  # noqa: E731
+        values = [
+            ("kv_cache_reused_block", np.int32, kv.num_reused_blocks), ("kv_cache_missed_block", np.int32, kv.num_missed_blocks),
+            ("kv_cache_alloc_new_blocks", np.int32, kv.num_new_allocated_blocks),
+            ("kv_cache_alloc_total_blocks", np.int32, kv.num_total_allocated_blocks),
+            ("kv_cache_hit_rate", np.float32, kv.kv_cache_hit_rate),
+            ("arrival_time_ns", np.int64, ns(timing.arrival_time)), ("first_scheduled_time_ns", np.int64, ns(timing.first_scheduled_time)),
+            ("first_token_time_ns", np.int64, ns(timing.first_token_time)), ("last_token_time_ns", np.int64, ns(timing.last_token_time)),
+            ("acceptance_rate", np.float32, spec.acceptance_rate),
+            ("total_accepted_draft_tokens", np.int32, spec.total_accepted_draft_tokens),
+            ("total_draft_tokens", np.int32, spec.total_draft_tokens),
+        ]
+        return [pb_utils.Tensor(name, np.asarray([value], dtype=dtype)) for name, dtype, value in values]
+
+    def _error(self, message: str):
+        return pb_utils.InferenceResponse(
+            output_tensors=[pb_utils.Tensor("text_output", np.asarray(["N/A"], dtype=np.object_))],
+            error=pb_utils.TritonError(message))
+
+    def _stop(self, user_id, sender) -> None:
+        if not user_id:
+            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("A request id must be provided for request cancellation")),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return
+        with self.lock:
+            for key, (_, output, _, uid) in list(self.in_flight.items()):
+                if uid == user_id:
+                    output.abort()
+                    del self.in_flight[key]
+        sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("Request cancelled by client", pb_utils.TritonError.CANCELLED)),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     async def _serve(self, request, sender):
+        if scalar(request, "stop"):
+            self._stop(request.request_id(), sender)
+            return
+        key = id(request)
         try:
-            if not scalar(request, "streaming"):
-                sender.send(await self._collect(request), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            text = pb_utils.get_input_tensor_by_name(request, "text_input")
+            if text is None:
+                raise pb_utils.TritonModelException("text_input is missing from the request")
+            array = text.as_numpy()
+            if array.ndim > 1:
+                raise pb_utils.TritonModelException("The current implementation only supports text_input being a 1D tensor.")
+            prompt = _text(array.reshape(-1)[0])
+            streaming = bool(scalar(request, "streaming") or False)
+            if streaming and not self.decoupled:
+                raise pb_utils.TritonModelException("Streaming is only supported in decoupled mode.")
+            output = self.llm.generate_async(prompt, self.SamplingParams(**self._sampling(request)), streaming=streaming)
+            with self.lock:
+                self.in_flight[key] = (request, output, sender, request.request_id())
+            last = None
+            async for last in output:
+                if key in self.answered:
+                    return  # the client went away; the cancellation loop answered
+                if streaming:
+                    flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last.finished else 0
+                    sender.send(self._response(last, request), flags=flags)
+            with self.lock:
+                self.in_flight.pop(key, None)
+            if key in self.answered:
                 return
-            sent = 0
-            async for result in self.llm.generate_async(self._prompt(request), self._sampling(request), streaming=True):
-                output = result.outputs[0]
-                piece, sent = output.text[sent:], len(output.text)
-                if piece:
-                    sender.send(self._response(piece, output, request))
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        except Exception as exc:  # noqa: BLE001
-            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))),
-                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            if not streaming:  # also a request ended by a `stop` request: it gets what was generated
+                sender.send(self._response(last, request), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            elif last is None or not last.finished:
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        except Exception as exc:  # noqa: BLE001 - one bad request must not affect the others
+            with self.lock:
+                self.in_flight.pop(key, None)
+            pb_utils.Logger.log_error(f"llmapi model: error generating request: {exc}")
+            sender.send(self._error(f"Error generating request: {exc}"), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        finally:
+            self.answered.discard(key)
+
+    def _cancellation_loop(self) -> None:
+        while self.running:
+            time.sleep(self.cancel_period_s)
+            with self.lock:
+                for key, (request, output, sender, _) in list(self.in_flight.items()):
+                    if self.decoupled and request.is_cancelled():
+                        output.abort()
+                        del self.in_flight[key]
+                        self.answered.add(key)
+                        sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("Request cancelled by client",
+                                                                                         pb_utils.TritonError.CANCELLED)),
+                                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def finalize(self):
+        self.running = False
         self.loop.call_soon_threadsafe(self.loop.stop)
         shutdown = getattr(self.llm, "shutdown", None)
         if shutdown:
             shutdown()
+
+
+class _Collector:
+    """The response sender of a non-decoupled request: execute() waits for its one final response."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.response = None
+
+    def send(self, response=None, flags=0):
+        if response is not None:
+            self.response = response
+        if flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            self.done.set()
+
+    def wait(self):
+        self.done.wait()
+        return self.response or pb_utils.InferenceResponse(error=pb_utils.TritonError("no response"))

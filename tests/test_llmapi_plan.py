@@ -1,0 +1,97 @@
+"""The LLM API path without a server: `run --dry-run` over every shipped config (also checkpoints that live only
+on the build host), the LLM-API argument check, the typed build hand-off and the CPU llmapi repository layout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from conftest import CONFIGS, run_cli
+from trtllm_forge.build_result import BuildResult
+from trtllm_forge.llmapi_args import TOP_LEVEL, unknown_keys
+from trtllm_forge.stages import StageResult
+
+SHIPPED = sorted(CONFIGS.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("config_file", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_run_dry_run_prints_the_whole_plan(config_file, tmp_path):
+    proc = run_cli("run", str(config_file), "--dry-run", "--workdir", str(tmp_path / "wd"))
+    assert proc.returncode == 0, proc.stderr
+    for step in ("1. import", "2. build", "trtllm-forge render", "trtllm-forge deploy", "trtllm-forge verify", "deploy stop"):
+        assert step in proc.stderr, step
+    assert not (tmp_path / "wd").exists() or not any((tmp_path / "wd").iterdir())
+
+
+def test_dry_run_of_a_checkpoint_missing_here_plans_with_its_path(tmp_path):
+    source = yaml.safe_load((CONFIGS / "llama3.1-8b-fp8-h100.yaml").read_text())
+    source["model"]["source"] = "/models/not-on-this-machine"
+    source["engine"]["target"] = "llmapi"
+    path = tmp_path / "gpu-llmapi.yaml"
+    path.write_text(yaml.safe_dump(source))
+    proc = run_cli("run", str(path), "--dry-run", "--json", "--workdir", str(tmp_path / "wd"))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["import"]["checkpoint_dir"] == "/models/not-on-this-machine"
+    assert "not on this machine" in doc["import"]["notes"][0]
+    assert doc["build"]["target"] == "llmapi"
+    assert doc["build"]["llmapi"]["model_yaml"]["model"] == "/models/not-on-this-machine"
+
+
+def test_unknown_llm_api_option_is_one_line_with_the_nearest_key(tmp_path):
+    source = yaml.safe_load((CONFIGS / "smollm2-cpu-llmapi.yaml").read_text())
+    source["engine"]["extra_llm_api_options"] = {"kv_cache_config": {"enable_block_resue": True}}
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump(source))
+    proc = run_cli("run", str(path), "--dry-run", "--workdir", str(tmp_path / "wd"))
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert "kv_cache_config.enable_block_resue" in lines[0] and "kv_cache_config.enable_block_reuse" in lines[0]
+
+
+def test_argument_table_knows_nvidia_fields_and_finds_typos():
+    assert {"model", "kv_cache_config", "scheduler_config", "speculative_config", "cuda_graph_config",
+            "max_num_tokens", "enable_chunked_prefill", "stream_interval"} <= TOP_LEVEL
+    assert unknown_keys({"max_num_token": 8}) == [("max_num_token", "max_num_tokens")]
+    assert unknown_keys({"scheduler_config": {"capacity_scheduler_policy": "MAX_UTILIZATION"}}) == []
+    assert unknown_keys({"triton_config": {}}) == [("triton_config", None)] or unknown_keys({"triton_config": {}})[0][0] == "triton_config"
+    assert unknown_keys({"triton_config": {}}, model_yaml=True) == []
+
+
+def test_build_result_reads_both_build_targets(tmp_path):
+    llmapi = StageResult("build", tmp_path, False, {"outputs": {"target": "llmapi", "llmapi_dir": str(tmp_path / "llmapi")}})
+    engine = StageResult("build", tmp_path, True, {"outputs": {"engine_dir": str(tmp_path / "engine")}})
+    a, b = BuildResult.from_stage(llmapi), BuildResult.from_stage(engine)
+    assert (a.target, a.engine_dir, a.model_yaml) == ("llmapi", None, tmp_path / "llmapi" / "model.yaml")
+    assert (b.target, b.engine_dir, b.skipped) == ("engine", tmp_path / "engine", True)
+    assert isinstance(a, StageResult)
+
+
+def test_gpu_llmapi_render_has_no_shim_and_cpu_render_names_the_stand_in(tmp_path):
+    from trtllm_forge.config import load_config
+    from trtllm_forge.render.other_kinds import write_llmapi_repository
+
+    cpu = load_config(CONFIGS / "smollm2-cpu-llmapi.yaml")
+    engine_dir = tmp_path / "engine"
+    engine_dir.mkdir()
+    files, warnings = write_llmapi_repository(cpu, tmp_path / "wd", tmp_path / "cpu", engine_dir)
+    version = tmp_path / "cpu" / "tensorrt_llm" / "1"
+    shim = (version / "tensorrt_llm" / "__init__.py").read_text()
+    assert "NOT TensorRT-LLM" in shim and "trtllm_forge.llmapi_cpu" in shim
+    assert any("stand-in" in w for w in warnings)
+    body = yaml.safe_load((version / "model.yaml").read_text())
+    assert body["model"] == str(engine_dir.resolve())
+    assert unknown_keys(body, model_yaml=True) == []
+    template = (CONFIGS.parent / "model_repo_templates" / "llmapi" / "tensorrt_llm" / "model.py").read_text()
+    assert (version / "model.py").read_text() == template  # the same model.py as on GPU
+
+    gpu_source = yaml.safe_load((CONFIGS / "llama3.1-8b-fp8-h100.yaml").read_text())
+    gpu_source["engine"]["target"] = "llmapi"
+    gpu_file = tmp_path / "gpu.yaml"
+    gpu_file.write_text(yaml.safe_dump(gpu_source))
+    gpu = load_config(gpu_file)
+    write_llmapi_repository(gpu, tmp_path / "wd", tmp_path / "gpu")
+    assert not (tmp_path / "gpu" / "tensorrt_llm" / "1" / "tensorrt_llm").exists()

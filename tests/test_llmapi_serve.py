@@ -1,0 +1,148 @@
+"""`trtllm-serve` as a deploy kind: the exact 1.2 command for local, docker and Kubernetes renderings, and on CPU
+the LLM-API stand-in behind the same argv, served for real and measured by our bench's OpenAI target."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import CONFIGS, cpu_test_config
+from trtllm_forge.config import load_config
+from trtllm_forge.deploy import trtllm_serve
+
+GPU_LLMAPI = CONFIGS / "llama3.1-8b-fp8-h100.yaml"
+
+
+def test_gpu_command_is_trtllm_serve_with_the_options_file():
+    config = load_config(GPU_LLMAPI)
+    assert config.engine.target == "llmapi"
+    argv = trtllm_serve.serve_argv(config, "/models/llama", "/wd/build/llmapi/extra_llm_api_options.yaml")
+    assert argv[:4] == ["trtllm-serve", "/models/llama", "--backend", "pytorch"]
+    flags = dict(zip(argv[2::2], argv[3::2]))
+    assert flags["--tp_size"] == str(config.parallel.tp) and flags["--pp_size"] == str(config.parallel.pp)
+    assert flags["--extra_llm_api_options"] == "/wd/build/llmapi/extra_llm_api_options.yaml"
+    assert flags["--host"] == config.triton.bind_address
+
+
+def test_docker_and_kubernetes_run_the_same_command():
+    config = load_config(GPU_LLMAPI)
+    inside = trtllm_serve.serve_argv(config, "/models/llama", "/wd/opts/extra.yaml", host="0.0.0.0", port=8000)
+    docker = trtllm_serve.docker_argv(config, "/models/llama", "/wd/opts/extra.yaml")
+    image = trtllm_serve.image_for(config)
+    assert docker[:2] == ["docker", "run"] and "--gpus" in docker and "trtllm" in image  # the pinned NGC image carries trtllm-serve
+    assert docker[docker.index(image) + 1:] == inside
+    assert "/models/llama:/models/llama:ro" in docker
+    deployment, service = yaml.safe_load_all(trtllm_serve.kubernetes_manifest(config, "/models/llama", "/wd/opts/extra.yaml"))
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == inside and container["image"] == image
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == str(config.parallel.world_size)
+    assert service["spec"]["ports"][0]["port"] == 8000
+
+
+def test_cpu_command_is_the_stand_in_with_trtllm_serves_flags():
+    config = cpu_test_config(engine={"target": "llmapi"})
+    argv = trtllm_serve.serve_argv(config, "/wd/build/engine", "/wd/opts.yaml", host="127.0.0.1", port=9)
+    assert argv[1:3] == ["-m", trtllm_serve.STAND_IN_MODULE]
+    gpu_shape = trtllm_serve.serve_argv(load_config(GPU_LLMAPI), "/wd/build/engine", "/wd/opts.yaml")
+    assert [a for a in argv[3:] if a.startswith("--")] == [a for a in gpu_shape[1:] if a.startswith("--")]
+
+
+@pytest.fixture(scope="module")
+def stand_in_server(cpu_engine_fp32, tmp_path_factory):
+    from trtllm_forge.builders.tensorrt_llm.llmapi import write_model_yaml
+
+    _, result = cpu_engine_fp32
+    engine_dir = Path(result.manifest["outputs"]["engine_dir"])
+    config = cpu_test_config(engine={"target": "llmapi", "max_batch_size": 4})
+    root = tmp_path_factory.mktemp("trtllm-serve")
+    write_model_yaml(config, root / "llmapi", str(engine_dir))
+    options = trtllm_serve.options_file_for(root / "llmapi")
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    argv = trtllm_serve.serve_argv(config, str(engine_dir), str(options), host="127.0.0.1", port=port)
+    server = trtllm_serve.start_local(argv, f"http://127.0.0.1:{port}", root / "serve.log")
+    yield server, str(engine_dir), root
+    server.stop()
+
+
+def _post(url: str, body: dict) -> dict:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.loads(response.read())
+
+
+@pytest.mark.slow
+def test_stand_in_serves_openai_endpoints(stand_in_server):
+    server, model, _ = stand_in_server
+    with urllib.request.urlopen(f"{server.url}/v1/models") as response:
+        assert json.loads(response.read())["data"][0]["id"] == model
+    done = _post(f"{server.url}/v1/completions", {"model": model, "prompt": "The capital of France is", "max_tokens": 8})
+    assert done["choices"][0]["text"].startswith(" Paris") and done["usage"]["completion_tokens"] == 8
+    chat = _post(f"{server.url}/v1/chat/completions",
+                 {"model": model, "messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 8})
+    assert chat["choices"][0]["message"]["content"]
+    with urllib.request.urlopen(f"{server.url}/metrics") as response:
+        assert json.loads(response.read())[0]["finished"] >= 2
+
+
+@pytest.mark.slow
+def test_bench_openai_target_measures_the_stand_in(stand_in_server, smollm2_checkpoint):
+    from trtllm_forge.bench.run import BenchOptions, run_bench
+    from trtllm_forge.bench.workload import LengthSpec
+
+    server, model, root = stand_in_server
+    for endpoint in ("completions", "chat"):
+        options = BenchOptions(target="openai", url=server.url, model=model, concurrency=[2], num_requests=4, warmup_requests=1,
+                               input_len=LengthSpec(32), output_len=LengthSpec(12), tokenizer=smollm2_checkpoint,
+                               out=root / f"bench-{endpoint}", plots=False, openai_endpoint=endpoint)
+        document = run_bench(options)
+        point = (document.get("points") or [document])[0]
+        assert point["requests"]["completed"] == 4 and point["requests"]["failed"] == 0, point["requests"]
+        assert point["metrics"]["output_token_throughput_per_s"]["avg"] > 0
+
+
+@pytest.mark.slow
+def test_deploy_start_and_stop_with_server_trtllm_serve(cpu_engine_fp32, tmp_path):
+    """The deploy kind through the CLI: `deploy start` runs the (stand-in) trtllm-serve, `deploy stop` ends it."""
+    from conftest import run_cli
+    from trtllm_forge.builders.tensorrt_llm.llmapi import write_model_yaml
+    from trtllm_forge.stages import write_json_atomic
+
+    _, result = cpu_engine_fp32
+    engine_dir = result.manifest["outputs"]["engine_dir"]
+    source = yaml.safe_load((CONFIGS / "smollm2-cpu-llmapi.yaml").read_text())
+    source["deploy"]["server"] = "trtllm-serve"
+    config_file = tmp_path / "serve.yaml"
+    config_file.write_text(yaml.safe_dump(source))
+    workdir = tmp_path / "wd"
+    write_model_yaml(load_config(config_file), workdir / "build" / "llmapi", engine_dir)
+    write_json_atomic(workdir / "build" / "manifest.json", {"stage": "build", "outputs": {
+        "target": "llmapi", "engine_dir": engine_dir, "llmapi_dir": str(workdir / "build" / "llmapi")}})
+    started = run_cli("deploy", "start", str(config_file), "--workdir", str(workdir), "--json", timeout=600)
+    assert started.returncode == 0, started.stderr[-3000:]
+    described = json.loads(started.stdout)
+    try:
+        assert described["stand_in"] is True and "--extra_llm_api_options" in described["argv"]
+        with urllib.request.urlopen(f"{described['url']}/health") as response:
+            assert response.status == 200
+        bench = run_cli("bench", str(config_file), "--workdir", str(workdir), "--target", "openai", "--concurrency", "1",
+                        "--num-requests", "2", "--warmup", "0", "--input-len", "16", "--output-len", "8", "--json", timeout=600)
+        assert bench.returncode == 0, bench.stderr[-3000:]
+        point = (json.loads(bench.stdout).get("points") or [json.loads(bench.stdout)])[0]
+        assert point["requests"]["completed"] == 2 and point["requests"]["failed"] == 0
+    finally:
+        stopped = run_cli("deploy", "stop", "--workdir", str(workdir))
+    assert stopped.returncode == 0, stopped.stderr
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{described['url']}/health", timeout=2)
+    docker = run_cli("deploy", "start", str(config_file), "--workdir", str(workdir), "--target", "docker", "--json")
+    assert docker.returncode == 0, docker.stderr
+    assert "trtllm_forge.llmapi_cpu.serve" in Path(json.loads(docker.stdout)["file"]).read_text()

@@ -1,0 +1,242 @@
+"""`trtllm-serve` as a deploy kind: TensorRT-LLM's OpenAI-compatible server on the llmapi target, for local,
+docker and Kubernetes renderings; on CPU (engine.backend openvino) the same argv runs the LLM-API stand-in's
+server (trtllm_forge.llmapi_cpu.serve, NOT TensorRT-LLM) so that `bench --target openai` measures it for real.
+
+The command follows trtllm-serve's 1.2 CLI (NVIDIA/TensorRT-LLM:tensorrt_llm/commands/serve.py; flags listed in
+/work/shared/reference/trtllm-build.md §10.2): `trtllm-serve MODEL --backend pytorch --host H --port P --tp_size N
+--pp_size N [--ep_size N] --max_batch_size --max_num_tokens --max_seq_len --max_beam_width
+--kv_cache_free_gpu_memory_fraction --extra_llm_api_options YAML`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.errors import StepError
+
+CONTAINER_PORT = 8000
+STAND_IN_MODULE = "trtllm_forge.llmapi_cpu.serve"
+
+
+def is_stand_in(config: ForgeConfig) -> bool:
+    return config.engine.backend == "openvino"
+
+
+def serve_argv(config: ForgeConfig, model: str, options: str, *, host: str | None = None, port: int | None = None) -> list[str]:
+    """The exact trtllm-serve command (on CPU: the stand-in's server with the same flags)."""
+    from trtllm_forge.builders.tensorrt_llm.llmapi import serve_argv as trtllm_serve_argv
+
+    argv = trtllm_serve_argv(config, model, options)
+    if host is not None:
+        argv[argv.index("--host") + 1] = host
+    if port is not None:
+        argv[argv.index("--port") + 1] = str(port)
+    return [sys.executable, "-m", STAND_IN_MODULE, *argv[1:]] if is_stand_in(config) else argv
+
+
+def _name(config: ForgeConfig) -> str:
+    import re
+
+    return "trtllm-serve-" + re.sub(r"[^a-z0-9-]+", "-", (config.name or "default").lower()).strip("-")
+
+
+def image_for(config: ForgeConfig) -> str:
+    if config.deploy.image:
+        return config.deploy.image
+    from trtllm_forge.builders.tensorrt_llm.spec import load_spec
+
+    return load_spec(config.engine.trtllm_version).container_image
+
+
+def docker_argv(config: ForgeConfig, model: str, options: str) -> list[str]:
+    inside = serve_argv(config, model, options, host="0.0.0.0", port=CONTAINER_PORT)
+    host_port = config.triton.http_port or ""
+    gpus = config.deploy.resources.gpus if config.deploy.resources.gpus is not None else config.parallel.world_size
+    argv = ["docker", "run", "--detach", "--name", _name(config), "--ipc=host", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864",
+            "--gpus", str(gpus), "-p", f"{config.triton.bind_address}:{host_port}:{CONTAINER_PORT}"]
+    for path in sorted({str(Path(model)), str(Path(options).parent)}):
+        argv += ["-v", f"{path}:{path}:ro"]
+    return argv + [image_for(config), *inside]
+
+
+def kubernetes_manifest(config: ForgeConfig, model: str, options: str) -> str:
+    name = _name(config)
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "trtllm-forge"}
+    gpus = config.deploy.resources.gpus if config.deploy.resources.gpus is not None else config.parallel.world_size
+    container = {
+        "name": "trtllm-serve",
+        "image": image_for(config),
+        "command": serve_argv(config, model, options, host="0.0.0.0", port=CONTAINER_PORT),
+        "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
+        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+        "readinessProbe": {"httpGet": {"path": "/health", "port": CONTAINER_PORT}, "periodSeconds": 10},
+        "volumeMounts": [{"name": "model", "mountPath": str(Path(model))}, {"name": "options", "mountPath": str(Path(options).parent)}],
+    }
+    volumes = [{"name": "model", "hostPath": {"path": str(Path(model))}},
+               {"name": "options", "hostPath": {"path": str(Path(options).parent)}}]
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                           "template": {"metadata": {"labels": labels},
+                                        "spec": {"containers": [container], "volumes": volumes}}}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
+               "spec": {"selector": labels, "ports": [{"name": "http", "port": CONTAINER_PORT, "targetPort": CONTAINER_PORT}]}}
+    return yaml.safe_dump_all([deployment, service], sort_keys=False)
+
+
+@dataclass
+class ServeProcess:
+    """A local trtllm-serve (or stand-in) process: its URL, pid and log."""
+
+    url: str
+    pid: int
+    log: Path
+    argv: list[str]
+    process: subprocess.Popen | None = None
+
+    def stop(self, timeout: float = 30.0) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        if self.process is not None:
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.pid, signal.SIGKILL)
+                self.process.wait(10)
+
+
+def start_local(argv: list[str], url: str, log: Path, ready_timeout_s: float = 300.0) -> ServeProcess:
+    """Start the server in its own process group, wait for /health, stop it (and raise) if it never gets there."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as handle:
+        handle.write("$ " + " ".join(argv) + "\n")
+        handle.flush()
+        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    server = ServeProcess(url, proc.pid, log, argv, proc)
+    deadline = time.monotonic() + ready_timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise StepError("deploy", f"trtllm-serve exited with {proc.returncode} before it was ready", f"see {log}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                if response.status == 200:
+                    return server
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    server.stop()
+    raise StepError("deploy", f"trtllm-serve was not healthy within {ready_timeout_s:g}s", f"see {log}")
+
+
+STATE = "trtllm-serve.json"
+
+
+def _built(workdir: Path) -> tuple[str, Path]:
+    """(model path, --extra_llm_api_options file) from the build stage's model.yaml."""
+    from trtllm_forge.build_result import BuildResult
+    from trtllm_forge.errors import ConfigError
+    from trtllm_forge.stages import StageResult, read_manifest
+
+    manifest = read_manifest(workdir / "build")
+    built = BuildResult.from_stage(StageResult("build", workdir / "build", True, manifest)) if manifest else None
+    if built is None or built.model_yaml is None or not built.model_yaml.is_file():
+        raise ConfigError("deploy.server", f"trtllm-serve serves the llmapi build and {workdir / 'build'} has none",
+                          "set engine.target: llmapi and run `trtllm-forge build-engine CONFIG` first")
+    model = (yaml.safe_load(built.model_yaml.read_text()) or {}).get("model")
+    return str(model), options_file_for(built.llmapi_dir)
+
+
+def options_file_for(llmapi_dir: Path) -> Path:
+    existing = llmapi_dir / "extra_llm_api_options.yaml"
+    if existing.is_file():
+        return existing
+    body = yaml.safe_load((llmapi_dir / "model.yaml").read_text()) or {}
+    for key in ("model", "triton_config"):
+        body.pop(key, None)
+    existing.write_text(yaml.safe_dump(body, sort_keys=False))
+    return existing
+
+
+def deploy(config: ForgeConfig, workdir: Path, target: str, dry_run: bool = False) -> dict:
+    """`deploy start` with deploy.server trtllm-serve: start it here (local) or write the docker/Kubernetes rendering."""
+    import json
+    import socket
+
+    model, options = _built(workdir)
+    out = workdir / "deploy"
+    if target == "docker":
+        path, text = out / "trtllm-serve-docker.sh", "#!/bin/sh\nexec " + shlex.join(docker_argv(config, model, str(options))) + "\n"
+    elif target == "kubernetes":
+        path, text = out / "trtllm-serve.yaml", kubernetes_manifest(config, model, str(options))
+    else:
+        port = config.triton.http_port
+        if not port:
+            with socket.socket() as sock:
+                sock.bind((config.triton.bind_address, 0))
+                port = sock.getsockname()[1]
+        host = config.triton.bind_address
+        argv = serve_argv(config, model, str(options), host=host, port=port)
+        described = {"server": "trtllm-serve", "argv": argv, "url": f"http://{host}:{port}", "stand_in": is_stand_in(config)}
+        if dry_run:
+            return {**described, "dry_run": True}
+        server = start_local(argv, described["url"], workdir / "logs" / "trtllm-serve.log", config.deploy.ready_timeout_s)
+        described.update(pid=server.pid, log=str(server.log))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / STATE).write_text(json.dumps(described, indent=2) + "\n")
+        return described
+    if not dry_run:
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return {"server": "trtllm-serve", "target": target, "file": str(path), "dry_run": dry_run}
+
+
+def stop(workdir: Path) -> dict | None:
+    """Stop the local trtllm-serve recorded in <workdir>/deploy/trtllm-serve.json (its whole process group)."""
+    import json
+
+    path = workdir / "deploy" / STATE
+    if not path.is_file():
+        return None
+    state = json.loads(path.read_text())
+    server = ServeProcess(state["url"], int(state["pid"]), Path(state.get("log", "")), state["argv"])
+    server.stop()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(server.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    path.unlink()
+    return state
+
+
+def _state(workdir: Path) -> dict | None:
+    import json
+
+    path = workdir / "deploy" / STATE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def served_url(workdir: Path) -> str | None:
+    state = _state(workdir)
+    return state["url"] if state else None
+
+
+def served_model(workdir: Path) -> str | None:
+    """trtllm-serve names the model by the path it was given (its /v1/models id)."""
+    state = _state(workdir)
+    return state["argv"][state["argv"].index("--backend") - 1] if state else None

@@ -1,0 +1,93 @@
+"""The LLM API's argument fields (TensorRT-LLM 1.2.x, PyTorch backend) and the check of model.yaml /
+extra LLM-API options against them: an unknown key is refused with the nearest valid one, before any GPU time.
+
+Copied from NVIDIA's sources (names only; types and defaults live in NVIDIA's pydantic models):
+- top level: `BaseLlmArgs` + `TorchLlmArgs` in NVIDIA/TensorRT-LLM:tensorrt_llm/llmapi/llm_args.py, the 1.2-era version
+  held by the search index (BaseLlmArgs with `custom_tokenizer`/`orchestrator_type`, TorchLlmArgs with `nvfp4_gemm_config`,
+  `layer_wise_benchmarks_config`); the exact v1.2.1 commit is not pinned, so a field added or removed between that
+  version and the tag may be missing here (uncertain).
+- nested configs: the field lists in /work/shared/reference/trtllm-build.md §10.1 (same file, recent main).
+`model.yaml` of NVIDIA's Triton llmapi model passes every top-level key except `triton_config` to `LLM()`
+(NVIDIA/TensorRT-LLM:triton_backend/all_models/llmapi/tensorrt_llm/1/model.py).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+
+SOURCE = "NVIDIA/TensorRT-LLM:tensorrt_llm/llmapi/llm_args.py (1.2-era version; v1.2.1 commit not pinned)"
+
+BASE_LLM_ARGS = (
+    "model", "tokenizer", "tokenizer_mode", "custom_tokenizer", "skip_tokenizer_init", "trust_remote_code",
+    "tensor_parallel_size", "dtype", "revision", "tokenizer_revision", "model_kwargs", "pipeline_parallel_size",
+    "context_parallel_size", "gpus_per_node", "moe_cluster_parallel_size", "moe_tensor_parallel_size",
+    "moe_expert_parallel_size", "enable_attention_dp", "enable_lm_head_tp_in_adp", "pp_partition", "cp_config",
+    "load_format", "enable_lora", "lora_config", "kv_cache_config", "enable_chunked_prefill", "guided_decoding_backend",
+    "batched_logits_processor", "iter_stats_max_iterations", "request_stats_max_iterations", "peft_cache_config",
+    "scheduler_config", "cache_transceiver_config", "sparse_attention_config", "speculative_config", "max_batch_size",
+    "max_input_len", "max_seq_len", "max_beam_width", "max_num_tokens", "gather_generation_logits",
+    "num_postprocess_workers", "postprocess_tokenizer_dir", "reasoning_parser", "decoding_config", "_mpi_session",
+    "otlp_traces_endpoint", "backend", "return_perf_metrics", "perf_metrics_max_requests", "orchestrator_type",
+    "env_overrides",
+)
+TORCH_LLM_ARGS = (
+    "garbage_collection_gen0_threshold", "cuda_graph_config", "attention_dp_config", "disable_overlap_scheduler",
+    "moe_config", "nvfp4_gemm_config", "attn_backend", "sampler_type", "sampler_force_async_worker",
+    "enable_iter_perf_stats", "enable_iter_req_stats", "print_iter_log", "batch_wait_timeout_ms",
+    "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio", "torch_compile_config", "enable_autotuner",
+    "enable_layerwise_nvtx_marker", "enable_min_latency", "stream_interval", "force_dynamic_quantization",
+    "allreduce_strategy", "checkpoint_loader", "checkpoint_format", "kv_connector_config", "mm_encoder_only",
+    "ray_worker_extension_cls", "ray_placement_config", "enable_sleep", "use_cute_dsl_blockscaling_mm",
+    "use_cute_dsl_blockscaling_bmm", "disable_flashinfer_sampling", "max_stats_len", "layer_wise_benchmarks_config",
+    # quant_config is a property of TorchLlmArgs (settable); the engine path (TrtLlmArgs) has it as a field.
+    "quant_config",
+)
+TOP_LEVEL = frozenset(BASE_LLM_ARGS + TORCH_LLM_ARGS)
+
+# Nested configs whose keys are checked too (others are passed through unchecked).
+NESTED: dict[str, frozenset[str]] = {
+    "kv_cache_config": frozenset((
+        "enable_block_reuse", "max_tokens", "max_attention_window", "sink_token_length", "free_gpu_memory_fraction",
+        "host_cache_size", "onboard_blocks", "cross_kv_cache_fraction", "secondary_offload_min_priority",
+        "event_buffer_max_size", "attention_dp_events_gather_period_ms", "enable_partial_reuse",
+        "copy_on_partial_reuse", "use_uvm", "max_gpu_total_bytes", "dtype", "mamba_ssm_cache_dtype",
+        "tokens_per_block")),
+    "scheduler_config": frozenset(("capacity_scheduler_policy", "context_chunking_policy", "dynamic_batch_config",
+                                   "waiting_queue_policy")),
+    "quant_config": frozenset(("quant_algo", "kv_cache_quant_algo", "group_size", "smoothquant_val", "clamp_val",
+                               "use_meta_recipe", "has_zero_point", "pre_quant_scale", "exclude_modules")),
+    "speculative_config": frozenset((
+        "decoding_type", "max_draft_len", "max_total_draft_tokens", "speculative_model", "speculative_model_dir",
+        "max_concurrency", "draft_len_schedule", "load_format", "num_extra_kv_tokens", "eagle_choices",
+        "greedy_sampling", "posterior_threshold", "use_dynamic_tree", "dynamic_tree_max_topK", "num_eagle_layers",
+        "max_non_leaves_per_layer", "eagle3_one_model", "eagle3_layers_to_capture", "max_matching_ngram_size",
+        "is_keep_all", "is_use_oldest", "is_public_pool", "num_nextn_predict_layers", "use_relaxed_acceptance_for_thinking",
+        "relaxed_topk", "relaxed_delta", "use_mtp_vanilla", "medusa_choices", "num_medusa_heads", "max_window_size",
+        "max_ngram_size", "max_verification_set_size")),
+}
+# Keys of model.yaml that are not LLM() arguments (NVIDIA's Triton llmapi model reads them itself).
+MODEL_YAML_ONLY = frozenset(("triton_config", "logits_post_processors"))
+
+
+def nearest(key: str, valid) -> str | None:
+    match = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def unknown_keys(args: Mapping, *, model_yaml: bool = False) -> list[tuple[str, str | None]]:
+    """(dotted key, nearest valid key) for every key the LLM API would refuse (its models forbid extra fields)."""
+    problems: list[tuple[str, str | None]] = []
+    allowed = TOP_LEVEL | MODEL_YAML_ONLY if model_yaml else TOP_LEVEL
+    for key, value in args.items():
+        if key not in allowed:
+            problems.append((key, nearest(key, allowed)))
+        elif key in NESTED and isinstance(value, Mapping):
+            problems += [(f"{key}.{sub}", f"{key}.{near}" if near else None)
+                         for sub in value if sub not in NESTED[key] for near in [nearest(sub, NESTED[key])]]
+    return problems
+
+
+def describe(key: str, near: str | None) -> str:
+    hint = f"did you mean {near}?" if near else "see the LLM API reference"
+    return f"{key} is not an LLM API argument of TensorRT-LLM 1.2 (TorchLlmArgs); {hint}"
