@@ -199,3 +199,24 @@ def test_timeout_stops_the_childs_whole_group(tmp_path):
         recorder.run([sys.executable, "-c", code], step="work", timeout=15)
     grandchild = int(pid_file.read_text())
     wait_for(lambda: not alive(grandchild), what="the grandchild to stop")
+
+
+@pytest.mark.slow
+def test_sigkill_of_import_kills_its_converter(tmp_path):
+    """`kill -9` of the `import` process alone (not its group): the gguf_to_hf child must not keep running
+    and write into the workdir after a re-run."""
+    from test_import import _converter_pids, _start_import, _wait_for_conversion
+
+    workdir = tmp_path / "wd"
+    proc = _start_import(workdir)
+    _wait_for_conversion(proc, workdir)
+    converters = _converter_pids(workdir)
+    try:
+        assert converters and all(os.getpgid(pid) != os.getpgid(proc.pid) for pid in converters)
+        proc.kill()
+        proc.communicate(timeout=30)
+        wait_for(lambda: not _converter_pids(workdir), seconds=30, what="the converter to die with import")
+    finally:
+        for pid in converters:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
