@@ -216,3 +216,38 @@ def test_racing_deploys_start_one_server_and_stop_leaves_none(setup, tmp_path):
     stop = run_cli("deploy", "stop", "--workdir", str(workdir))
     assert stop.returncode == 0, stop.stderr
     assert servers_of(workdir) == []
+
+
+SERVING = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from conftest import forge_test_config
+from trtllm_forge.deploy import serving
+
+with serving(forge_test_config(), Path(sys.argv[1]), Path(sys.argv[2])) as deployment:
+    print(deployment.pgid, flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_of_a_command_serving_for_its_own_duration_takes_the_server_along(setup, tmp_path):
+    """`run` (without --keep-serving), `verify` and `bench` serve only while they run: when such a process is
+    killed with SIGKILL, its server and stubs must not stay behind."""
+    from trtllm_forge.processes import group_members
+
+    _, repo, workdir = setup
+    script = tmp_path / "serving.py"
+    script.write_text(SERVING)
+    tests_dir = str(Path(__file__).parent)
+    proc = subprocess.Popen([sys.executable, str(script), str(workdir), str(repo), tests_dir], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pgid = int(proc.stdout.readline())
+        assert len(group_members(pgid)) == 3  # server and two stubs
+        proc.kill()
+        proc.wait(timeout=30)
+        wait_for(lambda: not group_members(pgid), seconds=60, what="the server and its stubs to die with their caller")
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)

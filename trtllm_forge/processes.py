@@ -125,18 +125,20 @@ def _load_prctl():
 _PRCTL = _load_prctl()
 
 
-def own_group_dying_with_parent() -> Callable[[], None]:
-    """A preexec_fn: the child leads a new process group (so signals reach it and its own children together)
-    and receives SIGKILL when this process dies, even by SIGKILL (Linux parent-death signal).
+def dying_with_parent(new_group: bool = True) -> Callable[[], None]:
+    """A preexec_fn: the child receives SIGKILL when this process dies, even by SIGKILL (Linux parent-death
+    signal), and with new_group leads a new process group (so signals reach it and its own children together;
+    pass False with start_new_session=True, which already made it a group leader).
 
-    The kernel sends that signal when the forking *thread* exits: call Popen from a thread that waits for the
+    The kernel sends the signal when the forking *thread* exits: call Popen from a thread that outlives the
     child. If this process died between fork and prctl, the child kills itself at once.
     """
     parent = os.getpid()
     prctl = _PRCTL
 
     def preexec() -> None:
-        os.setpgid(0, 0)
+        if new_group:
+            os.setpgid(0, 0)
         if prctl is not None:
             prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if os.getppid() != parent:

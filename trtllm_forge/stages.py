@@ -35,7 +35,7 @@ from typing import Any
 from trtllm_forge import __version__
 from trtllm_forge.errors import StepError
 from trtllm_forge.locks import file_lock
-from trtllm_forge.processes import RUN_MARK, marked_processes, new_run_id, own_group_dying_with_parent, terminate
+from trtllm_forge.processes import RUN_MARK, marked_processes, new_run_id, dying_with_parent, terminate
 from trtllm_forge.ui import console, info
 
 MANIFEST = "manifest.json"
@@ -165,7 +165,7 @@ class StageRecorder:
                     env={**os.environ, **(env or {}), RUN_MARK: self.run_id},
                     cwd=cwd,
                     stdin=subprocess.DEVNULL,
-                    preexec_fn=own_group_dying_with_parent(),
+                    preexec_fn=dying_with_parent(),
                 )
             except FileNotFoundError:
                 raise StepError(f"{self.stage}.{step}", f"command not found: {argv[0]}", "install it or fix PATH") from None

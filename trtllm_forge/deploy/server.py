@@ -25,7 +25,7 @@ from trtllm_forge.deploy.discovery import STUB, prepare_backend_dir
 from trtllm_forge.deploy.launch import LaunchPlan, plan_launch
 from trtllm_forge.deploy.state import Deployment, deploy_lock, read_state, write_state
 from trtllm_forge.errors import StepError
-from trtllm_forge.processes import RUN_MARK, cmdline, group_members, new_run_id, proc_stat, run_mark_of, terminate
+from trtllm_forge.processes import RUN_MARK, cmdline, dying_with_parent, group_members, new_run_id, proc_stat, run_mark_of, terminate
 from trtllm_forge.stages import open_new_log
 from trtllm_forge.ui import console, info
 
@@ -202,11 +202,14 @@ def start_server(
     repository: Path | None = None,
     *,
     ready_timeout_s: float | None = None,
+    die_with_caller: bool = False,
 ) -> Deployment:
     """Start tritonserver on the repository and wait until it is live and every model is ready.
 
     On any failure the server is stopped, the log tail is printed and a StepError is raised. Ports picked
-    as free (configured 0) are picked again when another process takes one first.
+    as free (configured 0) are picked again when another process takes one first. With die_with_caller the
+    server gets SIGKILL when this process dies, even by SIGKILL (for servers that live only as long as a
+    command such as `run`; `deploy` leaves its server running).
     """
     workdir = Path(workdir).resolve()
     timeout = config.deploy.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
@@ -216,7 +219,7 @@ def start_server(
             plan = plan_launch(config, workdir, repository)
             if attempt == 1 and plan.backend_dir is not None:
                 prepare_backend_dir(plan.install, plan.backend_dir)
-            proc, deployment = _launch(plan, workdir)
+            proc, deployment = _launch(plan, workdir, die_with_caller)
         try:
             return _wait_ready(proc, deployment, plan, timeout, picked_ports=0 in _configured_ports(config))
         except _PortTaken:
@@ -245,7 +248,7 @@ def _configured_ports(config: ForgeConfig) -> list[int]:
     return [config.triton.http_port, config.triton.grpc_port, config.triton.metrics_port]
 
 
-def _launch(plan: LaunchPlan, workdir: Path) -> tuple[subprocess.Popen, Deployment]:
+def _launch(plan: LaunchPlan, workdir: Path, die_with_caller: bool) -> tuple[subprocess.Popen, Deployment]:
     """Start the server (previous log rotated, not overwritten) and record it in state.json before waiting,
     so `deploy stop` and a concurrent `deploy` can find a server that hangs."""
     info(f"[dim]$ {shlex.join(plan.argv)}[/dim]")
@@ -262,6 +265,7 @@ def _launch(plan: LaunchPlan, workdir: Path) -> tuple[subprocess.Popen, Deployme
                 env={**os.environ, **plan.env, RUN_MARK: run_id},
                 cwd=workdir,
                 start_new_session=True,
+                preexec_fn=dying_with_parent(new_group=False) if die_with_caller else None,
             )
         except FileNotFoundError:
             raise StepError("deploy", f"command not found: {plan.argv[0]}", "install it or fix PATH") from None
@@ -399,8 +403,9 @@ def server_status(workdir: Path) -> Deployment | None:
 
 @contextmanager
 def serving(config: ForgeConfig, workdir: Path, repository: Path | None = None, keep: bool = False) -> Iterator[Deployment]:
-    """A running server for the body of a `with` block; stopped on exit (errors and Ctrl-C too) unless keep."""
-    deployment = start_server(config, workdir, repository)
+    """A running server for the body of a `with` block; stopped on exit (errors and Ctrl-C too) unless keep.
+    Unless keep, the server also dies when this process is killed with SIGKILL."""
+    deployment = start_server(config, workdir, repository, die_with_caller=not keep)
     try:
         yield deployment
     finally:
