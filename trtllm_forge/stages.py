@@ -6,7 +6,7 @@ Layout of a workdir:
     <workdir>/<stage>/...             the stage's outputs
     <workdir>/logs/<stage>-<step>.log one log per subprocess (kept on failure too; the previous runs' logs
                                       are rotated to <stage>-<step>.1.log, .2.log, ...)
-    <workdir>/.<stage>.lock           held while the stage runs: one run per stage and workdir at a time
+    <workdir>/.locks/<stage>.lock     held while the stage runs: one run per stage and workdir at a time
     <workdir>/.<stage>.tmp-<run id>   the running stage's output; its children carry the run id (processes.RUN_MARK)
 
 Every subprocess runs in its own process group and dies with the run: SIGTERM/SIGINT (Ctrl-C) of the run
@@ -254,7 +254,7 @@ def stage_lock(workdir: Path, name: str):
         who = f"pid {holder}" if holder else "another process"
         return StepError(name, f"{who} is already running this stage in {workdir}", "wait for it to finish, or use another --workdir")
 
-    return file_lock(workdir / f".{name}.lock", wait_s=0, busy=busy)
+    return file_lock(workdir / ".locks" / f"{name}.lock", wait_s=0, busy=busy)
 
 
 def stage_output(workdir: Path, stage: str, key: str) -> str | None:

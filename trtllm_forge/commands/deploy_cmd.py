@@ -182,7 +182,7 @@ def status(config_file: Path | None, workdir: Path | None, as_json: bool) -> Non
                        "workdir": str(wd), "leftover_pids": []})
         else:
             info(f"not running: no deployment recorded in {wd / 'deploy' / 'state.json'}")
-        sys.exit(NOT_RUNNING_EXIT)  # SystemExit: click (standalone_mode=False) would swallow an Exit code
+        sys.exit(NOT_RUNNING_EXIT)  # not click's Exit: cli.main (standalone_mode=False) would drop its code
     leftovers = [] if deployment.running else leftover_processes(deployment)
     if as_json:
         emit_json({**deployment.to_dict(), "leftover_pids": leftovers})
@@ -192,7 +192,7 @@ def status(config_file: Path | None, workdir: Path | None, as_json: bool) -> Non
             info(f"  {len(leftovers)} process(es) the dead server left running: {leftovers}; "
                  f"`trtllm-forge deploy stop --workdir {wd}` stops them")
     if not deployment.running:
-        sys.exit(NOT_RUNNING_EXIT)  # SystemExit: click (standalone_mode=False) would swallow an Exit code
+        sys.exit(NOT_RUNNING_EXIT)
 
 
 @deploy_group.command("stop")
@@ -201,7 +201,11 @@ def status(config_file: Path | None, workdir: Path | None, as_json: bool) -> Non
 @click.option("--grace", type=float, default=20.0, show_default=True, help="Seconds between SIGTERM and SIGKILL.")
 @json_option
 def stop(config_file: Path | None, workdir: Path | None, grace: float, as_json: bool) -> None:
-    """Stop the server of this workdir (SIGTERM, SIGKILL after --grace seconds)."""
+    """Stop the server of this workdir and its python stubs (SIGTERM, SIGKILL after --grace seconds).
+
+    Also stops the stubs a dead server left running: the processes of the process group recorded in
+    <workdir>/deploy/state.json that carry the deployment's run mark (nothing else is signalled).
+    """
     from trtllm_forge.deploy.server import stop_server
 
     wd = _workdir_only(config_file, workdir, "stop")
