@@ -251,3 +251,25 @@ def test_sigkill_of_a_command_serving_for_its_own_duration_takes_the_server_alon
     finally:
         proc.kill()
         proc.communicate(timeout=30)
+
+
+def test_deploy_lock_held_by_another_process_gives_one_line_naming_it(tmp_path):
+    from trtllm_forge.deploy.state import deploy_lock
+    from trtllm_forge.errors import StepError
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from trtllm_forge.deploy.state import deploy_lock\n"
+         "with deploy_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(600)", str(tmp_path / "wd")],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(StepError) as caught:
+            with deploy_lock(tmp_path / "wd", wait_s=0.5):
+                pass
+        assert f"deploy: pid {holder.pid} has held the deploy lock of {tmp_path / 'wd'}" in caught.value.format_message()
+    finally:
+        holder.kill()
+        holder.wait()
+    with deploy_lock(tmp_path / "wd", wait_s=5):  # released when its holder dies, even by SIGKILL
+        pass

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 RUN_MARK = "TRTLLM_FORGE_RUN"
+UNREADABLE = "<unreadable>"  # run_mark_of a live process whose environment we may not read (another user's)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -56,9 +57,12 @@ def group_members(pgid: int | None) -> list[int]:
 
 
 def run_mark_of(pid: int) -> str | None:
-    """The run mark in a process's environment, or None (no mark, gone, or not ours to read)."""
+    """The run mark in a process's environment; None without a mark (or gone); UNREADABLE when we may not
+    read its environment."""
     try:
         environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except PermissionError:
+        return UNREADABLE
     except OSError:
         return None
     prefix = f"{RUN_MARK}=".encode()

@@ -35,7 +35,7 @@ from typing import Any
 from trtllm_forge import __version__
 from trtllm_forge.errors import StepError
 from trtllm_forge.locks import file_lock
-from trtllm_forge.processes import RUN_MARK, marked_processes, new_run_id, dying_with_parent, terminate
+from trtllm_forge.processes import RUN_MARK, dying_with_parent, marked_processes, new_run_id, terminate
 from trtllm_forge.ui import console, info
 
 MANIFEST = "manifest.json"
@@ -90,6 +90,7 @@ def rotate_log(path: Path, keep: int = KEEP_LOGS) -> None:
     path = Path(path)
     if not path.exists():
         return
+
     def numbered(n: int) -> Path:
         return path.with_name(f"{path.stem}.{n}{path.suffix}")
 

@@ -25,7 +25,17 @@ from trtllm_forge.deploy.discovery import STUB, prepare_backend_dir
 from trtllm_forge.deploy.launch import LaunchPlan, plan_launch
 from trtllm_forge.deploy.state import Deployment, deploy_lock, read_state, write_state
 from trtllm_forge.errors import StepError
-from trtllm_forge.processes import RUN_MARK, cmdline, dying_with_parent, group_members, new_run_id, proc_stat, run_mark_of, terminate
+from trtllm_forge.processes import (
+    RUN_MARK,
+    UNREADABLE,
+    cmdline,
+    dying_with_parent,
+    group_members,
+    new_run_id,
+    proc_stat,
+    run_mark_of,
+    terminate,
+)
 from trtllm_forge.stages import open_new_log
 from trtllm_forge.ui import console, info
 
@@ -70,9 +80,11 @@ def pid_alive(pid: int | None) -> bool:
 
 def _started_by(deployment: Deployment, pid: int) -> bool:
     """Whether `pid` was started by this deployment: it carries the deployment's run mark or, for state
-    written before run marks existed, runs the recorded server binary or a python stub of its repository."""
-    if deployment.run_id:
-        return run_mark_of(pid) == deployment.run_id
+    written before run marks existed (or a process whose environment we may not read), runs the recorded
+    server binary or a python stub of its repository."""
+    mark = run_mark_of(pid) if deployment.run_id else UNREADABLE
+    if mark != UNREADABLE:
+        return mark == deployment.run_id
     argv = cmdline(pid)
     if not argv:
         return False
