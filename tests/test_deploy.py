@@ -93,7 +93,7 @@ def test_configured_port_in_use_is_a_clear_error(tmp_path, write_config, repo):
 def test_status_and_stop_when_nothing_was_deployed(tmp_path, write_config):
     config = write_config(CPU_CONFIG)
     status = run_cli("deploy", "status", str(config), "--workdir", str(tmp_path / "wd"), "--json")
-    assert status.returncode == 0, status.stderr
+    assert status.returncode == 3, status.stderr  # not running
     data = json.loads(status.stdout)
     assert data["running"] is False and data["pid"] is None and data["models"] == {}
     stop = run_cli("deploy", "stop", "--workdir", str(tmp_path / "wd"))

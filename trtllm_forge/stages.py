@@ -4,7 +4,14 @@ records a manifest.json, logs every subprocess, and is skipped when its inputs a
 Layout of a workdir:
     <workdir>/<stage>/manifest.json   inputs, input hash, tool versions, commands, timings, outputs
     <workdir>/<stage>/...             the stage's outputs
-    <workdir>/logs/<stage>-<step>.log one log per subprocess (kept on failure too)
+    <workdir>/logs/<stage>-<step>.log one log per subprocess (kept on failure too; the previous runs' logs
+                                      are rotated to <stage>-<step>.1.log, .2.log, ...)
+    <workdir>/.locks/<stage>.lock     held while the stage runs: one run per stage and workdir at a time
+    <workdir>/.<stage>.tmp-<run id>   the running stage's output; its children carry the run id (processes.RUN_MARK)
+
+Every subprocess runs in its own process group and dies with the run: SIGTERM/SIGINT (Ctrl-C) of the run
+stops the group, and SIGKILL of the run reaches the child through the parent-death signal. Whatever a killed
+run still left (a grandchild, its temporary directory) the next run of the stage stops and removes.
 """
 
 from __future__ import annotations
@@ -27,10 +34,14 @@ from typing import Any
 
 from trtllm_forge import __version__
 from trtllm_forge.errors import StepError
+from trtllm_forge.locks import file_lock
+from trtllm_forge.processes import RUN_MARK, dying_with_parent, marked_processes, new_run_id, terminate
 from trtllm_forge.ui import console, info
 
 MANIFEST = "manifest.json"
 LOG_TAIL_LINES = 30
+KEEP_LOGS = 10  # rotated logs kept per log file, besides the current one
+CHILD_STOP_GRACE_S = 5.0  # between SIGTERM and SIGKILL of a stage's child when the run is interrupted
 
 
 def hash_path(path: Path, digest: "hashlib._Hash") -> None:
@@ -73,6 +84,35 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def rotate_log(path: Path, keep: int = KEEP_LOGS) -> None:
+    """Move an existing log aside (x.log -> x.1.log -> x.2.log ...) so a new run never overwrites it; the
+    `keep` most recent previous logs are kept."""
+    path = Path(path)
+    if not path.exists():
+        return
+
+    def numbered(n: int) -> Path:
+        return path.with_name(f"{path.stem}.{n}{path.suffix}")
+
+    numbered(keep).unlink(missing_ok=True)
+    for n in range(keep - 1, 0, -1):
+        if numbered(n).exists():
+            os.replace(numbered(n), numbered(n + 1))
+    os.replace(path, numbered(1))
+
+
+def open_new_log(path: Path):
+    """Open a fresh log at `path` for writing, rotating the previous one away first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rotate_log(path)
+    return path.open("w")
+
+
+def stop_child_group(pgid: int, run_id: str, grace_s: float = CHILD_STOP_GRACE_S) -> None:
+    """SIGTERM the processes of a child's group that carry our run id, SIGKILL what is left after grace_s."""
+    terminate(lambda: marked_processes(run_id, pgid), grace_s)
+
+
 @dataclass
 class CommandRecord:
     argv: list[str]
@@ -88,6 +128,7 @@ class StageRecorder:
 
     stage: str
     logs_dir: Path
+    run_id: str = field(default_factory=new_run_id)  # put into every child's environment (processes.RUN_MARK)
     commands: list[CommandRecord] = field(default_factory=list)
     tool_versions: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -105,29 +146,41 @@ class StageRecorder:
         cwd: Path | None = None,
         timeout: float | None = None,
     ) -> CommandRecord:
-        """Run argv (never through a shell), teeing output to the step's log; raise StepError on failure."""
+        """Run argv (never through a shell), teeing output to the step's log; raise StepError on failure.
+
+        The child leads its own process group and dies with this process: an exception here (Ctrl-C, the
+        SIGTERM handler of run_stage, the timeout) stops its whole group; SIGKILL of this process reaches it
+        through the parent-death signal."""
         argv = [str(a) for a in argv]
         log = self.log_path(step)
         info(f"[dim]$ {shlex.join(argv)}[/dim]")
         started = time.monotonic()
-        with log.open("w") as handle:
+        with open_new_log(log) as handle:
             handle.write(f"$ {shlex.join(argv)}\n")
             handle.flush()
             try:
-                proc = subprocess.run(
+                proc = subprocess.Popen(
                     argv,
                     stdout=handle,
                     stderr=subprocess.STDOUT,
-                    env=None if env is None else {**os.environ, **env},
+                    env={**os.environ, **(env or {}), RUN_MARK: self.run_id},
                     cwd=cwd,
-                    timeout=timeout,
                     stdin=subprocess.DEVNULL,
+                    preexec_fn=dying_with_parent(),
                 )
-                returncode = proc.returncode
-            except subprocess.TimeoutExpired:
-                returncode = -9
             except FileNotFoundError:
                 raise StepError(f"{self.stage}.{step}", f"command not found: {argv[0]}", "install it or fix PATH") from None
+            try:
+                returncode = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                stop_child_group(proc.pid, self.run_id)
+                proc.wait()
+                returncode = -9
+            except BaseException:
+                stop_child_group(proc.pid, self.run_id)
+                proc.wait()
+                raise
+            stop_child_group(proc.pid, self.run_id, grace_s=0)  # what the child left running in its group
         record = CommandRecord(argv, str(log), returncode, round(time.monotonic() - started, 3), str(cwd) if cwd else None)
         self.commands.append(record)
         if returncode != 0:
@@ -177,13 +230,32 @@ def terminate_as_error(stage: str, workdir: Path) -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+TMP_INFIX = ".tmp-"
+
+
 def remove_stale(workdir: Path, name: str) -> list[Path]:
-    """Temporary directories a killed run of this stage left (SIGKILL cannot clean up after itself).
-    Assumes one run per stage and workdir at a time."""
-    stale = [p for pattern in (f".{name}.tmp-*", f".{name}.old-*") for p in workdir.glob(pattern) if p.is_dir()]
+    """Remove the temporary directories a killed run of this stage left (SIGKILL cannot clean up after itself),
+    after stopping any process of that run still alive (found by the run id in the directory's name), so none
+    writes into the workdir later. Call with the stage lock held: then no live run owns them."""
+    stale = [p for pattern in (f".{name}{TMP_INFIX}*", f".{name}.old-*") for p in workdir.glob(pattern) if p.is_dir()]
     for path in stale:
+        if TMP_INFIX in path.name:
+            run_id = path.name.split(TMP_INFIX, 1)[1]
+            left = terminate(lambda: marked_processes(run_id), CHILD_STOP_GRACE_S)
+            if left:
+                raise StepError(name, f"processes {left} of a killed earlier run survived SIGKILL", "check them with ps")
         shutil.rmtree(path, ignore_errors=True)
     return stale
+
+
+def stage_lock(workdir: Path, name: str):
+    """One run of a stage per workdir at a time; a second one fails at once with the holder's pid."""
+
+    def busy(holder: int | None) -> StepError:
+        who = f"pid {holder}" if holder else "another process"
+        return StepError(name, f"{who} is already running this stage in {workdir}", "wait for it to finish, or use another --workdir")
+
+    return file_lock(workdir / ".locks" / f"{name}.lock", wait_s=0, busy=busy)
 
 
 def stage_output(workdir: Path, stage: str, key: str) -> str | None:
@@ -207,6 +279,18 @@ def run_stage(
     leaves the previous output (if any) untouched and removes its temporary directory.
     """
     workdir.mkdir(parents=True, exist_ok=True)
+    with stage_lock(workdir, name):
+        return _run_stage_locked(workdir, name, values, input_paths, body, force)
+
+
+def _run_stage_locked(
+    workdir: Path,
+    name: str,
+    values: Mapping[str, Any],
+    input_paths: Mapping[str, Path],
+    body: Callable[[Path, StageRecorder], Mapping[str, Any]],
+    force: bool,
+) -> StageResult:
     remove_stale(workdir, name)
     final = workdir / name
     input_hash = hash_inputs(values, input_paths)
@@ -216,8 +300,10 @@ def run_stage(
         return StageResult(name, final, True, previous)
 
     recorder = StageRecorder(stage=name, logs_dir=workdir / "logs")
-    tmp = Path(tempfile.mkdtemp(dir=workdir, prefix=f".{name}.tmp-"))
-    tmp.chmod(0o755)  # mkdtemp makes it 0700; stage outputs are read by servers and containers as other users
+    # Named by the run id its children carry, so a later run can find what a killed one left running.
+    tmp = workdir / f".{name}{TMP_INFIX}{recorder.run_id}"
+    tmp.mkdir()
+    tmp.chmod(0o755)  # stage outputs are read by servers and containers as other users
     started = time.time()
     try:
         with terminate_as_error(name, workdir), console.status(f"{name} …"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 from pathlib import Path
 
 import click
@@ -17,6 +18,8 @@ from trtllm_forge.commands.options import (
 )
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.ui import emit_json, info
+
+NOT_RUNNING_EXIT = 3  # `deploy status` when no server runs, so scripts can tell it from an error (1, 2)
 
 
 class DefaultCommandGroup(click.Group):
@@ -52,8 +55,13 @@ def deploy_group() -> None:
     \b
     deploy CONFIG          start tritonserver on <workdir>/render/model_repository and wait for
                            every model to be ready (same as `deploy start CONFIG`)
-    deploy status [CONFIG] is it running; pid, URLs, model readiness
-    deploy stop [CONFIG]   SIGTERM, then SIGKILL after a grace period; no process left
+    deploy status [CONFIG] is it running; pid, URLs, model readiness; exit 3 when not running
+    deploy stop [CONFIG]   SIGTERM, then SIGKILL after a grace period; no process left (also the
+                           python stubs a killed server left behind)
+
+    One server per workdir: start and stop hold <workdir>/deploy/state.lock, so a second `deploy`
+    waits for the first to launch and then reports it as already running. The server's log is
+    <workdir>/logs/tritonserver.log; earlier ones are kept as tritonserver.1.log, .2.log, ...
     """
 
 
@@ -166,30 +174,39 @@ def _print_deployment(deployment) -> None:
 def status(config_file: Path | None, workdir: Path | None, as_json: bool) -> None:
     """Whether the deployment of this workdir is running, its URLs and model readiness.
 
-    A running server with a dead python stub (Triton still says ready, requests hang) is unhealthy: its
-    models show not ready, the problem is printed ("problems" in --json) and the exit code is 1; restart it
-    with `deploy stop` and `deploy`.
+    Exit codes: 0 running and healthy; 1 running but unhealthy (a python stub died: Triton still says ready
+    while requests hang; its models show not ready, the problem is printed, "problems" in --json; restart with
+    `deploy stop` and `deploy`); 3 not running (never deployed, stopped, or the server died; with --json the
+    document is printed too); 2 bad arguments. Processes a dead server left behind are listed
+    (`leftover_pids`); `deploy stop` or the next `deploy` stops them.
     """
     from trtllm_forge.deploy.health import stub_health
-    from trtllm_forge.deploy.server import server_status
+    from trtllm_forge.deploy.server import leftover_processes, server_status
 
     wd = _workdir_only(config_file, workdir, "status")
     deployment = server_status(wd)
     if deployment is None:
         if as_json:
-            emit_json({"running": False, "pid": None, "grpc_url": None, "http_url": None, "metrics_url": None, "models": {}, "workdir": str(wd)})
+            emit_json({"running": False, "pid": None, "grpc_url": None, "http_url": None, "metrics_url": None, "models": {},
+                       "workdir": str(wd), "leftover_pids": []})
         else:
             info(f"not running: no deployment recorded in {wd / 'deploy' / 'state.json'}")
-        return
+        sys.exit(NOT_RUNNING_EXIT)  # not click's Exit: cli.main (standalone_mode=False) would drop its code
     problems = stub_health(deployment.pgid or deployment.pid, Path(deployment.repository)).problems() if deployment.running else []
+    leftovers = [] if deployment.running else leftover_processes(deployment)
     if as_json:
-        emit_json({**deployment.to_dict(), "problems": problems})
+        emit_json({**deployment.to_dict(), "problems": problems, "leftover_pids": leftovers})
     else:
         _print_deployment(deployment)
         for problem in problems:
             info(f"[red]unhealthy[/red]: {problem}; restart with `trtllm-forge deploy stop` and `trtllm-forge deploy`")
+        if leftovers:
+            info(f"  {len(leftovers)} process(es) the dead server left running: {leftovers}; "
+                 f"`trtllm-forge deploy stop --workdir {wd}` stops them")
+    if not deployment.running:
+        sys.exit(NOT_RUNNING_EXIT)
     if problems:
-        raise SystemExit(1)
+        sys.exit(1)
 
 
 @deploy_group.command("stop")
@@ -198,7 +215,11 @@ def status(config_file: Path | None, workdir: Path | None, as_json: bool) -> Non
 @click.option("--grace", type=float, default=20.0, show_default=True, help="Seconds between SIGTERM and SIGKILL.")
 @json_option
 def stop(config_file: Path | None, workdir: Path | None, grace: float, as_json: bool) -> None:
-    """Stop the server of this workdir (SIGTERM, SIGKILL after --grace seconds)."""
+    """Stop the server of this workdir and its python stubs (SIGTERM, SIGKILL after --grace seconds).
+
+    Also stops the stubs a dead server left running: the processes of the process group recorded in
+    <workdir>/deploy/state.json that carry the deployment's run mark (nothing else is signalled).
+    """
     from trtllm_forge.deploy.server import stop_server
 
     wd = _workdir_only(config_file, workdir, "stop")

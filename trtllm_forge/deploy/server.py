@@ -1,7 +1,10 @@
 """Start, watch and stop a local Triton server; the Python API `run` and the tests use.
 
 The server runs in its own session (process group), so Ctrl-C in the terminal does not reach it and
-`stop` can signal it together with the python-backend stubs it starts.
+`stop` can signal it together with the python-backend stubs it starts. The group and a run mark in the
+server's environment (inherited by the stubs) are recorded in state.json: when the server dies and leaves its
+stubs behind, `deploy stop` and the next `deploy` find them by the group and stop them once the mark says they
+are ours. Start and stop hold the workdir's deploy lock, so two commands never launch two servers.
 """
 
 from __future__ import annotations
@@ -9,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import signal
 import subprocess
 import time
 import urllib.error
@@ -19,11 +21,23 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from trtllm_forge.config import ForgeConfig
-from trtllm_forge.deploy.discovery import prepare_backend_dir
+from trtllm_forge.deploy.discovery import STUB, prepare_backend_dir
 from trtllm_forge.deploy.health import stub_health
 from trtllm_forge.deploy.launch import LaunchPlan, plan_launch
-from trtllm_forge.deploy.state import Deployment, read_state, write_state
+from trtllm_forge.deploy.state import Deployment, deploy_lock, read_state, write_state
 from trtllm_forge.errors import StepError
+from trtllm_forge.processes import (
+    RUN_MARK,
+    UNREADABLE,
+    cmdline,
+    dying_with_parent,
+    group_members,
+    new_run_id,
+    proc_stat,
+    run_mark_of,
+    terminate,
+)
+from trtllm_forge.stages import open_new_log
 from trtllm_forge.ui import console, info
 
 LOG_TAIL_LINES = 40
@@ -42,16 +56,6 @@ def _now() -> str:
 # ---- processes -------------------------------------------------------------------------------------------
 
 
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, pgid) of a process from /proc, or None when it does not exist."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    fields = raw[raw.rfind(")") + 2 :].split()
-    return fields[0], int(fields[2])
-
-
 def _reap(pid: int) -> None:
     child = _CHILDREN.get(pid)
     if child is not None and child.poll() is not None:
@@ -63,7 +67,7 @@ def pid_alive(pid: int | None) -> bool:
     if not pid:
         return False
     _reap(pid)
-    stat = _proc_stat(pid)
+    stat = proc_stat(pid)
     if stat is None:
         try:
             os.kill(pid, 0)
@@ -75,34 +79,39 @@ def pid_alive(pid: int | None) -> bool:
     return stat[0] != "Z"
 
 
-def group_members(pgid: int | None) -> list[int]:
-    """Live (non-zombie) processes of a process group."""
-    if not pgid:
-        return []
-    if not Path("/proc").is_dir():
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return []
-        return [pgid]
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            stat = _proc_stat(int(entry.name))
-            if stat and stat[1] == pgid and stat[0] != "Z":
-                members.append(int(entry.name))
-    return members
+def _started_by(deployment: Deployment, pid: int) -> bool:
+    """Whether `pid` was started by this deployment: it carries the deployment's run mark or, for state
+    written before run marks existed (or a process whose environment we may not read), runs the recorded
+    server binary or a python stub of its repository."""
+    mark = run_mark_of(pid) if deployment.run_id else UNREADABLE
+    if mark != UNREADABLE:
+        return mark == deployment.run_id
+    argv = cmdline(pid)
+    if not argv:
+        return False
+    if deployment.command and Path(argv[0]).name == Path(deployment.command[0]).name:
+        return True
+    return Path(argv[0]).name == STUB and len(argv) > 1 and argv[1].startswith(deployment.repository.rstrip("/") + "/")
+
+
+def our_processes(deployment: Deployment) -> list[int]:
+    """Live processes of the deployment's recorded group that it started (server and python stubs)."""
+    pgid = deployment.pgid or deployment.pid
+    return [pid for pid in group_members(pgid) if _started_by(deployment, pid)]
 
 
 def _is_our_server(deployment: Deployment) -> bool:
-    """Guard against a recycled pid: the process must still run the command we started."""
+    """Guard against a recycled pid: the process must be the one this deployment started."""
     if not pid_alive(deployment.pid):
         return False
-    try:
-        argv0 = Path(f"/proc/{deployment.pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-    except OSError:
+    if not Path(f"/proc/{deployment.pid}").is_dir():
         return True
-    return not deployment.command or Path(argv0).name == Path(deployment.command[0]).name
+    return _started_by(deployment, deployment.pid)
+
+
+def leftover_processes(deployment: Deployment) -> list[int]:
+    """Processes a dead server left running (its python stubs keep running after a SIGKILL of the server)."""
+    return [] if _is_our_server(deployment) else our_processes(deployment)
 
 
 # ---- readiness -------------------------------------------------------------------------------------------
@@ -163,7 +172,7 @@ def failed_models(log: Path) -> dict[str, str]:
 # ---- start -----------------------------------------------------------------------------------------------
 
 
-def _deployment_from_plan(plan: LaunchPlan, workdir: Path, proc: subprocess.Popen, target: str) -> Deployment:
+def _deployment_from_plan(plan: LaunchPlan, workdir: Path, proc: subprocess.Popen, target: str, run_id: str) -> Deployment:
     return Deployment(
         running=False,
         pid=proc.pid,
@@ -179,6 +188,7 @@ def _deployment_from_plan(plan: LaunchPlan, workdir: Path, proc: subprocess.Pope
         workdir=str(workdir),
         target=target,
         env=plan.env,
+        run_id=run_id,
     )
 
 
@@ -205,40 +215,58 @@ def start_server(
     repository: Path | None = None,
     *,
     ready_timeout_s: float | None = None,
+    die_with_caller: bool = False,
 ) -> Deployment:
     """Start tritonserver on the repository and wait until it is live and every model is ready.
 
     On any failure the server is stopped, the log tail is printed and a StepError is raised. Ports picked
-    as free (configured 0) are picked again when another process takes one first.
+    as free (configured 0) are picked again when another process takes one first. With die_with_caller the
+    server gets SIGKILL when this process dies, even by SIGKILL (for servers that live only as long as a
+    command such as `run`; `deploy` leaves its server running).
     """
     workdir = Path(workdir).resolve()
+    timeout = config.deploy.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        with deploy_lock(workdir):
+            _refuse_running_and_clear_leftovers(workdir)
+            plan = plan_launch(config, workdir, repository)
+            if attempt == 1 and plan.backend_dir is not None:
+                prepare_backend_dir(plan.install, plan.backend_dir)
+            proc, deployment = _launch(plan, workdir, die_with_caller)
+        try:
+            return _wait_ready(proc, deployment, plan, timeout, picked_ports=0 in _configured_ports(config))
+        except _PortTaken:
+            info(f"a port was taken before the server bound it; picking new ports (attempt {attempt + 1})")
+    raise StepError("deploy", f"ports were taken by other processes {PORT_ATTEMPTS} times in a row", "set fixed triton ports")
+
+
+def _refuse_running_and_clear_leftovers(workdir: Path) -> None:
+    """With the deploy lock held: refuse a second server; stop what a dead earlier server left running."""
     previous = read_state(workdir)
-    if previous is not None and group_members(previous.pgid) and _is_our_server(previous):
+    if previous is None:
+        return
+    if _is_our_server(previous):
         raise StepError(
             "deploy",
             f"a server from this workdir is already running (pid {previous.pid}, grpc {previous.grpc_url})",
             f"stop it first: `trtllm-forge deploy stop --workdir {workdir}`",
         )
-    timeout = config.deploy.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
-    for attempt in range(1, PORT_ATTEMPTS + 1):
-        plan = plan_launch(config, workdir, repository)
-        if attempt == 1 and plan.backend_dir is not None:
-            prepare_backend_dir(plan.install, plan.backend_dir)
-        try:
-            return _start_once(plan, workdir, timeout, picked_ports=0 in _configured_ports(config))
-        except _PortTaken:
-            info(f"a port was taken before the server bound it; picking new ports (attempt {attempt + 1})")
-    raise StepError("deploy", f"ports were taken by other processes {PORT_ATTEMPTS} times in a row", "set fixed triton ports")
+    leftovers = our_processes(previous)
+    if leftovers:
+        info(f"stopping {len(leftovers)} process(es) the dead server (pid {previous.pid}) left running: {leftovers}")
+        stop_server(previous, grace_s=FAILED_START_GRACE_S, quiet=True)
 
 
 def _configured_ports(config: ForgeConfig) -> list[int]:
     return [config.triton.http_port, config.triton.grpc_port, config.triton.metrics_port]
 
 
-def _start_once(plan: LaunchPlan, workdir: Path, timeout: float, picked_ports: bool) -> Deployment:
-    plan.log.parent.mkdir(parents=True, exist_ok=True)
+def _launch(plan: LaunchPlan, workdir: Path, die_with_caller: bool) -> tuple[subprocess.Popen, Deployment]:
+    """Start the server (previous log rotated, not overwritten) and record it in state.json before waiting,
+    so `deploy stop` and a concurrent `deploy` can find a server that hangs."""
     info(f"[dim]$ {shlex.join(plan.argv)}[/dim]")
-    with plan.log.open("w") as log:
+    run_id = new_run_id()
+    with open_new_log(plan.log) as log:
         log.write(f"$ {shlex.join(plan.argv)}\n")
         log.flush()
         try:
@@ -247,16 +275,20 @@ def _start_once(plan: LaunchPlan, workdir: Path, timeout: float, picked_ports: b
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, **plan.env},
+                env={**os.environ, **plan.env, RUN_MARK: run_id},
                 cwd=workdir,
                 start_new_session=True,
+                preexec_fn=dying_with_parent(new_group=False) if die_with_caller else None,
             )
         except FileNotFoundError:
             raise StepError("deploy", f"command not found: {plan.argv[0]}", "install it or fix PATH") from None
     _CHILDREN[proc.pid] = proc
-    deployment = _deployment_from_plan(plan, workdir, proc, "local")
-    write_state(deployment)  # recorded before waiting, so `deploy stop` can find a server that hangs
+    deployment = _deployment_from_plan(plan, workdir, proc, "local", run_id)
+    write_state(deployment)
+    return proc, deployment
 
+
+def _wait_ready(proc: subprocess.Popen, deployment: Deployment, plan: LaunchPlan, timeout: float, picked_ports: bool) -> Deployment:
     deadline = time.monotonic() + timeout
     try:
         with console.status(f"waiting for Triton (pid {proc.pid}) and {len(plan.models)} model(s) …"):
@@ -289,8 +321,12 @@ def _start_once(plan: LaunchPlan, workdir: Path, timeout: float, picked_ports: b
         if not isinstance(exc, (StepError, _PortTaken)):
             stop_server(deployment, grace_s=FAILED_START_GRACE_S, quiet=True)
         raise
-    deployment.running = True
-    write_state(deployment)
+    with deploy_lock(Path(deployment.workdir)):
+        recorded = read_state(Path(deployment.workdir))
+        if recorded is None or recorded.run_id != deployment.run_id or recorded.stopped_at or not _is_our_server(deployment):
+            raise StepError("deploy", f"the server (pid {deployment.pid}) was stopped while it started", "run `trtllm-forge deploy` again")
+        deployment.running = True
+        write_state(deployment)
     info(f"[green]✓[/green] deploy: Triton ready (pid {proc.pid}) grpc {deployment.grpc_url}  http {deployment.http_url}")
     return deployment
 
@@ -298,83 +334,72 @@ def _start_once(plan: LaunchPlan, workdir: Path, timeout: float, picked_ports: b
 # ---- stop and status -------------------------------------------------------------------------------------
 
 
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _wait_gone(pgid: int, pid: int | None, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while True:
-        if pid:
-            _reap(pid)
-        if not group_members(pgid):
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-
-
 def _stub_shm_regions(pids: list[int]) -> list[Path]:
     """Shared-memory files of the python stubs among `pids` (argv[2] of each stub names its region)."""
     regions = []
     for pid in pids:
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if len(argv) > 2 and argv[0].endswith(b"triton_python_backend_stub"):
-            name = argv[2].decode(errors="replace")
+        argv = cmdline(pid)
+        if len(argv) > 2 and Path(argv[0]).name == STUB:
+            name = argv[2]
             if "/" not in name:
                 regions.append(Path("/dev/shm") / name)
     return regions
 
 
-def stop_group(pgid: int, pid: int | None, grace_s: float = STOP_GRACE_S, quiet: bool = False) -> None:
-    """SIGTERM a server's process group, SIGKILL after the grace period, and remove the shared memory its
-    python stubs leave behind."""
-    if not group_members(pgid):
+def _terminate(find, pid: int | None, grace_s: float, quiet: bool, what: str) -> None:
+    """SIGTERM what `find()` returns, SIGKILL after the grace period, and remove the shared memory its python
+    stubs leave behind (stubs killed before they clean up leave their region)."""
+    regions = _stub_shm_regions(find())
+
+    def alive() -> list[int]:
+        if pid:
+            _reap(pid)
+        return find()
+
+    if not alive():
         return
-    # Stubs killed before they clean up leave their shared-memory region behind: note them first.
-    regions = _stub_shm_regions(group_members(pgid))
-    _signal_group(pgid, signal.SIGTERM)
-    if not _wait_gone(pgid, pid, grace_s):
-        if not quiet:
-            info(f"server did not stop within {grace_s:g}s of SIGTERM; sending SIGKILL")
-        _signal_group(pgid, signal.SIGKILL)
-        if not _wait_gone(pgid, pid, 10.0):
-            raise StepError("deploy stop", f"processes {group_members(pgid)} of group {pgid} survived SIGKILL", "check them with ps")
+    if not quiet:
+        info(f"stopping {what}: SIGTERM, SIGKILL after {grace_s:g}s")
+    survivors = terminate(alive, grace_s)
+    if survivors:
+        raise StepError("deploy stop", f"processes {survivors} of {what} survived SIGKILL", "check them with ps")
     for region in regions:
         region.unlink(missing_ok=True)
 
 
+def stop_group(pgid: int, pid: int | None, grace_s: float = STOP_GRACE_S, quiet: bool = False) -> None:
+    """SIGTERM a server's whole process group, SIGKILL after the grace period (for servers started without a
+    deployment record; a deployment's processes are stopped by stop_server, which checks they are ours)."""
+    _terminate(lambda: group_members(pgid), pid, grace_s, quiet, f"process group {pgid}")
+
+
 def stop_server(target: Path | Deployment, *, grace_s: float = STOP_GRACE_S, quiet: bool = False) -> Deployment | None:
-    """SIGTERM the server's process group, SIGKILL after the grace period; record the stop in state.json.
+    """SIGTERM the server and the python stubs of its process group, SIGKILL after the grace period; record
+    the stop in state.json. Also stops the stubs a dead server left behind (only processes the deployment
+    started: a recycled pid or group id is never signalled).
 
     Returns the updated deployment, or None when the workdir has no state.json.
     """
     deployment = target if isinstance(target, Deployment) else read_state(Path(target))
     if deployment is None:
         return None
-    pgid = deployment.pgid or deployment.pid
-    leader_alive = pid_alive(deployment.pid)
-    if leader_alive and not _is_our_server(deployment):
-        if not quiet:
+    with deploy_lock(Path(deployment.workdir)):
+        if pid_alive(deployment.pid) and not _is_our_server(deployment) and not quiet:
             info(f"pid {deployment.pid} now runs another program; not signalling it")
-    elif pgid:
-        stop_group(pgid, deployment.pid, grace_s, quiet)
-    child = _CHILDREN.pop(deployment.pid or -1, None)
-    if child is not None:
-        try:
-            child.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-    deployment.running = False
-    deployment.models = {name: False for name in deployment.models}
-    deployment.stopped_at = _now()
-    write_state(deployment)
+        _terminate(lambda: our_processes(deployment), deployment.pid, grace_s, True, f"the server (pid {deployment.pid})")
+        child = _CHILDREN.pop(deployment.pid or -1, None)
+        if child is not None:
+            try:
+                child.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        recorded = read_state(Path(deployment.workdir))
+        if recorded is not None and recorded.run_id != deployment.run_id:
+            return deployment  # a newer deployment was recorded since: leave its state alone
+        deployment.running = False
+        deployment.models = {name: False for name in deployment.models}
+        deployment.stopped_at = _now()
+        write_state(deployment)
     if not quiet:
         info(f"[green]✓[/green] deploy: stopped (pid {deployment.pid})")
     return deployment
@@ -402,8 +427,9 @@ def mark_dead_stubs(deployment: Deployment) -> None:
 
 @contextmanager
 def serving(config: ForgeConfig, workdir: Path, repository: Path | None = None, keep: bool = False) -> Iterator[Deployment]:
-    """A running server for the body of a `with` block; stopped on exit (errors and Ctrl-C too) unless keep."""
-    deployment = start_server(config, workdir, repository)
+    """A running server for the body of a `with` block; stopped on exit (errors and Ctrl-C too) unless keep.
+    Unless keep, the server also dies when this process is killed with SIGKILL."""
+    deployment = start_server(config, workdir, repository, die_with_caller=not keep)
     try:
         yield deployment
     finally:

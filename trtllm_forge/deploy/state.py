@@ -6,7 +6,12 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from trtllm_forge.errors import StepError
+from trtllm_forge.locks import file_lock
 from trtllm_forge.stages import write_json_atomic
+
+# A `deploy stop` holds the lock through its grace period (20 s by default) and the SIGKILL wait.
+LOCK_WAIT_S = 60.0
 
 
 class ServerUrls:
@@ -45,6 +50,9 @@ class Deployment(ServerUrls):
     target: str = "local"
     stopped_at: str | None = None
     env: dict[str, str] = field(default_factory=dict)  # what deploy added to the server's environment
+    # The run mark (processes.RUN_MARK) in the environment of the server and of the python stubs it starts:
+    # how `deploy stop` and the next `deploy` recognise the stubs a killed server left in its group.
+    run_id: str | None = None
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -59,6 +67,25 @@ class Deployment(ServerUrls):
 
 def state_path(workdir: Path) -> Path:
     return Path(workdir) / "deploy" / "state.json"
+
+
+def lock_path(workdir: Path) -> Path:
+    return Path(workdir) / "deploy" / "state.lock"
+
+
+def deploy_lock(workdir: Path, wait_s: float = LOCK_WAIT_S):
+    """Serialise what changes a workdir's deployment (start's check-and-launch, stop): a second `deploy` waits
+    for the first to have launched and recorded its server, then sees it running."""
+
+    def busy(holder: int | None) -> StepError:
+        who = f"pid {holder}" if holder else "another process"
+        return StepError(
+            "deploy",
+            f"{who} has held the deploy lock of {workdir} for {wait_s:g}s (starting or stopping its server)",
+            f"wait for it, then `trtllm-forge deploy status --workdir {workdir}`",
+        )
+
+    return file_lock(lock_path(workdir), wait_s=wait_s, busy=busy)
 
 
 def write_state(deployment: Deployment) -> Path:
