@@ -1,7 +1,7 @@
 """The two kinds of failure the CLI reports, and how they map to exit codes.
 
 Exit codes: 0 success; 2 usage or configuration error; 1 a step failed at run time.
-Messages are one line: `<where>: <what is wrong>; <what would be valid>`.
+Messages are one line: `[<file>[:<line>]: ]<where>: <what is wrong>; <what would be valid>`.
 """
 
 from __future__ import annotations
@@ -14,14 +14,21 @@ class ForgeError(click.ClickException):
 
     exit_code = 1
 
-    def __init__(self, where: str, problem: str, valid: str | None = None):
-        self.where = where
+    def __init__(self, where: str, problem: str, valid: str | None = None, *, source: str | None = None):
+        self.where = where  # the field, flag or step
         self.problem = problem
         self.valid = valid
+        self.source = source  # the file (and line) the field was read from, when there is one
         message = f"{where}: {problem}" if where else problem
         if valid:
             message += f"; {valid}"
+        if source:
+            message = f"{source}: {message}"
         super().__init__(message)
+
+    def located(self, source: str) -> "ForgeError":
+        """The same error, naming the file (and line) its field was read from."""
+        return type(self)(self.where, self.problem, self.valid, source=source)
 
     def show(self, file=None) -> None:  # noqa: D401 - click API
         click.echo(f"error: {self.format_message()}", err=True, file=file)
@@ -45,7 +52,7 @@ class ConfigErrors(ConfigError):
     def __init__(self, errors: list[ConfigError]):
         self.errors = errors
         first = errors[0]
-        super().__init__(first.where, first.problem, first.valid)
+        super().__init__(first.where, first.problem, first.valid, source=first.source)
 
     def show(self, file=None) -> None:
         for err in self.errors:
