@@ -9,12 +9,19 @@ from __future__ import annotations
 import click
 
 
+def _capped(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit * 2 // 3]} …[{len(text) - limit:,} characters left out]… {text[-limit // 4:]}"
+
+
 class ForgeError(click.ClickException):
     """Base of every error the CLI reports as one line without a traceback."""
 
     exit_code = 1
 
     def __init__(self, where: str, problem: str, valid: str | None = None, *, source: str | None = None):
+        where, problem = _capped(where, 160), _capped(problem, 400)  # never echo a megabyte of hostile input
         self.where = where  # the field, flag or step
         self.problem = problem
         self.valid = valid

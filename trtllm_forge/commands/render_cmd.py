@@ -83,13 +83,13 @@ def render(config_file, engine_dir, kind, out, check_dir, workdir, dry_run, as_j
 def _check(directory: Path, as_json: bool) -> None:
     from trtllm_forge.render.validate import check_repository, raise_on_errors
 
-    problems = check_repository(directory.resolve())
+    problems = check_repository(directory.absolute())
     errors = [p for p in problems if p.level == "error"]
     for problem in problems:
         if problem.level == "warning":
             warn(f"{problem.file}:{problem.line}: {problem.message}; {problem.hint}")
     if as_json:
-        emit_json({"repository": str(directory.resolve()), "valid": not errors, "problems": [p.to_dict() for p in problems]})
+        emit_json({"repository": str(directory.absolute()), "valid": not errors, "problems": [p.to_dict() for p in problems]})
     if not errors:
         info(f"[green]✓[/green] {directory}: valid Triton model repository")
     raise_on_errors(problems)

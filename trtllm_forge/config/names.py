@@ -46,6 +46,8 @@ def check_image_reference(value: str) -> str:
 
 
 def is_host_name(value: str) -> bool:
+    if re.fullmatch(r"[0-9.]+", value):  # digits and dots only: a mistyped IPv4 address, not a name
+        return False
     return len(value) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in value.rstrip(".").split("."))
 
 

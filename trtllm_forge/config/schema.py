@@ -17,7 +17,11 @@ from trtllm_forge.config.names import check_bind_address, check_image_reference,
 
 class Section(BaseModel):
     # allow_inf_nan=False: YAML's .inf/.nan and 1e400 are never a valid count, fraction or timeout.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=True, allow_inf_nan=False)
+    # validate_default=True: defaults pass through validation too, so an enum default is its plain value
+    # ("none"), like a value read from the file (an unset quantization section once printed "QuantAlgorithm.none").
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, use_enum_values=True, allow_inf_nan=False, validate_default=True
+    )
 
 
 # A path on this machine (also `~/x`); a single file or directory name (workdir, Triton model directory).
