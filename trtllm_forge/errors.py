@@ -53,6 +53,26 @@ class StepError(ForgeError):
     exit_code = 1
 
 
+def error_document(exc: BaseException) -> dict:
+    """The JSON form of a failure, for commands whose --json promises one document on stdout."""
+    if isinstance(exc, ForgeError):
+        kind = "config" if isinstance(exc, ConfigError) else "step"
+        errors = getattr(exc, "errors", [exc])
+        return {
+            "kind": kind,
+            "exit_code": exc.exit_code,
+            "message": exc.format_message(),
+            "errors": [{"source": e.source, "where": e.where, "problem": e.problem, "valid": e.valid,
+                        "message": e.format_message()} for e in errors],
+        }
+    if isinstance(exc, KeyboardInterrupt):
+        return {"kind": "interrupted", "exit_code": 130, "message": "interrupted", "errors": []}
+    if isinstance(exc, click.ClickException):
+        return {"kind": "usage", "exit_code": exc.exit_code, "message": exc.format_message(), "errors": []}
+    first_line = (str(exc).strip().splitlines() or [""])[0]
+    return {"kind": "internal", "exit_code": 1, "message": f"internal: {type(exc).__name__}: {first_line}", "errors": []}
+
+
 class ConfigErrors(ConfigError):
     """Several configuration problems found at once; shown one per line."""
 

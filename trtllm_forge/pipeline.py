@@ -73,9 +73,15 @@ class _Stages:
         self.report.stages.append(outcome)
         try:
             result = func(*args, **kwargs)
+        except Exception as exc:
+            outcome.detail = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+            raise
         finally:
             outcome.seconds = round(time.monotonic() - started, 2)
         outcome.status = "skipped" if isinstance(result, StageResult) and result.skipped else "done"
+        if getattr(result, "passed", True) is False:  # a check that ran and failed (verify) is not "done"
+            outcome.status = "failed"
+            outcome.detail = "; ".join(getattr(result, "problems", None) or [])[:200]
         if result is None and name == "bench":
             outcome.status, outcome.detail = "skipped", "no bench workloads in the config"
         return result
@@ -136,8 +142,10 @@ def _measure_host_once(config: ForgeConfig) -> None:
     info(f"measured this machine for the roofline (stored in {path}; `trtllm-forge plan --measure-host` redoes it)")
 
 
-def run_pipeline(config: ForgeConfig, workdir: Path, *, force: bool = False, keep_serving: bool = False, run_bench: bool = True) -> RunReport:
-    report = RunReport(config.name or "config", workdir)
+def run_pipeline(config: ForgeConfig, workdir: Path, *, force: bool = False, keep_serving: bool = False, run_bench: bool = True,
+                 report: RunReport | None = None) -> RunReport:
+    """Run every stage; `report` (when given) is filled as the stages run, so a caller still has it after an error."""
+    report = report if report is not None else RunReport(config.name or "config", workdir)
     with terminate_as_error("run", workdir):  # SIGTERM, like Ctrl-C, still stops the server and cleans up
         return _run_stages(config, workdir, report, force, keep_serving, run_bench)
 
