@@ -32,8 +32,9 @@ def render(config_file, engine_dir, kind, out, check_dir, workdir, dry_run, as_j
 
     \b
     `render --check DIR` validates an existing repository: every config.pbtxt parses, names match
-    directories, version directories exist, nothing is left as ${...}, ensemble maps agree on tensor names,
-    data types and dims, and decoupled settings are consistent. Exit 2 on any problem.
+    directories, version directories exist, nothing is left as ${...}, data types are Triton's and dims are -1
+    or >= 1, ensemble maps agree on tensor names, data types and dims, and decoupled settings are consistent.
+    Exit 2 on any problem, each one line naming the file and line.
     """
     if check_dir is not None:
         if config_file is not None:

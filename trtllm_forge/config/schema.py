@@ -303,7 +303,7 @@ class DeployConfig(Section):
 
 
 class BenchWorkload(Section):
-    name: str = Field(description="Workload name, used in reports and as the output folder <workdir>/bench/<name>.")
+    name: Name = Field(description="Workload name, used in reports and as the output folder <workdir>/bench/<name>.")
     target: Literal["triton-grpc", "triton-grpc-tokens", "triton-http", "openai"] = Field(
         default="triton-grpc", description="Endpoint kind the workload is sent to."
     )
