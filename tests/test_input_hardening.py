@@ -42,10 +42,10 @@ def test_rich_markup_in_a_path_and_a_value_is_printed_as_written(tmp_path):
     folder = tmp_path / "a[/x][bold]"
     folder.mkdir(parents=True)
     path = folder / "c.yaml"
-    path.write_text(MINIMAL.replace("smollm2-135m", '"m[/x]/[link=http://x]y"'))
+    path.write_text(MINIMAL.replace("smollm2-135m", '"m[/x]/[link=http://x]y/[bold]b[/bold]"'))
     outcome = validate(path)
     assert outcome.returncode == 0, outcome.stderr
-    assert f"{path}: valid (openvino, m[/x]/[link=http://x]y)" in outcome.stderr
+    assert f"{path}: valid (openvino, m[/x]/[link=http://x]y/[bold]b[/bold])" in outcome.stderr
 
 
 def test_markup_protection_keeps_our_styles_and_escapes_the_rest():

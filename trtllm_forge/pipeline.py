@@ -16,7 +16,7 @@ from rich.table import Table
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.errors import ConfigError, StepError
 from trtllm_forge.stages import StageResult, terminate_as_error
-from trtllm_forge.ui import console, info
+from trtllm_forge.ui import console, info, plain
 
 SMOKE_PROMPT = "The capital of France is"
 
@@ -199,7 +199,7 @@ def stage_table(report: RunReport) -> Table:
     colours = {"done": "green", "skipped": "cyan", "failed": "red"}
     for stage in report.stages:
         colour = colours.get(stage.status, "white")
-        table.add_row(stage.name, f"[{colour}]{stage.status}[/{colour}]", f"{stage.seconds:.1f}", stage.detail)
+        table.add_row(stage.name, f"[{colour}]{stage.status}[/{colour}]", f"{stage.seconds:.1f}", plain(stage.detail))
     return table
 
 
@@ -220,7 +220,7 @@ def present(report: RunReport, config: ForgeConfig) -> None:
     if report.answer is not None:
         console.print(f"[bold]The capital of France is[/bold]{report.answer}")
     for name, path in report.paths.items():
-        console.print(f"  {name:11} {path}")
+        console.print(f"  {name:11} {plain(path)}")
     if report.deployment is not None:
         if report.kept_serving:
             console.print(f"server running (pid {report.deployment.pid}); stop it with `trtllm-forge deploy stop --workdir {report.workdir}`")

@@ -8,7 +8,7 @@ import click
 
 from trtllm_forge.commands.options import dry_run_option, force_option, json_option, load, workdir_option
 from trtllm_forge.errors import ConfigError
-from trtllm_forge.ui import emit_json, info, warn
+from trtllm_forge.ui import emit_json, info, plain, warn
 
 KIND_CHOICES = ("inflight_batcher_llm", "cpu", "llmapi", "vllm")
 
@@ -88,9 +88,9 @@ def _check(directory: Path, as_json: bool) -> None:
     errors = [p for p in problems if p.level == "error"]
     for problem in problems:
         if problem.level == "warning":
-            warn(f"{problem.file}:{problem.line}: {problem.message}; {problem.hint}")
+            warn(plain(f"{problem.file}:{problem.line}: {problem.message}; {problem.hint}"))
     if as_json:
         emit_json({"repository": str(directory.absolute()), "valid": not errors, "problems": [p.to_dict() for p in problems]})
     if not errors:
-        info(f"[green]✓[/green] {directory}: valid Triton model repository")
+        info(f"[green]✓[/green] {plain(directory)}: valid Triton model repository")
     raise_on_errors(problems)
