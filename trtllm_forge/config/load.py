@@ -84,7 +84,7 @@ def _capped(errors: list[ConfigError]) -> list[ConfigError]:
     if len(errors) <= MAX_ERRORS_SHOWN:
         return errors
     rest = len(errors) - MAX_ERRORS_SHOWN
-    return [*errors[:MAX_ERRORS_SHOWN], ConfigError("", f"and {rest} more problems", "fix the ones above first")]
+    return [*errors[:MAX_ERRORS_SHOWN], ConfigError("(more)", f"{rest} more problems not shown", "fix the ones above first")]
 
 
 def load_config(path: str | Path) -> ForgeConfig:
