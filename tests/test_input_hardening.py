@@ -277,3 +277,14 @@ def test_check_a_symlink_loop(tmp_path):
 def test_config_error_keeps_the_source_it_was_read_from():
     error = ConfigError("a.b", "bad", "fix").located("c.yaml:3")
     assert str(error.format_message()) == "c.yaml:3: a.b: bad; fix" and error.where == "a.b"
+
+
+def test_check_a_control_character_in_config_pbtxt_stays_one_line(repository):
+    """Found by the fuzz test: protobuf's parse error quoted a vertical tab, which split the error line."""
+    config = repository / "ensemble" / "config.pbtxt"
+    config.write_bytes(b"\x0b\xff" + config.read_bytes())
+    outcome = check(repository)
+    assert outcome.returncode == 2 and outcome.exception is None
+    errors = [line for line in outcome.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("error: model_repository/ensemble/config.pbtxt:1: does not parse"), errors
+    assert "\\x0b" in errors[0]

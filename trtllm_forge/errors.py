@@ -9,6 +9,14 @@ from __future__ import annotations
 import click
 
 
+# Control characters (and the separators str.splitlines() breaks on) shown escaped: an error is one line.
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, 0x85)} | {0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def _one_line(text: str) -> str:
+    return str(text).translate(_ESCAPES)
+
+
 def _capped(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
@@ -21,7 +29,9 @@ class ForgeError(click.ClickException):
     exit_code = 1
 
     def __init__(self, where: str, problem: str, valid: str | None = None, *, source: str | None = None):
-        where, problem = _capped(where, 160), _capped(problem, 400)  # never echo a megabyte of hostile input
+        # Never echo a megabyte of hostile input, nor a newline that would split the error line.
+        where, problem = _capped(_one_line(where), 160), _capped(_one_line(problem), 400)
+        valid = _one_line(valid) if valid else valid
         self.where = where  # the field, flag or step
         self.problem = problem
         self.valid = valid
