@@ -288,3 +288,11 @@ def test_check_a_control_character_in_config_pbtxt_stays_one_line(repository):
     errors = [line for line in outcome.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and errors[0].startswith("error: model_repository/ensemble/config.pbtxt:1: does not parse"), errors
     assert "\\x0b" in errors[0]
+
+
+def test_check_a_data_type_beyond_int32(repository):
+    """Found by the fuzz test: protobuf raises ValueError (not ParseError) for an enum value beyond int32."""
+    config = repository / "preprocessing" / "config.pbtxt"
+    config.write_text(config.read_text().replace("data_type: TYPE_STRING", "data_type: 2147483648", 1))
+    line = one_error(check(repository), "model_repository/preprocessing/config.pbtxt:7: does not parse as inference.ModelConfig")
+    assert "2147483648" in line

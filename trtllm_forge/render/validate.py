@@ -156,8 +156,9 @@ class Validator:
             config = model_config_pb2.ModelConfig()
             try:
                 text_format.Parse(text, config)
-            except text_format.ParseError as exc:
-                line = exc.GetLine() or 1
+            except (text_format.ParseError, ValueError, RecursionError) as exc:  # ValueError: e.g. an int32 out of range
+                numbers = re.findall(r"-?\d{6,}", str(exc))
+                line = (exc.GetLine() if isinstance(exc, text_format.ParseError) else None) or line_of(text, *numbers[:1])
                 self.add(config_path, line, f"does not parse as inference.ModelConfig: {exc}",
                          "fix the syntax; unfilled ${...} in typed fields are the usual cause")
                 self.unreadable.add(directory.name)
@@ -269,6 +270,9 @@ class Validator:
                              f"inputs are: {', '.join(sorted(inputs)) or 'none'}")
                     continue
                 source = available.get(value)
+                if source is None and producers.get(value) in self.unreadable:
+                    fed.add(value)  # made by a model whose config.pbtxt did not parse: reported there, not here
+                    continue
                 if source is None:
                     self.add(path, line, f"step {step.model_name}: {value!r} is neither an ensemble input nor produced by a step",
                              "map an ensemble input or an output of another step")
