@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -245,6 +246,7 @@ def write_cpu_engine_repository(root: Path, engine_dir: Path, **params) -> Path:
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     (model_dir / "config.pbtxt").write_text(cpu_engine_model_config(engine_dir, **params))
     (model_dir / "1" / "model.py").write_text(CPU_ENGINE_MODEL.read_text())
+    shutil.copyfile(REPO / "model_repo_templates" / "python_models" / "request_checks.py", model_dir / "1" / "request_checks.py")
     return root
 
 

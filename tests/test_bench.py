@@ -18,7 +18,7 @@ import pytest
 
 from aiohttp import web
 from conftest import run_cli
-from trtllm_forge.bench.metrics import summarize
+from trtllm_forge.bench.metrics import LATE_WARN_SHARE, summarize
 from trtllm_forge.bench.records import RequestRecord
 from trtllm_forge.bench.report import to_csv
 from trtllm_forge.bench.runner import LoadSpec, RunResult
@@ -161,6 +161,32 @@ def timing_server(tmp_path_factory):
     server.stop()
 
 
+def assert_reports_its_records(doc: dict, directory: Path) -> list[dict]:
+    """The timings a bench document reports are the ones its own records (requests.jsonl) hold.
+
+    This is what the bench is responsible for, whatever the machine's punctuality: on a busy machine the
+    schedule slips and latencies grow, and the document must say so exactly. Timing goals live in benchmarks."""
+    records = [json.loads(line) for line in (directory / "requests.jsonl").read_text().splitlines()]
+    measured = [r for r in records if r["phase"] == "measure"]
+    done = [r for r in measured if r["error"] is None and any(x["tokens"] for x in r["responses"])]
+    assert doc["requests"]["sent"] == len(measured) and doc["requests"]["completed"] == len(done)
+    ttft, e2e, itl = [], [], []
+    for r in done:
+        stamps = [x["recv_ns"] for x in r["responses"] if x["tokens"] > 0]
+        ttft.append((stamps[0] - r["sent_ns"]) / 1e6)
+        e2e.append((stamps[-1] - r["sent_ns"]) / 1e6)
+        itl.extend(np.diff(stamps) / 1e6)
+    m = doc["metrics"]
+    for name, values in (("ttft_ms", ttft), ("e2e_ms", e2e), ("itl_ms", itl)):
+        if values:
+            assert m[name]["p50"] == pytest.approx(float(np.percentile(values, 50)), rel=1e-9, abs=1e-9), name
+    late = [r["sent_ns"] - r["intended_ns"] > doc["self_checks"]["late_threshold_ms"] * 1e6 for r in measured]
+    assert doc["self_checks"]["late_share"] == pytest.approx(sum(late) / len(measured))
+    warned = any("after their schedule" in w for w in doc["warnings"])
+    assert warned == (doc["load"]["mode"] == "rate" and doc["self_checks"]["late_share"] > LATE_WARN_SHARE)
+    return measured
+
+
 def _bench(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess, dict | None]:
     proc = run_cli("bench", *args, "--json", timeout=timeout)
     try:
@@ -179,9 +205,9 @@ def test_grpc_closed_loop_sweep_measures_the_known_schedule(timing_server, tmp_p
     for point in doc["points"]:
         m = point["metrics"]
         assert point["requests"]["completed"] == 16 and point["requests"]["failed"] == 0
-        assert TTFT_MS <= m["ttft_ms"]["p50"] < TTFT_MS + 8
-        assert m["itl_ms"]["p50"] == pytest.approx(GAP_MS, abs=0.5)
-        assert m["tpot_ms"]["p50"] == pytest.approx(GAP_MS, abs=0.5)
+        assert_reports_its_records(point, tmp_path / f"c{point['load']['value']}")
+        # Lower bounds only: the server never answers before its schedule; a busy machine only adds to it.
+        assert m["ttft_ms"]["p50"] >= TTFT_MS
         assert m["e2e_ms"]["p50"] >= TTFT_MS + 11 * GAP_MS
         assert m["output_tokens"]["min"] == 12 and point["self_checks"]["osl_mismatch_count"] == 0
         assert point["target"]["output_tokens_source"] == "server_count"
@@ -190,10 +216,11 @@ def test_grpc_closed_loop_sweep_measures_the_known_schedule(timing_server, tmp_p
         for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "output_token_throughput_per_s", "request_throughput_per_s"):
             assert set(m[key]) >= {"avg", "p50", "p90", "p95", "p99"}
         assert point["server_metrics"]["models"]["ensemble"]["requests"] >= 16
-        # return_perf_metrics: the server's own TTFT is the configured one; the client adds a little on top
-        assert m["server_ttft_ms"]["p50"] == pytest.approx(TTFT_MS, abs=3)
-        assert 0 < m["client_minus_server_ttft_ms"]["p50"] < 5
-    assert doc["points"][1]["metrics"]["achieved_concurrency"]["avg"] > 4
+        # return_perf_metrics: the server waited at least its TTFT; the client's TTFT contains the server's
+        assert m["server_ttft_ms"]["p50"] >= TTFT_MS - 1
+        assert m["client_minus_server_ttft_ms"]["p50"] >= 0
+    # Requests overlapped at concurrency 8 (never more than 8 in flight): a property of the load, not of speed.
+    assert 1 < doc["points"][1]["metrics"]["achieved_concurrency"]["avg"] <= 8
     lines = (tmp_path / "c8" / "requests.jsonl").read_text().splitlines()
     assert len(lines) == 18  # 16 measured + 2 warm-up
     record = json.loads(lines[-1])
@@ -211,14 +238,22 @@ def test_grpc_open_loop_poisson_with_duration_and_tokens_target(timing_server, t
                        "--seed", "0", "--out", str(tmp_path / "rate"))
     assert proc.returncode == 0, proc.stderr
     assert doc["load"]["mode"] == "rate" and doc["load"]["arrival"] == "poisson"
-    assert 30 <= doc["requests"]["sent"] <= 100  # ~40/s for 1.5 s
+    measured = assert_reports_its_records(doc, tmp_path / "rate")
+    # The requests went out on the seeded Poisson schedule (~40/s), each due within the 1.5 s; how late each
+    # actually left is the machine's business, reported as late_share (checked against the records above).
+    start = min(r["intended_ns"] for r in measured)
+    offsets = sorted((r["intended_ns"] - start) / 1e9 for r in measured)
+    expected = arrival_offsets(1000, 40.0, "poisson", np.random.default_rng([0, 40_000]))
+    assert offsets == pytest.approx(expected[: len(offsets)], abs=1e-6)
+    assert 1 <= len(offsets) <= sum(1 for x in expected if x < 1.5) and max(offsets) < 1.5
+    assert sum(1 for x in expected if x < 1.5) >= 30  # the schedule itself: ~60 arrivals in 1.5 s at 40/s
     assert doc["metrics"]["ttft_from_intended_ms"]["p50"] >= doc["metrics"]["ttft_ms"]["p50"]
-    assert doc["self_checks"]["late_share"] < 0.2
 
     proc, doc = _bench("--url", timing_server.grpc_url, "--model", "ensemble", "--concurrency", "4", "--workers", "2",
                        "--num-requests", "8", "--output-len", "6", "--no-plots", "--out", str(tmp_path / "sharded"))
     assert proc.returncode == 0, proc.stderr
-    assert doc["requests"]["completed"] == 8 and doc["metrics"]["itl_ms"]["p50"] == pytest.approx(GAP_MS, abs=0.5)
+    assert doc["requests"]["completed"] == 8
+    assert_reports_its_records(doc, tmp_path / "sharded")
     workers = {json.loads(line)["worker"] for line in (tmp_path / "sharded" / "requests.jsonl").read_text().splitlines()}
     assert workers == {0, 1}
 
@@ -229,7 +264,7 @@ def test_grpc_open_loop_poisson_with_duration_and_tokens_target(timing_server, t
     assert proc.returncode == 0, proc.stderr
     assert doc["requests"]["completed"] == 6 and doc["target"]["output_tokens_source"] == "server_ids"
     assert doc["metrics"]["output_tokens"]["min"] == 6 and doc["metrics"]["input_tokens"]["max"] == 17
-    assert doc["metrics"]["itl_ms"]["p50"] == pytest.approx(GAP_MS, abs=0.5)
+    assert_reports_its_records(doc, tmp_path / "tok")
 
 
 @pytest.mark.slow
@@ -239,7 +274,7 @@ def test_http_targets_triton_generate_stream_and_openai(timing_server, tmp_path)
                        "--out", str(tmp_path / "http"))
     assert proc.returncode == 0, proc.stderr
     assert doc["requests"]["completed"] == 20 and doc["metrics"]["output_tokens"]["min"] == 10, proc.stderr[-1500:]
-    assert doc["metrics"]["itl_ms"]["p50"] == pytest.approx(GAP_MS, abs=1.0), doc["metrics"]["itl_ms"]
+    assert_reports_its_records(doc, tmp_path / "http")
 
     url, stop = start_openai_server(ttft_ms=15.0, gap_ms=5.0)
     try:
@@ -248,8 +283,8 @@ def test_http_targets_triton_generate_stream_and_openai(timing_server, tmp_path)
                                "--concurrency", "4", "--num-requests", "8", "--output-len", "6", "--out", str(tmp_path / endpoint))
             assert proc.returncode == 0, proc.stderr
             assert doc["requests"]["completed"] == 8, proc.stderr[-1500:]
-            assert doc["metrics"]["ttft_ms"]["p50"] == pytest.approx(15.0, abs=10), doc["metrics"]["ttft_ms"]
-            assert doc["metrics"]["itl_ms"]["p50"] == pytest.approx(5.0, abs=2), doc["metrics"]["itl_ms"]
+            assert_reports_its_records(doc, tmp_path / endpoint)
+            assert doc["metrics"]["ttft_ms"]["p50"] >= 15.0  # the server's first chunk is never early
             assert doc["metrics"]["output_tokens"]["max"] == 6 and doc["self_checks"]["osl_mismatch_count"] == 0
     finally:
         stop()

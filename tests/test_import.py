@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import os
 import shutil
 import signal
@@ -37,7 +38,8 @@ def one_error_line(proc: subprocess.CompletedProcess, where: str) -> str:
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith(f"error: {where}: "), lines[0]
+    # config errors also name the config file and line: "error: c.yaml:4: model.family: ..."
+    assert re.match(rf"error: (\S+:\d+: )?{re.escape(where)}: ", lines[0]), lines[0]
     assert "Traceback" not in proc.stderr
     return lines[0]
 

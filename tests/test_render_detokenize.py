@@ -100,7 +100,7 @@ def test_chunks_of_several_tokens_and_anchored_pieces(fast_tokenizer):
 
 
 ALLOWED_IMPORTS = {"numpy", "transformers", "tokenizers", "triton_python_backend_utils", "yaml", "tensorrt_llm",
-                   "forge_detokenize", "tokenizer_loading", "__future__"}
+                   "forge_detokenize", "tokenizer_loading", "request_checks", "__future__"}
 
 
 @pytest.mark.parametrize("path", sorted(REPO.glob("model_repo_templates/python_models/**/*.py"))

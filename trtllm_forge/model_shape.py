@@ -38,23 +38,47 @@ class ModelShape:
 
     @classmethod
     def from_hf_config(cls, cfg: dict, origin: str) -> "ModelShape":
-        heads = int(cfg["num_attention_heads"])
+        def count(key: str, default: int | None = None, minimum: int = 1) -> int:
+            return _count(cfg, key, origin, default, minimum)
+
+        heads = count("num_attention_heads")
+        hidden = count("hidden_size")
         return cls(
             model_type=str(cfg.get("model_type", "")),
-            num_hidden_layers=int(cfg["num_hidden_layers"]),
-            hidden_size=int(cfg["hidden_size"]),
+            num_hidden_layers=count("num_hidden_layers"),
+            hidden_size=hidden,
             num_attention_heads=heads,
-            num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or cfg["hidden_size"] // heads),
-            intermediate_size=int(cfg.get("intermediate_size", 0)),
-            vocab_size=int(cfg["vocab_size"]),
-            max_position_embeddings=int(cfg.get("max_position_embeddings", 0)),
+            num_key_value_heads=count("num_key_value_heads", heads) if cfg.get("num_key_value_heads") else heads,
+            head_dim=count("head_dim", hidden // heads) if cfg.get("head_dim") else hidden // heads,
+            intermediate_size=count("intermediate_size", 0, minimum=0),
+            vocab_size=count("vocab_size"),
+            max_position_embeddings=count("max_position_embeddings", 0, minimum=0),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             rope_scaling=cfg.get("rope_scaling"),
-            num_local_experts=int(cfg.get("num_local_experts") or 0),
-            num_experts_per_tok=int(cfg.get("num_experts_per_tok") or 0),
+            num_local_experts=count("num_local_experts", 0, minimum=0) if cfg.get("num_local_experts") else 0,
+            num_experts_per_tok=count("num_experts_per_tok", 0, minimum=0) if cfg.get("num_experts_per_tok") else 0,
             origin=origin,
         )
+
+
+MAX_COUNT = 1 << 40  # beyond any real layer count, width or vocabulary
+
+
+def _count(cfg: dict, key: str, origin: str, default: int | None, minimum: int) -> int:
+    """A whole-number field of config.json; KeyError when it is required and absent (shape unknown),
+    ConfigError naming the file and field when it is present but not a count (0 heads, 1e400, "x")."""
+    if key not in cfg:
+        if default is None:
+            raise KeyError(key)
+        return default
+    value = cfg[key]
+    whole = isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and value.is_integer()
+    if not whole or not minimum <= value <= MAX_COUNT:
+        from trtllm_forge.config.yaml_reader import shorten
+        from trtllm_forge.errors import ConfigError
+
+        raise ConfigError(key, f"is {shorten(value)}", f"a whole number from {minimum} to {MAX_COUNT:,}", source=origin)
+    return int(value)
 
 
 @lru_cache(maxsize=1)
@@ -74,7 +98,7 @@ def shape_from_checkpoint_dir(directory: Path) -> ModelShape | None:
         return None
     try:
         return ModelShape.from_hf_config(json.loads(config_file.read_text()), origin=str(config_file))
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None  # incomplete or invalid config.json: shape unknown; `import` reports what is wrong
 
 

@@ -18,7 +18,7 @@ from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.entrypoint import entry_model, is_llmapi
 from trtllm_forge.errors import ConfigError, StepError
 from trtllm_forge.stages import StageResult, terminate_as_error
-from trtllm_forge.ui import console, info
+from trtllm_forge.ui import console, info, plain
 
 SMOKE_PROMPT = "The capital of France is"
 
@@ -75,9 +75,15 @@ class _Stages:
         self.report.stages.append(outcome)
         try:
             result = func(*args, **kwargs)
+        except Exception as exc:
+            outcome.detail = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+            raise
         finally:
             outcome.seconds = round(time.monotonic() - started, 2)
         outcome.status = "skipped" if isinstance(result, StageResult) and result.skipped else "done"
+        if getattr(result, "passed", True) is False:  # a check that ran and failed (verify) is not "done"
+            outcome.status = "failed"
+            outcome.detail = "; ".join(getattr(result, "problems", None) or [])[:200]
         if result is None and name == "bench":
             outcome.status, outcome.detail = "skipped", "no bench workloads in the config"
         return result
@@ -139,8 +145,10 @@ def _measure_host_once(config: ForgeConfig) -> None:
     info(f"measured this machine for the roofline (stored in {path}; `trtllm-forge plan --measure-host` redoes it)")
 
 
-def run_pipeline(config: ForgeConfig, workdir: Path, *, force: bool = False, keep_serving: bool = False, run_bench: bool = True) -> RunReport:
-    report = RunReport(config.name or "config", workdir)
+def run_pipeline(config: ForgeConfig, workdir: Path, *, force: bool = False, keep_serving: bool = False, run_bench: bool = True,
+                 report: RunReport | None = None) -> RunReport:
+    """Run every stage; `report` (when given) is filled as the stages run, so a caller still has it after an error."""
+    report = report if report is not None else RunReport(config.name or "config", workdir)
     with terminate_as_error("run", workdir):  # SIGTERM, like Ctrl-C, still stops the server and cleans up
         return _run_stages(config, workdir, report, force, keep_serving, run_bench)
 
@@ -193,7 +201,7 @@ def stage_table(report: RunReport) -> Table:
     colours = {"done": "green", "skipped": "cyan", "failed": "red"}
     for stage in report.stages:
         colour = colours.get(stage.status, "white")
-        table.add_row(stage.name, f"[{colour}]{stage.status}[/{colour}]", f"{stage.seconds:.1f}", stage.detail)
+        table.add_row(stage.name, f"[{colour}]{stage.status}[/{colour}]", f"{stage.seconds:.1f}", plain(stage.detail))
     return table
 
 
@@ -216,7 +224,7 @@ def present(report: RunReport, config: ForgeConfig) -> None:
     if report.answer is not None:
         console.print(f"[bold]The capital of France is[/bold]{report.answer}")
     for name, path in report.paths.items():
-        console.print(f"  {name:11} {path}")
+        console.print(f"  {name:11} {plain(path)}")
     if report.deployment is not None:
         if report.kept_serving:
             console.print(f"server running (pid {report.deployment.pid}); stop it with `trtllm-forge deploy stop --workdir {report.workdir}`")

@@ -10,7 +10,7 @@ import yaml
 
 from trtllm_forge.commands.options import config_argument, json_option
 from trtllm_forge.config import ForgeConfig, load_config
-from trtllm_forge.ui import emit_json, info
+from trtllm_forge.ui import emit_json, info, plain
 
 
 @click.group("config")
@@ -27,7 +27,7 @@ def validate(config_files: tuple[Path, ...], as_json: bool) -> None:
     for path in config_files:
         config = load_config(path)
         results.append({"file": str(path), "name": config.name, "valid": True})
-        info(f"[green]✓[/green] {path}: valid ({config.engine.backend}, {config.model.source})")
+        info(f"[green]✓[/green] {plain(path)}: valid ({config.engine.backend}, {plain(config.model.source)})")
     if as_json:
         emit_json({"results": results})
 

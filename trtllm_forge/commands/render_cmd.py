@@ -8,7 +8,7 @@ import click
 
 from trtllm_forge.commands.options import dry_run_option, force_option, json_option, load, workdir_option
 from trtllm_forge.errors import ConfigError
-from trtllm_forge.ui import emit_json, info, warn
+from trtllm_forge.ui import emit_json, info, plain, warn
 
 KIND_CHOICES = ("inflight_batcher_llm", "cpu", "llmapi", "vllm")
 
@@ -32,8 +32,9 @@ def render(config_file, engine_dir, kind, out, check_dir, workdir, dry_run, as_j
 
     \b
     `render --check DIR` validates an existing repository: every config.pbtxt parses, names match
-    directories, version directories exist, nothing is left as ${...}, ensemble maps agree on tensor names,
-    data types and dims, and decoupled settings are consistent. Exit 2 on any problem.
+    directories, version directories exist, nothing is left as ${...}, data types are Triton's and dims are -1
+    or >= 1, ensemble maps agree on tensor names, data types and dims, and decoupled settings are consistent.
+    Exit 2 on any problem, each one line naming the file and line.
     """
     if check_dir is not None:
         if config_file is not None:
@@ -83,13 +84,13 @@ def render(config_file, engine_dir, kind, out, check_dir, workdir, dry_run, as_j
 def _check(directory: Path, as_json: bool) -> None:
     from trtllm_forge.render.validate import check_repository, raise_on_errors
 
-    problems = check_repository(directory.resolve())
+    problems = check_repository(directory.absolute())
     errors = [p for p in problems if p.level == "error"]
     for problem in problems:
         if problem.level == "warning":
-            warn(f"{problem.file}:{problem.line}: {problem.message}; {problem.hint}")
+            warn(plain(f"{problem.file}:{problem.line}: {problem.message}; {problem.hint}"))
     if as_json:
-        emit_json({"repository": str(directory.resolve()), "valid": not errors, "problems": [p.to_dict() for p in problems]})
+        emit_json({"repository": str(directory.absolute()), "valid": not errors, "problems": [p.to_dict() for p in problems]})
     if not errors:
-        info(f"[green]✓[/green] {directory}: valid Triton model repository")
+        info(f"[green]✓[/green] {plain(directory)}: valid Triton model repository")
     raise_on_errors(problems)

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from trtllm_forge.commands.options import config_argument, force_option, json_option, load, workdir_option
+from trtllm_forge.errors import error_document
 from trtllm_forge.ui import emit_json
 
 
@@ -22,14 +23,24 @@ def run(config_file: Path, workdir: Path | None, force: bool, as_json: bool, kee
     """Run every stage for CONFIG; stages whose inputs are unchanged are skipped.
 
     The server is stopped at the end (also on errors and Ctrl-C) unless --keep-serving is given.
+    With --json, stdout holds one JSON document also when a stage fails: the report so far, "passed": false
+    and an "error" object (kind, exit_code, message and each error's source, field, problem and fix).
     """
-    from trtllm_forge.pipeline import run_pipeline, show_dry_run
+    from trtllm_forge.pipeline import RunReport, run_pipeline, show_dry_run
 
-    config, workdir = load(config_file, workdir)
-    if dry_run:
-        show_dry_run(config, config_file, workdir, as_json)
-        return
-    report = run_pipeline(config, workdir, force=force, keep_serving=keep_serving, run_bench=not skip_bench)
+    report: RunReport | None = None
+    try:
+        config, workdir = load(config_file, workdir)
+        if dry_run:
+            show_dry_run(config, config_file, workdir, as_json)
+            return
+        report = RunReport(config.name or "config", workdir)
+        run_pipeline(config, workdir, force=force, keep_serving=keep_serving, run_bench=not skip_bench, report=report)
+    except BaseException as exc:
+        if as_json and not isinstance(exc, (SystemExit, click.exceptions.Exit)):
+            document = report.to_json() if report is not None else {"config": str(config_file), "stages": []}
+            emit_json({**document, "passed": False, "error": error_document(exc)})
+        raise
     if as_json:
         emit_json(report.to_json())
     if not report.passed:

@@ -6,28 +6,14 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
+from trtllm_forge.config.names import NAME_RULE, binds_every_interface
 from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.config.yaml_reader import read_yaml_document, shorten
 from trtllm_forge.errors import ConfigError, ConfigErrors
 
-
-def _read_yaml(path: Path) -> dict:
-    if not path.is_file():
-        raise ConfigError(str(path), "config file not found", "pass the path of an existing YAML file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(where, f"invalid YAML ({problem})", "fix the syntax at that line") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(str(path), f"top level is a {type(data).__name__}", "it must be a mapping of sections")
-    return data
+MAX_ERRORS_SHOWN = 20
 
 
 def _model_at(loc: tuple, root: type[BaseModel]) -> type[BaseModel] | None:
@@ -68,9 +54,10 @@ def _explain(error: dict) -> ConfigError:
         return ConfigError(where, "required field is missing", "add it (see `trtllm-forge config schema`)")
     if kind in ("literal_error", "enum"):
         expected = error.get("ctx", {}).get("expected", "")
-        return ConfigError(where, f"invalid value {error.get('input')!r}", f"expected one of {expected}")
+        return ConfigError(where, f"invalid value {shorten(error.get('input'))}", f"expected one of {expected}")
     message = error["msg"].removeprefix("Value error, ")
-    return ConfigError(where, f"{message} (got {error.get('input')!r})", "see `trtllm-forge config schema`")
+    problem, _, valid = message.partition("; ")  # our validators say "<problem>; <what would be valid>"
+    return ConfigError(where, f"{problem} (got {shorten(error.get('input'))})", valid or "see `trtllm-forge config schema`")
 
 
 def parse_config(data: dict, config_dir: Path | None = None, name: str | None = None) -> ForgeConfig:
@@ -80,17 +67,46 @@ def parse_config(data: dict, config_dir: Path | None = None, name: str | None = 
     try:
         config = ForgeConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigErrors([_explain(e) for e in exc.errors()]) from None
+        raise ConfigErrors(_capped([_explain(e) for e in exc.errors()])) from None
     config.config_dir = config_dir
     if config.name is None and name:
-        config.name = name
+        try:
+            config.name = name
+        except ValidationError:
+            raise ConfigError("name", f"unset, and the file name {shorten(name)} is not a valid name", NAME_RULE) from None
     problems = check_config(config)
     if problems:
         raise ConfigErrors(problems)
     return config
 
 
+def _capped(errors: list[ConfigError]) -> list[ConfigError]:
+    if len(errors) <= MAX_ERRORS_SHOWN:
+        return errors
+    rest = len(errors) - MAX_ERRORS_SHOWN
+    return [*errors[:MAX_ERRORS_SHOWN], ConfigError("(more)", f"{rest} more problems not shown", "fix the ones above first")]
+
+
 def load_config(path: str | Path) -> ForgeConfig:
+    """The validated config in the YAML file at `path`; every problem names the file, line and field."""
     path = Path(path)
-    data = _read_yaml(path)
-    return parse_config(data, config_dir=path.resolve().parent, name=path.stem)
+    document = read_yaml_document(path)
+
+    def located(error: ConfigError) -> ConfigError:
+        if error.source:  # read from another file (a checkpoint's config.json)
+            return error
+        line = document.line_of(error.where) if error.where else None
+        return error.located(f"{path}:{line}" if line else str(path))
+
+    try:
+        config = parse_config(document.data, config_dir=path.resolve().parent, name=path.stem)
+    except ConfigErrors as exc:
+        raise ConfigErrors([located(e) for e in exc.errors]) from None
+    except ConfigError as exc:
+        raise located(exc) from None
+    if binds_every_interface(config.triton.bind_address):
+        from trtllm_forge.ui import warn
+
+        warn(f"{located(ConfigError('triton.bind_address', '')).source}: triton.bind_address {config.triton.bind_address} "
+             "listens on every interface: anyone who can reach this machine can use the server (127.0.0.1 keeps it local)")
+    return config

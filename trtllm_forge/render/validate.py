@@ -86,7 +86,27 @@ def line_of(text: str, *needles: str) -> int:
 def dtype_name(value: int) -> str:
     from tritonclient.grpc import model_config_pb2
 
-    return model_config_pb2.DataType.Name(value)
+    try:
+        return model_config_pb2.DataType.Name(value)
+    except ValueError:
+        return f"data_type {value}"
+
+
+def known_dtype(value: int) -> bool:
+    from tritonclient.grpc import model_config_pb2
+
+    return value in model_config_pb2.DataType.values() and value != 0
+
+
+def dtype_choices() -> str:
+    from tritonclient.grpc import model_config_pb2
+
+    return ", ".join(name for name in model_config_pb2.DataType.keys() if name != "TYPE_INVALID")
+
+
+def bad_dims(dims: list[int]) -> list[int]:
+    """Dims Triton rejects: each is a size >= 1, or -1 for a variable size (model_config_utils ValidateIOShape)."""
+    return [d for d in dims if d != -1 and d < 1]
 
 
 def dims_compatible(a: list[int], b: list[int]) -> bool:
@@ -136,8 +156,9 @@ class Validator:
             config = model_config_pb2.ModelConfig()
             try:
                 text_format.Parse(text, config)
-            except text_format.ParseError as exc:
-                line = exc.GetLine() or 1
+            except (text_format.ParseError, ValueError, RecursionError) as exc:  # ValueError: e.g. an int32 out of range
+                numbers = re.findall(r"-?\d{6,}", str(exc))
+                line = (exc.GetLine() if isinstance(exc, text_format.ParseError) else None) or line_of(text, *numbers[:1])
                 self.add(config_path, line, f"does not parse as inference.ModelConfig: {exc}",
                          "fix the syntax; unfilled ${...} in typed fields are the usual cause")
                 self.unreadable.add(directory.name)
@@ -181,6 +202,13 @@ class Validator:
                 if tensor.data_type == 0:
                     self.add(path, model.line_of(f'"{tensor.name}"'), f"{kind} {tensor.name!r} has no data_type",
                              "set data_type (e.g. TYPE_INT32)")
+                elif not known_dtype(tensor.data_type):
+                    self.add(path, model.line_of(f'"{tensor.name}"'), f"{kind} {tensor.name!r} has data_type {tensor.data_type}, "
+                             "which is not a Triton data type", f"one of {dtype_choices()}")
+                for field, dims in (("dims", list(tensor.dims)), ("reshape", list(tensor.reshape.shape))):
+                    if bad_dims(dims):
+                        self.add(path, model.line_of(f'"{tensor.name}"'), f"{kind} {tensor.name!r} has {field} {dims}",
+                                 "each dimension is a size of at least 1, or -1 for a variable size")
                 if tensor.HasField("reshape"):
                     dims, shape = list(tensor.dims), list(tensor.reshape.shape)
                     if -1 not in dims and -1 not in shape and math.prod(dims) != math.prod(shape):
@@ -242,6 +270,9 @@ class Validator:
                              f"inputs are: {', '.join(sorted(inputs)) or 'none'}")
                     continue
                 source = available.get(value)
+                if source is None and producers.get(value) in self.unreadable:
+                    fed.add(value)  # made by a model whose config.pbtxt did not parse: reported there, not here
+                    continue
                 if source is None:
                     self.add(path, line, f"step {step.model_name}: {value!r} is neither an ensemble input nor produced by a step",
                              "map an ensemble input or an output of another step")
@@ -319,6 +350,13 @@ class Validator:
                          f"set decoupled: true in {model.name}")
 
     def run(self) -> list[Problem]:
+        try:
+            self.repository.stat()
+        except OSError as exc:  # a symlink loop, no permission, a name too long
+            if not isinstance(exc, FileNotFoundError):
+                self.add(self.repository, 1, f"cannot be read ({exc.strerror or exc})",
+                         "pass a readable directory holding the model folders")
+                return self.problems
         if not self.repository.is_dir():
             self.add(self.repository, 1, "repository directory does not exist", "pass the directory holding the model folders")
             return self.problems

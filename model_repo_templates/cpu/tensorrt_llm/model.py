@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from request_checks import InvalidInput, check_request  # copied next to this file: range checks of the inputs
 
 # OpenVINO's CPU plugin stores the paged KV cache in blocks of 32 tokens.
 CPU_KV_BLOCK_SIZE = 32
@@ -304,7 +305,8 @@ class TritonPythonModel:
         return responses
 
     def _reject(self, request, sender, message: str, jobs: list) -> None:
-        response = pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+        code = pb_utils.TritonError.UNAVAILABLE if message.startswith("queue full") else pb_utils.TritonError.INVALID_ARG
+        response = pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message, code))
         if sender is not None:
             sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         else:
@@ -329,6 +331,10 @@ class TritonPythonModel:
             if bool(_item_scalar(_input(request, flag), 0, False)):
                 raise RequestError(f"{flag}: logits are not returned by the CPU engine; set it false")
 
+        try:
+            check_request(lambda name: _input(request, name), "tensorrt_llm", self.vocab_size, self.max_seq_len - 1)
+        except InvalidInput as exc:
+            raise RequestError(str(exc)) from None
         input_ids = _input(request, "input_ids")
         if input_ids is None:
             raise RequestError("input_ids: missing; send the prompt's token ids")

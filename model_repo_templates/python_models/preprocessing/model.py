@@ -12,6 +12,7 @@ import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from request_checks import check_request, triton_error
 from tokenizer_loading import as_bool, load_tokenizer, model_parameters, single_token_id
 
 
@@ -72,7 +73,7 @@ class TritonPythonModel:
             try:
                 responses.append(pb_utils.InferenceResponse(output_tensors=self._tensors(request)))
             except Exception as exc:  # one bad request must not fail the others
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"preprocessing: {exc}")))
+                responses.append(pb_utils.InferenceResponse(error=triton_error(pb_utils, exc, "preprocessing")))
         return responses
 
     def _encode(self, texts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
@@ -88,6 +89,7 @@ class TritonPythonModel:
         return ids, lengths
 
     def _tensors(self, request) -> list:
+        check_request(lambda name: optional_input(request, name), "preprocessing", vocab_size=self.vocab_size)
         query = optional_input(request, "QUERY")
         batch = query.shape[0]
         input_ids, input_lengths = self._encode([np.asarray(query[i]).reshape(-1)[0] for i in range(batch)])

@@ -24,6 +24,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from forge_detokenize import IncrementalDetokenizer
+from request_checks import check_request, reraise, triton_error
 from tokenizer_loading import as_bool, load_tokenizer, model_parameters
 
 # BLS input -> engine model input, for inputs passed through unchanged apart from the name.
@@ -114,7 +115,7 @@ class TritonPythonModel:
                 last = tensors
             return self._response("".join(pieces), last)
         except Exception as exc:  # noqa: BLE001 - reported to the client, never crashes the stub
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}"))
+            return pb_utils.InferenceResponse(error=triton_error(pb_utils, exc, "tensorrt_llm_bls"))
 
     def _run_streaming(self, request):
         sender = request.get_response_sender()
@@ -133,7 +134,7 @@ class TritonPythonModel:
                 sender.send(self._response("".join(pieces), last), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         except Exception as exc:  # noqa: BLE001
             sender.send(
-                pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm_bls: {exc}")),
+                pb_utils.InferenceResponse(error=triton_error(pb_utils, exc, "tensorrt_llm_bls")),
                 flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
             )
 
@@ -149,6 +150,7 @@ class TritonPythonModel:
         """Yield (new text, engine outputs to forward) until the engine is done or a stop word is seen."""
         text_input = get(request, "text_input")
         max_tokens = get(request, "max_tokens")
+        check_request(lambda name: get(request, name), "tensorrt_llm_bls", vocab_size=len(self.tokenizer))
         if text_input is None or np.asarray(text_input).size == 0:
             raise ValueError("text_input is required")
         if max_tokens is None or np.asarray(max_tokens).size != 1 or int(first(max_tokens)) <= 0:
@@ -173,7 +175,7 @@ class TritonPythonModel:
         holder: dict = {}
         for response in self._engine_responses(engine_request, holder):
             if response.has_error():
-                raise RuntimeError(response.error().message())
+                reraise(pb_utils, response.error(), self.engine_model)
             output_ids = pb_utils.get_output_tensor_by_name(response, "output_ids")
             forwarded = {}
             for name in PASS_THROUGH_OUTPUTS:
@@ -248,7 +250,7 @@ class TritonPythonModel:
                                     "EMBEDDING_BIAS", "OUT_END_ID", "OUT_PAD_ID"],
         ).exec()
         if response.has_error():
-            raise RuntimeError(f"{self.preprocessing_model}: {response.error().message()}")
+            reraise(pb_utils, response.error(), self.preprocessing_model)
         return {t.name(): t.as_numpy() for t in response.output_tensors()}
 
     def _engine_request(self, request, pre: dict, streaming: bool):
