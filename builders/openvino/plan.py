@@ -2,7 +2,7 @@
 export command. Kept free of side effects so `--dry-run` and the real build share one source of truth.
 
 Quantization mapping (`quantization.algorithm` → optimum-intel weight compression):
-    none      → fp32, or fp16 when model.dtype (or the checkpoint's dtype under auto) is float16/bfloat16
+    none      → fp32, or fp16 when the model dtype (trtllm_forge.dtypes) is float16/bfloat16
     int8_wo   → int8 (per-channel, asymmetric: NNCF's int8 default)
     int4_wo   → int4 with `--group-size quantization.group_size`
     int4_awq  → int4 + AWQ. Without a calibration file this is NNCF's data-free AWQ; with
@@ -15,12 +15,12 @@ bf16 with bf16), int8 → u8. bf16 activations with an f32 KV cache are rejected
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from trtllm_forge.config import ForgeConfig
+from trtllm_forge.dtypes import resolve_model_dtype
 from trtllm_forge.errors import ConfigError
 
 # Files the engine directory must hold after an export; the CPU engine model and GenAI load them.
@@ -78,24 +78,9 @@ class ExportPlan:
         return data
 
 
-def checkpoint_dtype(checkpoint_dir: Path) -> str:
-    try:
-        cfg = json.loads((checkpoint_dir / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return "float32"
-    return str(cfg.get("dtype") or cfg.get("torch_dtype") or "float32")
-
-
-def _weight_dtype(config: ForgeConfig, checkpoint_dir: Path | None) -> str:
-    dtype = config.model.dtype
-    if dtype == "auto":
-        dtype = checkpoint_dtype(checkpoint_dir) if checkpoint_dir else "float32"
-    return dtype if dtype in ("float32", "float16", "bfloat16") else "float32"
-
-
 def plan_export(config: ForgeConfig, checkpoint_dir: Path | None, output_dir: Path) -> ExportPlan:
     quant = config.quantization
-    algorithm = str(quant.algorithm)
+    algorithm = str(getattr(quant.algorithm, "value", quant.algorithm))  # the schema default is the enum member
     if algorithm not in QUANT_ALGO_NAMES:
         raise ConfigError(
             "quantization.algorithm",
@@ -105,7 +90,7 @@ def plan_export(config: ForgeConfig, checkpoint_dir: Path | None, output_dir: Pa
     if quant.kv_cache not in KV_QUANT_ALGO_NAMES:
         raise ConfigError("quantization.kv_cache", f"{quant.kv_cache} is not available on openvino", "use int8 or none")
 
-    dtype = _weight_dtype(config, checkpoint_dir)
+    dtype = resolve_model_dtype(config, checkpoint_dir)
     weight_format = {"none": "fp16" if dtype in ("float16", "bfloat16") else "fp32", "int8_wo": "int8"}.get(algorithm, "int4")
     inference = config.engine.cpu_inference_precision
     if quant.kv_cache == "int8":

@@ -8,7 +8,6 @@ renamed into place on success).
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from dataclasses import asdict, dataclass, field
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from trtllm_forge.config.checks import shape_for
 from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.dtypes import resolve_model_dtype
 from trtllm_forge.errors import ConfigError, ConfigErrors
 from trtllm_forge.hardware import find_device
 from trtllm_forge.model_shape import ModelShape
@@ -163,18 +163,6 @@ def _family(config: ForgeConfig, shape: ModelShape | None) -> str:
             "one of llama, mistral, mixtral, qwen2 (set model.family or model.name)",
         )
     return family
-
-
-def _dtype(config: ForgeConfig, model_dir: Path) -> str:
-    if config.model.dtype != "auto":
-        return config.model.dtype
-    cfg = model_dir / "config.json"
-    if cfg.is_file():
-        hf = json.loads(cfg.read_text())
-        torch_dtype = hf.get("torch_dtype") or hf.get("dtype")
-        if torch_dtype in ("float16", "bfloat16", "float32"):
-            return torch_dtype
-    return "bfloat16"  # what the catalog's GPU models ship in; set model.dtype to be explicit
 
 
 def _calibration_step(config: ForgeConfig, choice: QuantChoice, warnings: list[PlanWarning]) -> tuple[Step | None, str | None]:
@@ -361,7 +349,7 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
     family = _family(config, shape)
     architecture = spec.architectures[family]
     model_dir = model_source(config, checkpoint_dir)
-    dtype = _dtype(config, model_dir)
+    dtype = resolve_model_dtype(config, model_dir)
     choice = choose(config.quantization.algorithm, config.quantization.kv_cache, spec)
     sp = config.engine.speculative
     warnings: list[PlanWarning] = []
@@ -577,7 +565,7 @@ def plan_llmapi(config: ForgeConfig, checkpoint_dir: Path | None, spec: Spec) ->
     return BuildPlan(
         config_name=config.name or "default", target="llmapi", trtllm_version=spec.version,
         container_image=spec.container_image, gpu=device.name, sm=sm_of(device.compute_capability),
-        architecture=spec.architectures[family], dtype=config.model.dtype, model_dir=str(model_dir),
+        architecture=spec.architectures[family], dtype=resolve_model_dtype(config, model_dir), model_dir=str(model_dir),
         tp=config.parallel.tp, pp=config.parallel.pp, quant=choice, steps=steps, files=files, warnings=warnings,
         effective=None, requested={}, build_flags={}, custom_plugins=plugins, calibration_source=None,
         llmapi={"model_yaml": yaml_body, "extra_llm_api_options": options, "serve_argv": serve}, shape=shape,

@@ -3,7 +3,7 @@ served by the tritonserver deploy would use (`find_tritonserver`), bound to 127.
 
 Deployments of real models go through `trtllm_forge.deploy`; this exists so the benchmark can be checked
 against a server whose token schedule is known. Discovery, the backend directory, the environment, ports,
-readiness and stop are deploy's; only the light argv (no state.json, no model table) is its own.
+readiness, stop and the argv (deploy/server_argv.py) are deploy's; it keeps no state.json and no model table.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from pathlib import Path
 import jinja2
 
 from trtllm_forge.deploy.discovery import find_tritonserver, prepare_backend_dir, server_environment
-from trtllm_forge.deploy.launch import PORT_NAMES, free_port
+from trtllm_forge.deploy.launch import free_port
+from trtllm_forge.deploy.server_argv import PORT_NAMES, tritonserver_argv
 from trtllm_forge.deploy.server import server_ready, stop_group
 from trtllm_forge.deploy.state import ServerUrls
 from trtllm_forge.errors import StepError
@@ -56,21 +57,18 @@ class LocalTriton(ServerUrls):
         self.process.wait()
 
 
+def server_argv(binary: Path, repository: Path, ports: dict[str, int], backend_dir: Path | None) -> list[str]:
+    """The deploy's flags, bound to 127.0.0.1."""
+    return tritonserver_argv(binary, repository, ports, HOST, backend_dir=backend_dir)
+
+
 def start_triton(repository: Path, workdir: Path, ready_timeout: float = 120.0) -> LocalTriton:
     install = find_tritonserver()
     backends = prepare_backend_dir(install, workdir / "backends")
     ports: dict[str, int] = {}
     for name in PORT_NAMES:
         ports[name] = free_port(HOST, set(ports.values()))
-    argv = [
-        str(install.binary),
-        f"--model-repository={repository}",
-        *([f"--backend-directory={backends}"] if backends else []),
-        f"--http-address={HOST}", f"--http-port={ports['http']}",
-        f"--grpc-address={HOST}", f"--grpc-port={ports['grpc']}",
-        f"--metrics-address={HOST}", f"--metrics-port={ports['metrics']}",
-        "--allow-cpu-metrics=false", "--allow-gpu-metrics=false", "--log-verbose=0", "--exit-timeout-secs=3",
-    ]
+    argv = server_argv(install.binary, repository, ports, backends)
     log_path = workdir / "tritonserver.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -21,12 +21,11 @@ from trtllm_forge.deploy.discovery import (
     check_stub_numpy,
     server_environment,
 )
+from trtllm_forge.deploy.server_argv import EXIT_TIMEOUT_S as EXIT_TIMEOUT_S  # re-exported: its old home
+from trtllm_forge.deploy.server_argv import PORT_NAMES, bind_address, tritonserver_argv
 from trtllm_forge.errors import ConfigError, StepError
 
 WILDCARDS = {"0.0.0.0", "::", "", "[::]"}
-PORT_NAMES = ("http", "grpc", "metrics")
-# Triton's own default is 30 s; deploy stop's grace period is longer so a SIGTERM can finish cleanly.
-EXIT_TIMEOUT_S = 10
 
 
 @dataclass
@@ -176,33 +175,13 @@ def rendered_leader_command(workdir: Path, world_size: int) -> list[str]:
     return shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
 
 
-def single_rank_argv(binary: Path, repository: Path, backend_dir: Path | None, ports: dict[str, int], bind: str) -> list[str]:
-    argv = [
-        str(binary),
-        f"--model-repository={repository}",
-        "--model-control-mode=none",
-        # The GPU launcher always passes it: the repository must be complete on its own, here too.
-        "--disable-auto-complete-config",
-        f"--http-port={ports['http']}",
-        f"--grpc-port={ports['grpc']}",
-        f"--metrics-port={ports['metrics']}",
-        f"--http-address={bind}",
-        f"--grpc-address={bind}",
-        f"--metrics-address={bind}",
-        f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
-    ]
-    if backend_dir is not None:
-        argv.append(f"--backend-directory={backend_dir}")
-    return argv
-
-
 def plan_launch(config: ForgeConfig, workdir: Path, repository: Path | None = None) -> LaunchPlan:
     repository = (repository or default_repository(workdir)).resolve()
     models = repository_models(repository)
     install = find_tritonserver()
     files = backend_files(install)
     backend_dir = workdir / "deploy" / "backends" if files else None
-    bind = config.triton.bind_address or "0.0.0.0"
+    bind = bind_address(config, in_container=False)
     world_size = config.parallel.world_size
     if world_size > 1:
         argv = rendered_leader_command(workdir, world_size)
@@ -215,7 +194,7 @@ def plan_launch(config: ForgeConfig, workdir: Path, repository: Path | None = No
             )
     else:
         ports = resolve_ports(config)
-        argv = single_rank_argv(install.binary, repository, backend_dir, ports, bind)
+        argv = tritonserver_argv(install.binary, repository, ports, bind, backend_dir=backend_dir)
     env = server_environment(install)
     check_stub_numpy(install)
     check_stub_env_paths(repository, models, install)

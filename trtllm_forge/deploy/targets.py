@@ -18,10 +18,12 @@ import yaml
 from trtllm_forge.builders.tensorrt_llm.images import check_engine_for_config, check_host_driver, describe_image, serving_image
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.deploy.launch import render_manifest, rendered_leader_command
+from trtllm_forge.deploy.server_argv import bind_address, tritonserver_argv
 from trtllm_forge.engine_config import read_engine_config
 from trtllm_forge.errors import ConfigError
 
 CONTAINER_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
+CONTAINER_TRITONSERVER = "tritonserver"  # on PATH in the serving images
 # The CPU engine needs openvino-genai inside the image; docker/ holds the recipe for one.
 DEFAULT_CPU_IMAGE = "trtllm-forge-cpu:latest"
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -55,13 +57,7 @@ def _gpus(config: ForgeConfig) -> int:
 def container_command(config: ForgeConfig, workdir: Path, repository: Path) -> list[str]:
     if config.parallel.world_size > 1:
         return rendered_leader_command(workdir, config.parallel.world_size)
-    return [
-        "tritonserver",
-        f"--model-repository={repository}",
-        "--model-control-mode=none",
-        "--disable-auto-complete-config",
-        *(f"--{name}-port={port}" for name, port in CONTAINER_PORTS.items()),
-    ]
+    return tritonserver_argv(CONTAINER_TRITONSERVER, repository, CONTAINER_PORTS, bind_address(config, in_container=True))
 
 
 def _env(config: ForgeConfig) -> dict[str, str]:

@@ -104,13 +104,6 @@ def safetensors_summary(files: list[Path]) -> tuple[int, dict[str, int]]:
     return total, by_dtype
 
 
-def checkpoint_dtype(config: dict, by_dtype: dict[str, int]) -> str:
-    declared = config.get("dtype") or config.get("torch_dtype")
-    if declared:
-        return str(declared)
-    return max(by_dtype, key=by_dtype.get) if by_dtype else "unknown"
-
-
 def fingerprint(directory: Path) -> dict:
     """Cheap identity of a checkpoint directory for the stage's input hash.
 

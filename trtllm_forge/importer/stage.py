@@ -8,6 +8,7 @@ from importlib import metadata
 from pathlib import Path
 
 from trtllm_forge.config import ForgeConfig
+from trtllm_forge.dtypes import resolve_model_dtype, stored_dtype
 from trtllm_forge.errors import ConfigError, StepError
 from trtllm_forge.importer.gguf_to_hf import CONVERTER_VERSION
 from trtllm_forge.importer.sources import (
@@ -80,26 +81,21 @@ class ImportPlan:
         }
 
 
-def _dtype(config: ForgeConfig, source: ImportSource) -> str:
-    # GGUF weights are dequantized to float32 by transformers; "auto" keeps that.
-    if config.model.dtype != "auto":
-        return config.model.dtype
-    return "float32" if source.is_gguf else "auto"
-
-
 def plan_import(config: ForgeConfig, workdir: Path) -> ImportPlan:
     """Locate and pre-check the source (ConfigError on problems) without writing anything."""
     from trtllm_forge.importer.gguf_meta import read_gguf_info
     from trtllm_forge.importer.hf_checkpoint import check_hf_dir, fingerprint
 
     source = resolve_source(config)
+    dtype = resolve_model_dtype(config, source.path)
     family = config.model.family
     tokenizer_dir = config.resolve_path(config.model.tokenizer).resolve() if config.model.tokenizer else None
     values = {
         "source": source.spec,
         "source_kind": source.kind,
         "source_path": str(source.path),
-        "dtype": _dtype(config, source),
+        # A Hugging Face source is not converted: its hash keeps the requested value, as before one rule existed.
+        "dtype": dtype if source.is_gguf else config.model.dtype,
         "family": family,
         "trust_remote_code": config.model.trust_remote_code,
         "tokenizer": str(tokenizer_dir) if tokenizer_dir else None,
@@ -122,7 +118,7 @@ def plan_import(config: ForgeConfig, workdir: Path) -> ImportPlan:
         notes.append("input hash: content of small files, size+mtime of weight files (--force to re-check)")
     if tokenizer_dir and tokenizer_dir != source.path:
         values["tokenizer_fingerprint"] = fingerprint(tokenizer_dir)
-    return ImportPlan(source, workdir, values["dtype"], values, input_paths, tokenizer_dir, notes)
+    return ImportPlan(source, workdir, dtype, values, input_paths, tokenizer_dir, notes)
 
 
 def _version(package: str) -> str | None:
@@ -167,7 +163,6 @@ def _hf_body(plan: ImportPlan, config: ForgeConfig):
         import json
 
         from trtllm_forge.importer.hf_checkpoint import (
-            checkpoint_dtype,
             safetensors_summary,
             tokenizer_facts,
             weight_files,
@@ -184,7 +179,7 @@ def _hf_body(plan: ImportPlan, config: ForgeConfig):
                             "fix the tokenizer files or set model.tokenizer") from None
         recorder.tool_versions["transformers"] = _version("transformers") or "?"
         recorder.notes.extend(plan.notes)
-        stored = checkpoint_dtype(hf_config, by_dtype)
+        stored = stored_dtype(hf_config, by_dtype)
         return {
             "checkpoint_dir": str(plan.source.path),
             "tokenizer_dir": str(tokenizer_dir),
@@ -193,7 +188,7 @@ def _hf_body(plan: ImportPlan, config: ForgeConfig):
             "model_type": hf_config.get("model_type"),
             "architecture": (hf_config.get("architectures") or [None])[0],
             "num_parameters": num_parameters,
-            "dtype": stored if plan.dtype == "auto" else plan.dtype,
+            "dtype": plan.dtype,
             "checkpoint_dtype": stored,
             "weight_dtypes": by_dtype,
             "tokenizer": facts.to_json(),

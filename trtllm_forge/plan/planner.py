@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.config.checks import shape_for
+from trtllm_forge.dtypes import resolve_model_dtype
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.hardware import Device, find_device
 from trtllm_forge.model_shape import ModelShape
@@ -128,12 +129,6 @@ class Plan:
         return self.cost.compute_bound_batch(self.machine, self.workload.mean_context) if self.machine else None
 
 
-def model_dtype(config: ForgeConfig) -> str:
-    if config.model.dtype != "auto":
-        return config.model.dtype
-    return "bfloat16" if config.engine.backend == "tensorrt-llm" else "float32"
-
-
 def kv_dtype_bytes(config: ForgeConfig, dtype: str) -> int:
     if config.quantization.kv_cache in ("fp8", "int8"):
         return 1
@@ -179,7 +174,7 @@ def make_plan(config: ForgeConfig, workload: Workload | None = None, shape: Mode
     eng, par, quant = config.engine, config.parallel, config.quantization
     workload = workload or default_workload(config)
     algorithm = quant.algorithm
-    dtype = model_dtype(config)
+    dtype = resolve_model_dtype(config)
     dbytes = DTYPE_BYTES[dtype]
     kv_bytes = kv_dtype_bytes(config, dtype)
     mapping = Mapping.create(par.tp, par.pp, par.moe_ep, par.moe_tp)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.deploy.discovery import TritonInstall, server_environment
+from trtllm_forge.deploy.server_argv import PORT_NAMES, bind_address, tritonserver_argv
 
 CONTAINER_TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
 # Environment variables the script extends (prepends to) rather than replaces.
@@ -46,44 +47,28 @@ class LaunchPlan:
         return "\n".join(lines) + "\n"
 
 
-def server_args(config: ForgeConfig, repository: Path, rank: int, engine_model: str | None,
-                http_port: int, grpc_port: int, metrics_port: int) -> list[str]:
-    tr = config.triton
-    # Inside a container the server must listen beyond loopback to be reachable through the published ports.
-    address = tr.bind_address if config.deploy.target == "local" else "0.0.0.0"
-    args = [
-        f"--model-repository={repository}",
-        f"--http-port={http_port}",
-        f"--grpc-port={grpc_port}",
-        f"--metrics-port={metrics_port}",
-        f"--http-address={address}",
-        f"--grpc-address={address}",
-        # Our configs are complete; auto-complete could only change them behind our back.
-        "--disable-auto-complete-config",
-        f"--backend-config=python,shm-region-prefix-name=prefix{rank}_",
-    ]
-    if rank != 0 and engine_model:
-        args += ["--model-control-mode=explicit", f"--load-model={engine_model}"]
-    return args
-
-
 def plan_launch(config: ForgeConfig, repository: Path, *, world_size: int = 1, engine_model: str | None = None,
                 backend_dir: Path | None = None, install: TritonInstall | None = None,
                 ports: tuple[int, int, int] | None = None) -> LaunchPlan:
     """`install` is the local server to name (None: the container's); its environment is given as additions,
     which the script prepends to the caller's search paths."""
     tr = config.triton
-    http_port, grpc_port, metrics_port = ports or (tr.http_port, tr.grpc_port, tr.metrics_port)
-    if config.deploy.target == "local" and install is not None:
+    port_map = dict(zip(PORT_NAMES, ports or (tr.http_port, tr.grpc_port, tr.metrics_port)))
+    local = config.deploy.target == "local"
+    if local and install is not None:
         binary, env = str(install.binary), server_environment(install, base={})
     else:
         binary, env = CONTAINER_TRITONSERVER, {}
-    extra = [f"--backend-directory={backend_dir}"] if backend_dir is not None else []
+    address = bind_address(config, in_container=not local)
+
+    def rank_argv(rank: int) -> list[str]:
+        return tritonserver_argv(binary, repository, port_map, address, backend_dir=backend_dir, rank=rank, engine_model=engine_model)
+
     if world_size <= 1:
-        return LaunchPlan([binary, *server_args(config, repository, 0, engine_model, http_port, grpc_port, metrics_port), *extra], env, 1)
+        return LaunchPlan(rank_argv(0), env, 1)
     argv = ["mpirun", "--allow-run-as-root"]
     for rank in range(world_size):
         if rank:
             argv.append(":")
-        argv += ["-n", "1", binary, *server_args(config, repository, rank, engine_model, http_port, grpc_port, metrics_port), *extra]
+        argv += ["-n", "1", *rank_argv(rank)]
     return LaunchPlan(argv, env, world_size)

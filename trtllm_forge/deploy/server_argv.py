@@ -1,0 +1,54 @@
+"""The tritonserver command line, built once for every way trtllm-forge starts a server: the local deploy
+(deploy/launch.py), the rendered launch.sh and MPI leader-mode command (render/launch.py), the docker and
+Kubernetes renderings (deploy/targets.py) and the benchmark's own servers (bench/local_triton.py).
+
+They all get the same flags; what differs between them is a parameter: the binary, the repository path, the
+ports, the address the server binds, a backend directory (wheel installs only) and the MPI rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from trtllm_forge.config import ForgeConfig
+
+PORT_NAMES = ("http", "grpc", "metrics")
+# Triton's own default is 30 s; deploy stop's grace period is longer so a SIGTERM can finish cleanly.
+EXIT_TIMEOUT_S = 10
+# Inside a container the server must listen beyond loopback to be reachable through the published ports.
+CONTAINER_BIND_ADDRESS = "0.0.0.0"
+
+
+def bind_address(config: ForgeConfig, in_container: bool) -> str:
+    """The address the server listens on: triton.bind_address on this host (unset: every interface)."""
+    return CONTAINER_BIND_ADDRESS if in_container else (config.triton.bind_address or "0.0.0.0")
+
+
+def tritonserver_args(repository: Path | str, ports: Mapping[str, int | str], address: str, *,
+                      backend_dir: Path | str | None = None, rank: int = 0, engine_model: str | None = None) -> list[str]:
+    """The flags after the binary. `rank` > 0 with `engine_model`: an MPI leader-mode rank that loads only the
+    engine model and serves no requests (NVIDIA's scripts/launch_triton_server.py does the same)."""
+    args = [f"--model-repository={repository}"]
+    if rank and engine_model:
+        args += ["--model-control-mode=explicit", f"--load-model={engine_model}"]
+    else:
+        args.append("--model-control-mode=none")
+    args += [
+        # Our configs are complete; auto-complete could only change them behind our back.
+        "--disable-auto-complete-config",
+        *(f"--{name}-port={ports[name]}" for name in PORT_NAMES),
+        *(f"--{name}-address={address}" for name in PORT_NAMES),
+        # Every rank's python stubs get their own shared-memory prefix so they do not collide.
+        f"--backend-config=python,shm-region-prefix-name=prefix{rank}_",
+        f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
+    ]
+    if backend_dir is not None:
+        args.append(f"--backend-directory={backend_dir}")
+    return args
+
+
+def tritonserver_argv(binary: Path | str, repository: Path | str, ports: Mapping[str, int | str], address: str, *,
+                      backend_dir: Path | str | None = None, rank: int = 0, engine_model: str | None = None) -> list[str]:
+    return [str(binary), *tritonserver_args(repository, ports, address, backend_dir=backend_dir, rank=rank,
+                                            engine_model=engine_model)]
