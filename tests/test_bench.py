@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from aiohttp import web
 from conftest import run_cli
@@ -298,11 +299,12 @@ def test_bench_config_uses_the_deployment_and_compare_lists_runs(timing_server, 
     from trtllm_forge.deploy.server import start_server, stop_server
 
     config_path = tmp_path / "b.yaml"
-    base = (Path(__file__).resolve().parent.parent / "configs" / "smollm2-cpu.yaml").read_text()
-    config_path.write_text(base + "\nbench:\n  workloads:\n    - name: tiny\n      concurrency: [2]\n      num_requests: 6\n"
-                           "      input_len: 8\n      output_len: '4..6'\n      slo_ms: {ttft: 1000}\n"
-                           "    - name: paced\n      request_rate: [20]\n      arrival: constant\n      num_requests: 6\n"
-                           "      output_len: 4\n")
+    base = yaml.safe_load((Path(__file__).resolve().parent.parent / "configs" / "smollm2-cpu.yaml").read_text())
+    base["bench"] = {"workloads": [
+        {"name": "tiny", "concurrency": [2], "num_requests": 6, "input_len": 8, "output_len": "4..6", "slo_ms": {"ttft": 1000}},
+        {"name": "paced", "request_rate": [20], "arrival": "constant", "num_requests": 6, "output_len": 4},
+    ]}
+    config_path.write_text(yaml.safe_dump(base, sort_keys=False))
     wd = tmp_path / "wd"
     render_timing_model(tmp_path / "repo", "ensemble", ttft_ms=TTFT_MS, gap_ms=GAP_MS)
     start_server(load_config(config_path), wd, tmp_path / "repo")
