@@ -23,6 +23,8 @@ PLACEHOLDER = "${"
 TEXT_SUFFIXES = {".pbtxt", ".yaml", ".yml", ".json", ".py", ".txt", ".sh", ".j2"}
 ENGINE_BACKENDS = {"tensorrtllm"}
 STREAM_TENSORS = {"streaming", "stream"}
+# Parameters whose empty value means "none" to NVIDIA's BLS (no draft engine model, no multimodal encoder).
+EMPTY_MEANS_NONE = {"tensorrt_llm_draft_model_name", "multimodal_encoders_name"}
 
 
 @dataclass
@@ -188,7 +190,7 @@ class Validator:
                 self.add(path, model.line_of("EXECUTION_ENV_PATH"), f"EXECUTION_ENV_PATH {env.string_value} does not exist here",
                          "re-render on the serving host, or point it at the Python environment the stub should use", "warning")
         for key, value in cfg.parameters.items():
-            if value.string_value == "":
+            if value.string_value == "" and key not in EMPTY_MEANS_NONE:
                 self.add(path, model.line_of(f'"{key}"'), f"parameter {key!r} is empty",
                          "give it a value or remove it; backends silently fall back to a default", "warning")
         for kind, tensors in (("input", cfg.input), ("output", cfg.output)):
