@@ -38,7 +38,10 @@ tool-venvs:
 demo: setup
 	$(BIN)/trtllm-forge run $(CONFIG)
 
+# ruff's lint and format check first (seconds), then the suite.
 test: system-deps setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -92,12 +92,16 @@ def run_transformers_sequential(model, prompt_ids, max_tokens) -> Row:
     started = time.perf_counter()
     with torch.no_grad():
         for ids in prompt_ids:
-            out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                 max_new_tokens=max_tokens, do_sample=False, pad_token_id=model.config.eos_token_id)
-            outputs.append(out[0, len(ids):].tolist())
+            out = model.generate(
+                torch.tensor([ids]),
+                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                max_new_tokens=max_tokens,
+                do_sample=False,
+                pad_token_id=model.config.eos_token_id,
+            )
+            outputs.append(out[0, len(ids) :].tolist())
     seconds = time.perf_counter() - started
-    return Row("a", "transformers, one request at a time", "fp32", sum(map(len, outputs)), seconds, len(outputs),
-               outputs=outputs)
+    return Row("a", "transformers, one request at a time", "fp32", sum(map(len, outputs)), seconds, len(outputs), outputs=outputs)
 
 
 def median_run(fn, repeats: int):
@@ -123,8 +127,16 @@ def run_transformers_batched(model, prompt_ids, max_tokens, reference) -> Row:
     eos = eos_ids(model)
     outputs = [trim_at_eos(row[width:].tolist(), eos) for row in out]
     same = sum(o == r for o, r in zip(outputs, reference))
-    return Row("b", f"transformers, static batch of {len(prompt_ids)}", "fp32", sum(map(len, outputs)), seconds, same,
-               note="left padding", outputs=outputs)
+    return Row(
+        "b",
+        f"transformers, static batch of {len(prompt_ids)}",
+        "fp32",
+        sum(map(len, outputs)),
+        seconds,
+        same,
+        note="left padding",
+        outputs=outputs,
+    )
 
 
 def transformers_nll(model, tokenizer) -> tuple[float, int]:
@@ -160,8 +172,7 @@ def scheduler_for(config, engine_dir: Path):
     return scheduler, properties
 
 
-def run_engine_in_process(config, engine_dir: Path, prompt_ids, max_tokens, reference, precision: str,
-                          repeats: int = 1) -> Row:
+def run_engine_in_process(config, engine_dir: Path, prompt_ids, max_tokens, reference, precision: str, repeats: int = 1) -> Row:
     import numpy as np
     import openvino as ov
     import openvino_genai as ov_genai
@@ -180,8 +191,9 @@ def run_engine_in_process(config, engine_dir: Path, prompt_ids, max_tokens, refe
         return gc
 
     def run(batch, n):
-        handles = [pipeline.add_request(i, ov.Tensor(np.asarray([ids], dtype=np.int64)), generation_config(n))
-                   for i, ids in enumerate(batch)]
+        handles = [
+            pipeline.add_request(i, ov.Tensor(np.asarray([ids], dtype=np.int64)), generation_config(n)) for i, ids in enumerate(batch)
+        ]
         outputs = [[] for _ in batch]
         while pipeline.has_non_finished_requests():
             pipeline.step()
@@ -202,8 +214,9 @@ def run_engine_in_process(config, engine_dir: Path, prompt_ids, max_tokens, refe
         outputs = run(prompt_ids, max_tokens)
         seconds = time.perf_counter() - started
         same = sum(o == r for o, r in zip(outputs, reference))
-        return Row("c", "our engine in-process (ContinuousBatchingPipeline)", precision, sum(map(len, outputs)),
-                   seconds, same, outputs=outputs)
+        return Row(
+            "c", "our engine in-process (ContinuousBatchingPipeline)", precision, sum(map(len, outputs)), seconds, same, outputs=outputs
+        )
 
     return median_run(once, repeats)
 
@@ -216,8 +229,9 @@ def engine_nll(engine_dir: Path, tokenizer) -> tuple[float, int]:
     engine = json.loads((engine_dir / "config.json").read_text())
     properties = engine.get("openvino", {}).get("properties") or {}
     core = ov.Core()
-    compiled = core.compile_model(str(engine_dir / "openvino_model.xml"), "CPU",
-                                  {k: v for k, v in properties.items() if k == "INFERENCE_PRECISION_HINT"})
+    compiled = core.compile_model(
+        str(engine_dir / "openvino_model.xml"), "CPU", {k: v for k, v in properties.items() if k == "INFERENCE_PRECISION_HINT"}
+    )
     request = compiled.create_infer_request()
     ids = np.asarray([tokenizer(PERPLEXITY_TEXT)["input_ids"]], dtype=np.int64)
     names = {port.any_name for port in compiled.inputs}
@@ -247,8 +261,9 @@ def concurrent(fn, items):
         return results, time.perf_counter() - started
 
 
-def run_triton(config, workdir: Path, engine_dir: Path, prompt_ids, max_tokens, reference, tokenizer,
-               precision: str, repeats: int = 1) -> list[Row]:
+def run_triton(
+    config, workdir: Path, engine_dir: Path, prompt_ids, max_tokens, reference, tokenizer, precision: str, repeats: int = 1
+) -> list[Row]:
     from trtllm_forge.client import generate, stream_request
     from trtllm_forge.deploy import start_server, stop_server
     from trtllm_forge.render.repository import render_repository
@@ -261,38 +276,44 @@ def run_triton(config, workdir: Path, engine_dir: Path, prompt_ids, max_tokens, 
         generate(deployment, PROMPTS[0], 4, model=names.ensemble)
 
         def by_text(stream: bool) -> Row:
-            results, seconds = concurrent(
-                lambda p: generate(deployment, p, max_tokens, model=names.ensemble, stream=stream), PROMPTS)
+            results, seconds = concurrent(lambda p: generate(deployment, p, max_tokens, model=names.ensemble, stream=stream), PROMPTS)
             # The ensemble returns text: a prompt counts as identical when its text equals the detokenized
             # reference (then it carries the reference's token count); other texts are re-tokenized to count.
             same, tokens = 0, 0
             for result, ref in zip(results, reference):
-                if result.text in (tokenizer.decode(ref, skip_special_tokens=True),
-                                   "".join(tokenizer.decode([t], skip_special_tokens=True) for t in ref)):
+                if result.text in (
+                    tokenizer.decode(ref, skip_special_tokens=True),
+                    "".join(tokenizer.decode([t], skip_special_tokens=True) for t in ref),
+                ):
                     same += 1
                     tokens += len(ref)
                 else:
                     tokens += len(tokenizer(result.text, add_special_tokens=False)["input_ids"])
             if stream:
-                return Row("d-stream", "Triton ensemble, streamed (text, one response per token)", precision,
-                           tokens, seconds, same, note="identity judged on the text")
-            return Row("d", "Triton ensemble, not streamed (text)", precision, tokens, seconds, same,
-                       note="identity judged on the text")
+                return Row(
+                    "d-stream",
+                    "Triton ensemble, streamed (text, one response per token)",
+                    precision,
+                    tokens,
+                    seconds,
+                    same,
+                    note="identity judged on the text",
+                )
+            return Row("d", "Triton ensemble, not streamed (text)", precision, tokens, seconds, same, note="identity judged on the text")
 
         def ids(ids_):
-            values = {"input_ids": ids_, "input_lengths": [len(ids_)], "request_output_len": [max_tokens],
-                      "streaming": [True]}
+            values = {"input_ids": ids_, "input_lengths": [len(ids_)], "request_output_len": [max_tokens], "streaming": [True]}
             return stream_request(deployment, names.tensorrt_llm, values)
 
         def by_ids() -> Row:
             results, seconds = concurrent(ids, prompt_ids)
             outputs = [[int(t) for r in res.responses for t in r["output_ids"].reshape(-1)] for res in results]
             same = sum(o == r for o, r in zip(outputs, reference))
-            return Row("d'", "Triton tensorrt_llm model, streamed (token ids)", precision,
-                       sum(map(len, outputs)), seconds, same, outputs=outputs)
+            return Row(
+                "d'", "Triton tensorrt_llm model, streamed (token ids)", precision, sum(map(len, outputs)), seconds, same, outputs=outputs
+            )
 
-        return [median_run(lambda: by_text(False), repeats), median_run(lambda: by_text(True), repeats),
-                median_run(by_ids, repeats)]
+        return [median_run(lambda: by_text(False), repeats), median_run(lambda: by_text(True), repeats), median_run(by_ids, repeats)]
     finally:
         stop_server(deployment)
 
@@ -309,8 +330,9 @@ def markdown(rows: list[Row], baseline: Row, perplexity: dict, goals: list[str],
     ]
     for row in rows:
         same = "—" if row.identical is None else f"{row.identical}/{row.total}"
-        lines.append(f"| ({row.key}) | {row.method} | {row.precision} | {row.tok_s:.1f} | "
-                     f"{row.tok_s / baseline.tok_s:.2f}x | {same} | {row.note} |")
+        lines.append(
+            f"| ({row.key}) | {row.method} | {row.precision} | {row.tok_s:.1f} | {row.tok_s / baseline.tok_s:.2f}x | {same} | {row.note} |"
+        )
     if perplexity:
         lines += ["", "| model | perplexity on the local text | vs fp32 engine |", "|---|---:|---:|"]
         base = perplexity.get("engine fp32")
@@ -327,13 +349,16 @@ def check_goals(rows: dict[tuple[str, str], Row], baseline: Row, perplexity: dic
     d32, c32, d8, c8 = (rows.get(k) for k in (("d", "fp32"), ("c", "fp32"), ("d", "int8"), ("c", "int8")))
     if d32:
         ok = d32.tok_s >= 3 * baseline.tok_s and d32.identical == d32.total
-        goals.append(f"{'PASS' if ok else 'MISS'}: (d) fp32 >= 3x (b) with identical tokens "
-                     f"({d32.tok_s / baseline.tok_s:.2f}x, {d32.identical}/{d32.total})")
+        goals.append(
+            f"{'PASS' if ok else 'MISS'}: (d) fp32 >= 3x (b) with identical tokens "
+            f"({d32.tok_s / baseline.tok_s:.2f}x, {d32.identical}/{d32.total})"
+        )
     if d8 and "engine int8" in perplexity and "engine fp32" in perplexity:
         rel = perplexity["engine int8"] / perplexity["engine fp32"] - 1
         ok = d8.tok_s >= 5 * baseline.tok_s and rel <= 0.02
-        goals.append(f"{'PASS' if ok else 'MISS'}: (d) int8 >= 5x (b) within 2% perplexity "
-                     f"({d8.tok_s / baseline.tok_s:.2f}x, {rel * 100:+.2f}%)")
+        goals.append(
+            f"{'PASS' if ok else 'MISS'}: (d) int8 >= 5x (b) within 2% perplexity ({d8.tok_s / baseline.tok_s:.2f}x, {rel * 100:+.2f}%)"
+        )
     for d, c in ((d32, c32), (d8, c8)):
         if d and c:
             ok = d.tok_s >= 0.95 * c.tok_s
@@ -397,15 +422,13 @@ def main(argv: list[str] | None = None) -> int:
         nll, count = engine_nll(engine_dir, tokenizer)
         perplexity[f"engine {precision}"] = math.exp(nll / count)
         info(f"(c) engine in-process {precision} …")
-        in_process = run_engine_in_process(config, engine_dir, prompt_ids, args.max_tokens, reference, precision,
-                                           args.repeats)
+        in_process = run_engine_in_process(config, engine_dir, prompt_ids, args.max_tokens, reference, precision, args.repeats)
         info(f"    {in_process.tok_s:.1f} tok/s, {in_process.identical}/16 identical")
         rows.append(in_process)
         table[("c", precision)] = in_process
         if not args.skip_triton:
             info(f"(d) through Triton {precision} …")
-            for row in run_triton(config, workdir, engine_dir, prompt_ids, args.max_tokens, reference, tokenizer,
-                                  precision, args.repeats):
+            for row in run_triton(config, workdir, engine_dir, prompt_ids, args.max_tokens, reference, tokenizer, precision, args.repeats):
                 info(f"    ({row.key}) {row.tok_s:.1f} tok/s, {row.identical}/16 identical")
                 rows.append(row)
                 table[(row.key, precision)] = row
@@ -421,8 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     result = {
         "meta": meta,
-        "rows": [{**{k: v for k, v in asdict(r).items() if k != "outputs"}, "tok_s": r.tok_s,
-                  "vs_b": r.tok_s / batched.tok_s} for r in rows],
+        "rows": [
+            {**{k: v for k, v in asdict(r).items() if k != "outputs"}, "tok_s": r.tok_s, "vs_b": r.tok_s / batched.tok_s} for r in rows
+        ],
         "perplexity": perplexity,
         "goals": goals,
     }

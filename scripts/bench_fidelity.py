@@ -39,8 +39,17 @@ FLOOD_TOKENS = 256
 
 def _run(server, model: str, concurrency: int, n: int, tokens: int, out: Path, streams: int = 1, workers: int = 1) -> tuple[dict, list]:
     options = BenchOptions(
-        target="triton-grpc", url=server.grpc_url, model=model, concurrency=[concurrency], num_requests=n,
-        warmup_requests=min(concurrency, 8), input_len=LengthSpec(16), output_len=LengthSpec(tokens), out=out, streams=streams, workers=workers,
+        target="triton-grpc",
+        url=server.grpc_url,
+        model=model,
+        concurrency=[concurrency],
+        num_requests=n,
+        warmup_requests=min(concurrency, 8),
+        input_len=LengthSpec(16),
+        output_len=LengthSpec(tokens),
+        out=out,
+        streams=streams,
+        workers=workers,
     )
     summary = run_bench(options)
     records = [r for r in read_jsonl(out / "requests.jsonl") if r.phase == "measure" and r.ok]
@@ -62,9 +71,12 @@ def _reference(records) -> dict:
         n_gaps += d.size
         responses += len(recv)
     return {
-        "ttft_p50": float(np.median(ttft)), "gap_p50": float(np.median(gaps)),
-        "lag_p50": float(np.percentile(lag, 50)), "lag_p99": float(np.percentile(lag, 99)),
-        "lag_under_1ms": float(np.mean(np.array(lag) < 1.0)), "zero_gap_share": zero / n_gaps if n_gaps else 0.0,
+        "ttft_p50": float(np.median(ttft)),
+        "gap_p50": float(np.median(gaps)),
+        "lag_p50": float(np.percentile(lag, 50)),
+        "lag_p99": float(np.percentile(lag, 99)),
+        "lag_under_1ms": float(np.mean(np.array(lag) < 1.0)),
+        "zero_gap_share": zero / n_gaps if n_gaps else 0.0,
         "responses": responses,
     }
 
@@ -88,50 +100,79 @@ def main() -> int:
     render_timing_model(root / "repo", "ensemble", ttft_ms=TTFT_MS, gap_ms=GAP_MS)
     render_timing_model(root / "repo", "flood", ttft_ms=1.0, gap_ms=0.0, instances=args.flood_instances)
     server = start_triton(root / "repo", root)
-    results: dict = {"machine": {"cpus": len(os.sched_getaffinity(0)), "load_avg_start": os.getloadavg()},
-                     "timing": {"ttft_ms": TTFT_MS, "gap_ms": GAP_MS, "tokens": TOKENS}, "accuracy": [], "flood": []}
+    results: dict = {
+        "machine": {"cpus": len(os.sched_getaffinity(0)), "load_avg_start": os.getloadavg()},
+        "timing": {"ttft_ms": TTFT_MS, "gap_ms": GAP_MS, "tokens": TOKENS},
+        "accuracy": [],
+        "flood": [],
+    }
     try:
         for c in (int(x) for x in args.concurrency.split(",")):
             n = max(24, 2 * c) if not args.quick else max(8, c)
             summary, records = _run(server, "ensemble", c, n, TOKENS, root / f"acc-c{c}", args.streams, args.workers)
             ref = _reference(records)
             m = summary["metrics"]
-            results["accuracy"].append({
-                "concurrency": c, "requests": len(records), "ours_ttft_p50": m["ttft_ms"]["p50"], "ref_ttft_p50": ref["ttft_p50"],
-                "ours_itl_p50": m["itl_ms"]["p50"], "ref_gap_p50": ref["gap_p50"], "lag_p50": ref["lag_p50"], "lag_p99": ref["lag_p99"],
-                "client_cpu": summary["self_checks"]["client_cpu_busy_share"], "loop_lag_p99": m["event_loop_lag_ms"]["p99"],
-                "response_rate": ref["responses"] / summary["windows"]["benchmark"]["seconds"],
-            })
+            results["accuracy"].append(
+                {
+                    "concurrency": c,
+                    "requests": len(records),
+                    "ours_ttft_p50": m["ttft_ms"]["p50"],
+                    "ref_ttft_p50": ref["ttft_p50"],
+                    "ours_itl_p50": m["itl_ms"]["p50"],
+                    "ref_gap_p50": ref["gap_p50"],
+                    "lag_p50": ref["lag_p50"],
+                    "lag_p99": ref["lag_p99"],
+                    "client_cpu": summary["self_checks"]["client_cpu_busy_share"],
+                    "loop_lag_p99": m["event_loop_lag_ms"]["p99"],
+                    "response_rate": ref["responses"] / summary["windows"]["benchmark"]["seconds"],
+                }
+            )
         for c in (int(x) for x in args.flood_concurrency.split(",")):
             n = max(8, 4 * c) if not args.quick else max(4, c)
             summary, records = _run(server, "flood", c, n, FLOOD_TOKENS, root / f"flood-c{c}", args.streams, args.workers)
             ref = _reference(records)
-            results["flood"].append({
-                "concurrency": c, "responses": ref["responses"],
-                "responses_per_s": ref["responses"] / summary["windows"]["benchmark"]["seconds"],
-                "zero_gap_share": ref["zero_gap_share"], "lag_p50": ref["lag_p50"], "lag_p99": ref["lag_p99"],
-                "lag_under_1ms": ref["lag_under_1ms"], "client_cpu": summary["self_checks"]["client_cpu_busy_share"],
-                "loop_lag_p99": summary["metrics"]["event_loop_lag_ms"]["p99"],
-            })
+            results["flood"].append(
+                {
+                    "concurrency": c,
+                    "responses": ref["responses"],
+                    "responses_per_s": ref["responses"] / summary["windows"]["benchmark"]["seconds"],
+                    "zero_gap_share": ref["zero_gap_share"],
+                    "lag_p50": ref["lag_p50"],
+                    "lag_p99": ref["lag_p99"],
+                    "lag_under_1ms": ref["lag_under_1ms"],
+                    "client_cpu": summary["self_checks"]["client_cpu_busy_share"],
+                    "loop_lag_p99": summary["metrics"]["event_loop_lag_ms"]["p99"],
+                }
+            )
     finally:
         server.stop()
     results["machine"]["load_avg_end"] = os.getloadavg()
 
     print(f"\nbench client: {args.workers} process(es), {args.streams or 'auto (1 per 16 in flight)'} gRPC stream(s)")
-    print(f"\nTiming model: TTFT {TTFT_MS:g} ms, gap {GAP_MS:g} ms, {TOKENS} tokens; {results['machine']['cpus']} CPUs, "
-          f"load average at start {results['machine']['load_avg_start'][0]:.2f}\n")
-    print("| concurrency | requests | responses/s | TTFT p50 ours (ms) | TTFT p50 reference | error | ITL p50 ours (ms) | gap p50 reference | error | stamp lag p50 / p99 (ms) | event-loop lag p99 (ms) | client CPU |")
+    print(
+        f"\nTiming model: TTFT {TTFT_MS:g} ms, gap {GAP_MS:g} ms, {TOKENS} tokens; {results['machine']['cpus']} CPUs, "
+        f"load average at start {results['machine']['load_avg_start'][0]:.2f}\n"
+    )
+    print(
+        "| concurrency | requests | responses/s | TTFT p50 ours (ms) | TTFT p50 reference | error | ITL p50 ours (ms) | gap p50 reference | error | stamp lag p50 / p99 (ms) | event-loop lag p99 (ms) | client CPU |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for a in results["accuracy"]:
-        print(f"| {a['concurrency']} | {a['requests']} | {a['response_rate']:,.0f} | {a['ours_ttft_p50']:.2f} | {a['ref_ttft_p50']:.2f} | "
-              f"{_pct(a['ours_ttft_p50'], a['ref_ttft_p50'])} | {a['ours_itl_p50']:.2f} | {a['ref_gap_p50']:.2f} | "
-              f"{_pct(a['ours_itl_p50'], a['ref_gap_p50'])} | {a['lag_p50']:.2f} / {a['lag_p99']:.2f} | {a['loop_lag_p99']:.2f} | {a['client_cpu']:.0%} |")
+        print(
+            f"| {a['concurrency']} | {a['requests']} | {a['response_rate']:,.0f} | {a['ours_ttft_p50']:.2f} | {a['ref_ttft_p50']:.2f} | "
+            f"{_pct(a['ours_ttft_p50'], a['ref_ttft_p50'])} | {a['ours_itl_p50']:.2f} | {a['ref_gap_p50']:.2f} | "
+            f"{_pct(a['ours_itl_p50'], a['ref_gap_p50'])} | {a['lag_p50']:.2f} / {a['lag_p99']:.2f} | {a['loop_lag_p99']:.2f} | {a['client_cpu']:.0%} |"
+        )
     print(f"\nFlood model: {FLOOD_TOKENS} tokens back to back per request\n")
-    print("| concurrency | responses | responses/s consumed | zero gaps | stamp lag p50 / p99 (ms) | responses stamped < 1 ms after send | event-loop lag p99 (ms) | client CPU |")
+    print(
+        "| concurrency | responses | responses/s consumed | zero gaps | stamp lag p50 / p99 (ms) | responses stamped < 1 ms after send | event-loop lag p99 (ms) | client CPU |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for f in results["flood"]:
-        print(f"| {f['concurrency']} | {f['responses']:,} | {f['responses_per_s']:,.0f} | {f['zero_gap_share']:.2%} | "
-              f"{f['lag_p50']:.2f} / {f['lag_p99']:.2f} | {f['lag_under_1ms']:.1%} | {f['loop_lag_p99']:.2f} | {f['client_cpu']:.0%} |")
+        print(
+            f"| {f['concurrency']} | {f['responses']:,} | {f['responses_per_s']:,.0f} | {f['zero_gap_share']:.2%} | "
+            f"{f['lag_p50']:.2f} / {f['lag_p99']:.2f} | {f['lag_under_1ms']:.1%} | {f['loop_lag_p99']:.2f} | {f['client_cpu']:.0%} |"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

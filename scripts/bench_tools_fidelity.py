@@ -40,22 +40,51 @@ METRICS = (("ttft_ms", "p50"), ("tpot_ms", "p50"), ("itl_ms", "p50"), ("e2e_ms",
 def _git_commit() -> str:
     try:
         commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ).stdout.strip()
         return commit + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
 
 def _machine() -> dict:
-    return {"platform": platform.platform(), "python": sys.version.split()[0], "cpus": os.cpu_count(),
-            "load_average": list(os.getloadavg())}
+    return {
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "load_average": list(os.getloadavg()),
+    }
 
 
 def _one(tool: str, server, concurrency: int, n: int, out: Path, tokenizer: Path | None) -> dict:
     """One run through the CLI, each tool in its own process, as a user runs it."""
-    argv = [sys.executable, "-m", "trtllm_forge", "bench", "--url", server.grpc_url, "--model", "ensemble",
-            "--concurrency", str(concurrency), "--num-requests", str(n), "--warmup", str(min(concurrency, 4)),
-            "--input-len", str(ISL), "--output-len", str(OSL), "--request-timeout", "60", "--no-plots", "--out", str(out), "--json"]
+    argv = [
+        sys.executable,
+        "-m",
+        "trtllm_forge",
+        "bench",
+        "--url",
+        server.grpc_url,
+        "--model",
+        "ensemble",
+        "--concurrency",
+        str(concurrency),
+        "--num-requests",
+        str(n),
+        "--warmup",
+        str(min(concurrency, 4)),
+        "--input-len",
+        str(ISL),
+        "--output-len",
+        str(OSL),
+        "--request-timeout",
+        "60",
+        "--no-plots",
+        "--out",
+        str(out),
+        "--json",
+    ]
     if tokenizer is not None:
         argv += ["--tokenizer", str(tokenizer)]
     if tool != "trtllm-forge":
@@ -66,8 +95,13 @@ def _one(tool: str, server, concurrency: int, n: int, out: Path, tokenizer: Path
         raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}")
     summary = json.loads(proc.stdout)
     m = summary["metrics"]
-    row = {"tool": tool, "concurrency": concurrency, "requests": summary["requests"].get("completed"), "wall_s": time.time() - started,
-           "load_average_after": os.getloadavg()[0]}
+    row = {
+        "tool": tool,
+        "concurrency": concurrency,
+        "requests": summary["requests"].get("completed"),
+        "wall_s": time.time() - started,
+        "load_average_after": os.getloadavg()[0],
+    }
     for name, stat in METRICS:
         row[f"{name}_{stat}"] = (m.get(name) or {}).get(stat)
     row["request_throughput_per_s"] = (m.get("request_throughput_per_s") or {}).get("avg")
@@ -90,11 +124,18 @@ def run(repeats: int, concurrencies: list[int], n_per_concurrency: int, tokenize
         tools.append("genai-perf")
     else:
         skipped["genai-perf"] = "FORGE_GENAI_PERF or --tokenizer not given"
-    document = {"schema": "trtllm-forge.bench-tools-fidelity/1", "git_commit": _git_commit(), "machine": _machine(),
-                "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "timing_model": {"ttft_ms": TTFT_MS, "gap_ms": GAP_MS, "output_tokens": OSL, "input_tokens": ISL},
-                "truth": {"ttft_ms": TTFT_MS, "itl_ms": GAP_MS, "tpot_ms": GAP_MS, "e2e_ms": TTFT_MS + (OSL - 1) * GAP_MS},
-                "tools": tools, "skipped": skipped, "repeats": repeats, "runs": []}
+    document = {
+        "schema": "trtllm-forge.bench-tools-fidelity/1",
+        "git_commit": _git_commit(),
+        "machine": _machine(),
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "timing_model": {"ttft_ms": TTFT_MS, "gap_ms": GAP_MS, "output_tokens": OSL, "input_tokens": ISL},
+        "truth": {"ttft_ms": TTFT_MS, "itl_ms": GAP_MS, "tpot_ms": GAP_MS, "e2e_ms": TTFT_MS + (OSL - 1) * GAP_MS},
+        "tools": tools,
+        "skipped": skipped,
+        "repeats": repeats,
+        "runs": [],
+    }
     with tempfile.TemporaryDirectory(prefix="tools-fidelity-") as tmp:
         root = Path(tmp)
         render_timing_model(root / "repo", "ensemble", ttft_ms=TTFT_MS, gap_ms=GAP_MS)
@@ -102,7 +143,7 @@ def run(repeats: int, concurrencies: list[int], n_per_concurrency: int, tokenize
         try:
             for repeat in range(repeats):
                 for concurrency in concurrencies:
-                    order = tools[repeat % len(tools):] + tools[:repeat % len(tools)]  # rotate who goes first
+                    order = tools[repeat % len(tools) :] + tools[: repeat % len(tools)]  # rotate who goes first
                     for tool in order:
                         n = max(n_per_concurrency, concurrency * 4)
                         try:
@@ -122,17 +163,25 @@ def run(repeats: int, concurrencies: list[int], n_per_concurrency: int, tokenize
 def table(document: dict) -> str:
     """Markdown: per concurrency and tool, the median over repeats, and the error against the truth."""
     truth = document["truth"]
-    lines = [f"Timing model: TTFT {truth['ttft_ms']:g} ms, gap {truth['itl_ms']:g} ms, {document['timing_model']['output_tokens']} tokens "
-             f"(E2E truth {truth['e2e_ms']:g} ms); git {document['git_commit'][:12]}, {document['started_utc']}, "
-             f"{document['machine']['cpus']} CPUs, load average {document['machine']['load_average'][0]:.1f} at start"
-             + (f"; note: {document['note']}" if document.get("note") else ""), "",
-             "| concurrency | tool | runs | TTFT p50 (ms) | error | TPOT p50 | error | ITL p50 | error | E2E p50 | error | req/s |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"Timing model: TTFT {truth['ttft_ms']:g} ms, gap {truth['itl_ms']:g} ms, {document['timing_model']['output_tokens']} tokens "
+        f"(E2E truth {truth['e2e_ms']:g} ms); git {document['git_commit'][:12]}, {document['started_utc']}, "
+        f"{document['machine']['cpus']} CPUs, load average {document['machine']['load_average'][0]:.1f} at start"
+        + (f"; note: {document['note']}" if document.get("note") else ""),
+        "",
+        "| concurrency | tool | runs | TTFT p50 (ms) | error | TPOT p50 | error | ITL p50 | error | E2E p50 | error | req/s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     keys = sorted({(r["concurrency"], r["tool"]) for r in document["runs"]}, key=lambda k: (k[0], document["tools"].index(k[1])))
     for concurrency, tool in keys:
         rows = [r for r in document["runs"] if r["concurrency"] == concurrency and r["tool"] == tool]
         cells = [str(concurrency), tool, str(len(rows))]
-        for metric, truth_key in (("ttft_ms_p50", "ttft_ms"), ("tpot_ms_p50", "tpot_ms"), ("itl_ms_p50", "itl_ms"), ("e2e_ms_p50", "e2e_ms")):
+        for metric, truth_key in (
+            ("ttft_ms_p50", "ttft_ms"),
+            ("tpot_ms_p50", "tpot_ms"),
+            ("itl_ms_p50", "itl_ms"),
+            ("e2e_ms_p50", "e2e_ms"),
+        ):
             values = [r[metric] for r in rows if r.get(metric) is not None]
             if not values:
                 cells += ["-", "-"]

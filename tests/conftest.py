@@ -309,10 +309,13 @@ def transformers_greedy(smollm2_checkpoint):
     def greedy(ids: list[int], max_new_tokens: int) -> list[int]:
         with torch.no_grad():
             out = model.generate(
-                torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=model.config.eos_token_id,
+                torch.tensor([ids]),
+                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=model.config.eos_token_id,
             )
-        return out[0, len(ids):].tolist()
+        return out[0, len(ids) :].tolist()
 
     return greedy
 

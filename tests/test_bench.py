@@ -65,8 +65,15 @@ def test_length_spec_parses_mean_std_and_ranges_and_rejects_nonsense():
 
 
 def _record(i: int, sent: int, responses: list[tuple[int, int, bool]], requested: int) -> RequestRecord:
-    r = RequestRecord(id=f"m{i}", phase="measure", intended_ns=sent, input_tokens=8, input_tokens_source="requested",
-                      requested_output_tokens=requested, sent_ns=sent)
+    r = RequestRecord(
+        id=f"m{i}",
+        phase="measure",
+        intended_ns=sent,
+        input_tokens=8,
+        input_tokens_source="requested",
+        requested_output_tokens=requested,
+        sent_ns=sent,
+    )
     for t, n, final in responses:
         r.recv_ns.append(t)
         r.tokens.append(n)
@@ -91,7 +98,15 @@ def test_metric_definitions_on_known_records():
     assert sorted([m["itl_ms"]["min"], m["itl_ms"]["max"]]) == [2.0, 10.0] and m["itl_ms"]["count"] == 3
     assert m["itl_per_token_ms"]["count"] == 3 and m["itl_per_token_ms"]["max"] == 10.0
     assert m["time_to_first_response_ms"]["min"] == 5.0
-    assert s["requests"] == {"sent": 3, "completed": 2, "failed": 1, "errors_by_kind": {"connection": 1}, "warmup": 0, "retried": 0, "retries": 0}
+    assert s["requests"] == {
+        "sent": 3,
+        "completed": 2,
+        "failed": 1,
+        "errors_by_kind": {"connection": 1},
+        "warmup": 0,
+        "retried": 0,
+        "retries": 0,
+    }
     assert s["windows"]["benchmark"]["seconds"] == pytest.approx(0.030)
     assert m["output_token_throughput_per_s"]["avg"] == pytest.approx(7 / 0.030)
     assert m["goodput_per_s"]["avg"] == pytest.approx(1 / 0.030)  # only a meets TTFT <= 11 ms
@@ -198,9 +213,26 @@ def _bench(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedProces
 
 @pytest.mark.slow
 def test_grpc_closed_loop_sweep_measures_the_known_schedule(timing_server, tmp_path):
-    proc, doc = _bench("--target", "triton-grpc", "--url", timing_server.grpc_url, "--model", "ensemble",
-                       "--concurrency", "1,8", "--num-requests", "16", "--input-len", "16", "--output-len", "12",
-                       "--metrics-url", timing_server.metrics_url, "--out", str(tmp_path))
+    proc, doc = _bench(
+        "--target",
+        "triton-grpc",
+        "--url",
+        timing_server.grpc_url,
+        "--model",
+        "ensemble",
+        "--concurrency",
+        "1,8",
+        "--num-requests",
+        "16",
+        "--input-len",
+        "16",
+        "--output-len",
+        "12",
+        "--metrics-url",
+        timing_server.metrics_url,
+        "--out",
+        str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     assert [p["load"]["value"] for p in doc["points"]] == [1, 8]
     for point in doc["points"]:
@@ -234,9 +266,26 @@ def test_grpc_closed_loop_sweep_measures_the_known_schedule(timing_server, tmp_p
 
 @pytest.mark.slow
 def test_grpc_open_loop_poisson_with_duration_and_tokens_target(timing_server, tmp_path):
-    proc, doc = _bench("--url", timing_server.grpc_url, "--model", "ensemble", "--request-rate", "40",
-                       "--arrival", "poisson", "--duration", "1.5", "--num-requests", "10", "--output-len", "8",
-                       "--seed", "0", "--out", str(tmp_path / "rate"))
+    proc, doc = _bench(
+        "--url",
+        timing_server.grpc_url,
+        "--model",
+        "ensemble",
+        "--request-rate",
+        "40",
+        "--arrival",
+        "poisson",
+        "--duration",
+        "1.5",
+        "--num-requests",
+        "10",
+        "--output-len",
+        "8",
+        "--seed",
+        "0",
+        "--out",
+        str(tmp_path / "rate"),
+    )
     assert proc.returncode == 0, proc.stderr
     assert doc["load"]["mode"] == "rate" and doc["load"]["arrival"] == "poisson"
     measured = assert_reports_its_records(doc, tmp_path / "rate")
@@ -250,8 +299,23 @@ def test_grpc_open_loop_poisson_with_duration_and_tokens_target(timing_server, t
     assert sum(1 for x in expected if x < 1.5) >= 30  # the schedule itself: ~60 arrivals in 1.5 s at 40/s
     assert doc["metrics"]["ttft_from_intended_ms"]["p50"] >= doc["metrics"]["ttft_ms"]["p50"]
 
-    proc, doc = _bench("--url", timing_server.grpc_url, "--model", "ensemble", "--concurrency", "4", "--workers", "2",
-                       "--num-requests", "8", "--output-len", "6", "--no-plots", "--out", str(tmp_path / "sharded"))
+    proc, doc = _bench(
+        "--url",
+        timing_server.grpc_url,
+        "--model",
+        "ensemble",
+        "--concurrency",
+        "4",
+        "--workers",
+        "2",
+        "--num-requests",
+        "8",
+        "--output-len",
+        "6",
+        "--no-plots",
+        "--out",
+        str(tmp_path / "sharded"),
+    )
     assert proc.returncode == 0, proc.stderr
     assert doc["requests"]["completed"] == 8
     assert_reports_its_records(doc, tmp_path / "sharded")
@@ -260,8 +324,22 @@ def test_grpc_open_loop_poisson_with_duration_and_tokens_target(timing_server, t
 
     dataset = tmp_path / "ids.jsonl"
     dataset.write_text("".join(json.dumps({"input_ids": list(range(1, 1 + n)), "output_tokens": 6}) + "\n" for n in (4, 9, 17)))
-    proc, doc = _bench("--target", "triton-grpc-tokens", "--url", timing_server.grpc_url, "--model", "tensorrt_llm",
-                       "--dataset", str(dataset), "--concurrency", "2", "--num-requests", "6", "--out", str(tmp_path / "tok"))
+    proc, doc = _bench(
+        "--target",
+        "triton-grpc-tokens",
+        "--url",
+        timing_server.grpc_url,
+        "--model",
+        "tensorrt_llm",
+        "--dataset",
+        str(dataset),
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "6",
+        "--out",
+        str(tmp_path / "tok"),
+    )
     assert proc.returncode == 0, proc.stderr
     assert doc["requests"]["completed"] == 6 and doc["target"]["output_tokens_source"] == "server_ids"
     assert doc["metrics"]["output_tokens"]["min"] == 6 and doc["metrics"]["input_tokens"]["max"] == 17
@@ -270,9 +348,24 @@ def test_grpc_open_loop_poisson_with_duration_and_tokens_target(timing_server, t
 
 @pytest.mark.slow
 def test_http_targets_triton_generate_stream_and_openai(timing_server, tmp_path):
-    proc, doc = _bench("--target", "triton-http", "--url", timing_server.http_url, "--model", "ensemble",
-                       "--request-rate", "30", "--arrival", "constant", "--num-requests", "20", "--output-len", "10",
-                       "--out", str(tmp_path / "http"))
+    proc, doc = _bench(
+        "--target",
+        "triton-http",
+        "--url",
+        timing_server.http_url,
+        "--model",
+        "ensemble",
+        "--request-rate",
+        "30",
+        "--arrival",
+        "constant",
+        "--num-requests",
+        "20",
+        "--output-len",
+        "10",
+        "--out",
+        str(tmp_path / "http"),
+    )
     assert proc.returncode == 0, proc.stderr
     assert doc["requests"]["completed"] == 20 and doc["metrics"]["output_tokens"]["min"] == 10, proc.stderr[-1500:]
     assert_reports_its_records(doc, tmp_path / "http")
@@ -280,8 +373,24 @@ def test_http_targets_triton_generate_stream_and_openai(timing_server, tmp_path)
     url, stop = start_openai_server(ttft_ms=15.0, gap_ms=5.0)
     try:
         for endpoint in ("completions", "chat"):
-            proc, doc = _bench("--target", "openai", "--url", url, "--model", "timing", "--openai-endpoint", endpoint,
-                               "--concurrency", "4", "--num-requests", "8", "--output-len", "6", "--out", str(tmp_path / endpoint))
+            proc, doc = _bench(
+                "--target",
+                "openai",
+                "--url",
+                url,
+                "--model",
+                "timing",
+                "--openai-endpoint",
+                endpoint,
+                "--concurrency",
+                "4",
+                "--num-requests",
+                "8",
+                "--output-len",
+                "6",
+                "--out",
+                str(tmp_path / endpoint),
+            )
             assert proc.returncode == 0, proc.stderr
             assert doc["requests"]["completed"] == 8, proc.stderr[-1500:]
             assert_reports_its_records(doc, tmp_path / endpoint)
@@ -300,10 +409,12 @@ def test_bench_config_uses_the_deployment_and_compare_lists_runs(timing_server, 
 
     config_path = tmp_path / "b.yaml"
     base = yaml.safe_load((Path(__file__).resolve().parent.parent / "configs" / "smollm2-cpu.yaml").read_text())
-    base["bench"] = {"workloads": [
-        {"name": "tiny", "concurrency": [2], "num_requests": 6, "input_len": 8, "output_len": "4..6", "slo_ms": {"ttft": 1000}},
-        {"name": "paced", "request_rate": [20], "arrival": "constant", "num_requests": 6, "output_len": 4},
-    ]}
+    base["bench"] = {
+        "workloads": [
+            {"name": "tiny", "concurrency": [2], "num_requests": 6, "input_len": 8, "output_len": "4..6", "slo_ms": {"ttft": 1000}},
+            {"name": "paced", "request_rate": [20], "arrival": "constant", "num_requests": 6, "output_len": 4},
+        ]
+    }
     config_path.write_text(yaml.safe_dump(base, sort_keys=False))
     wd = tmp_path / "wd"
     render_timing_model(tmp_path / "repo", "ensemble", ttft_ms=TTFT_MS, gap_ms=GAP_MS)
@@ -319,8 +430,9 @@ def test_bench_config_uses_the_deployment_and_compare_lists_runs(timing_server, 
     assert paced["load"] == {**paced["load"], "mode": "rate", "value": 20.0, "arrival": "constant"}
     assert tiny["server_metrics"]["models"]["ensemble"]["requests"] >= 6  # scraped from the deployment's metrics URL
     assert (wd / "bench" / "tiny" / "summary.json").is_file() and (wd / "bench" / "paced" / "requests.jsonl").is_file()
-    proc2, _ = _bench("--url", timing_server.grpc_url, "--model", "ensemble", "--num-requests", "4", "--output-len", "4",
-                      "--out", str(tmp_path / "other"))
+    proc2, _ = _bench(
+        "--url", timing_server.grpc_url, "--model", "ensemble", "--num-requests", "4", "--output-len", "4", "--out", str(tmp_path / "other")
+    )
     assert proc2.returncode == 0, proc2.stderr
     proc, doc = _bench("compare", str(wd / "bench" / "tiny"), str(tmp_path / "other"), "--out", str(tmp_path / "cmp"))
     assert proc.returncode == 0, proc.stderr
@@ -337,9 +449,31 @@ def test_killing_the_server_mid_run_keeps_records_and_exits_1(tmp_path):
     out = tmp_path / "out"
     try:
         bench = subprocess.Popen(
-            [sys.executable, "-m", "trtllm_forge", "bench", "--url", server.grpc_url, "--model", "ensemble",
-             "--concurrency", "4", "--num-requests", "40", "--output-len", "20", "--warmup", "0", "--out", str(out), "--json"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
+            [
+                sys.executable,
+                "-m",
+                "trtllm_forge",
+                "bench",
+                "--url",
+                server.grpc_url,
+                "--model",
+                "ensemble",
+                "--concurrency",
+                "4",
+                "--num-requests",
+                "40",
+                "--output-len",
+                "20",
+                "--warmup",
+                "0",
+                "--out",
+                str(out),
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=os.environ.copy(),
         )
         time.sleep(2.5)  # ~0.4 s per request: several complete, then the server dies under load
         os.killpg(server.process.pid, signal.SIGKILL)
@@ -359,9 +493,30 @@ def test_killing_the_server_mid_run_keeps_records_and_exits_1(tmp_path):
 
 
 def test_emit_writes_inputs_and_commands_and_import_feeds_compare(tmp_path):
-    proc = run_cli("bench", "--url", "127.0.0.1:9", "--model", "ensemble", "--concurrency", "4", "--num-requests", "4",
-                   "--input-len", "5", "--output-len", "7", "--emit", "perf_analyzer", "--emit", "genai-perf", "--emit", "aiperf",
-                   "--out", str(tmp_path / "w"), "--json")
+    proc = run_cli(
+        "bench",
+        "--url",
+        "127.0.0.1:9",
+        "--model",
+        "ensemble",
+        "--concurrency",
+        "4",
+        "--num-requests",
+        "4",
+        "--input-len",
+        "5",
+        "--output-len",
+        "7",
+        "--emit",
+        "perf_analyzer",
+        "--emit",
+        "genai-perf",
+        "--emit",
+        "aiperf",
+        "--out",
+        str(tmp_path / "w"),
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     emitted = {e["tool"]: e for e in json.loads(proc.stdout)["emitted"]}
     pa = json.loads((tmp_path / "w" / "emit" / "perf_analyzer_inputs.json").read_text())["data"]
@@ -376,18 +531,33 @@ def test_emit_writes_inputs_and_commands_and_import_feeds_compare(tmp_path):
     # Exports in the documented shapes of GenAI-Perf (CSV) and AIPerf (per-request JSONL).
     gp = tmp_path / "gp" / "profile_export_genai_perf.csv"
     gp.parent.mkdir()
-    gp.write_text("Metric,avg,min,max,p99,p95,p90,p75,p50,p25,p10,p5,p1\n"
-                  "Time To First Token (ms),30.00,20.00,40.00,39.00,38.00,37.00,35.00,31.00,25.00,22.00,21.00,20.00\n"
-                  "Inter Token Latency (ms),5.00,4.00,6.00,6.00,6.00,6.00,5.50,5.00,4.50,4.20,4.10,4.00\n"
-                  "Request Latency (ms),200.00,150.00,250.00,249.00,245.00,240.00,220.00,201.00,180.00,160.00,155.00,151.00\n"
-                  "\nMetric,Value\nOutput Token Throughput (tokens/sec),1234.5\nRequest Throughput (per sec),12.5\nRequest Count (count),40\n")
+    gp.write_text(
+        "Metric,avg,min,max,p99,p95,p90,p75,p50,p25,p10,p5,p1\n"
+        "Time To First Token (ms),30.00,20.00,40.00,39.00,38.00,37.00,35.00,31.00,25.00,22.00,21.00,20.00\n"
+        "Inter Token Latency (ms),5.00,4.00,6.00,6.00,6.00,6.00,5.50,5.00,4.50,4.20,4.10,4.00\n"
+        "Request Latency (ms),200.00,150.00,250.00,249.00,245.00,240.00,220.00,201.00,180.00,160.00,155.00,151.00\n"
+        "\nMetric,Value\nOutput Token Throughput (tokens/sec),1234.5\nRequest Throughput (per sec),12.5\nRequest Count (count),40\n"
+    )
     ai = tmp_path / "ai" / "profile_export.jsonl"
     ai.parent.mkdir()
-    ai.write_text("".join(json.dumps({
-        "metadata": {"request_start_ns": i * 10**8, "request_end_ns": i * 10**8 + 2 * 10**8, "benchmark_phase": "profiling"},
-        "metrics": {"time_to_first_token": {"value": 10.0 + i, "unit": "ms"}, "request_latency": {"value": 200.0, "unit": "ms"},
-                    "inter_chunk_latency": {"value": [5.0, 5.0, 6.0], "unit": "ms"}, "output_sequence_length": {"value": 4, "unit": "tokens"}},
-        "error": None}) + "\n" for i in range(5)))
+    ai.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "metadata": {"request_start_ns": i * 10**8, "request_end_ns": i * 10**8 + 2 * 10**8, "benchmark_phase": "profiling"},
+                    "metrics": {
+                        "time_to_first_token": {"value": 10.0 + i, "unit": "ms"},
+                        "request_latency": {"value": 200.0, "unit": "ms"},
+                        "inter_chunk_latency": {"value": [5.0, 5.0, 6.0], "unit": "ms"},
+                        "output_sequence_length": {"value": 4, "unit": "tokens"},
+                    },
+                    "error": None,
+                }
+            )
+            + "\n"
+            for i in range(5)
+        )
+    )
     proc = run_cli("bench", "import", str(gp), str(ai.parent), "--out", str(tmp_path / "imp"), "--json")
     assert proc.returncode == 0, proc.stderr
     runs = json.loads(proc.stdout)["runs"]
@@ -406,16 +576,29 @@ def test_emit_writes_inputs_and_commands_and_import_feeds_compare(tmp_path):
 
 
 def test_bench_usage_errors_are_one_line_exit_2(tmp_path):
-    for args, where in ((["--concurrency", "0", "--url", "x:1", "--model", "m"], "--concurrency"),
-                        (["--input-len", "abc", "--url", "x:1", "--model", "m"], "--input-len"),
-                        (["--slo", "latency:5", "--url", "x:1", "--model", "m"], "--slo"),
-                        (["--concurrency", "2"], "--url")):
+    for args, where in (
+        (["--concurrency", "0", "--url", "x:1", "--model", "m"], "--concurrency"),
+        (["--input-len", "abc", "--url", "x:1", "--model", "m"], "--input-len"),
+        (["--slo", "latency:5", "--url", "x:1", "--model", "m"], "--slo"),
+        (["--concurrency", "2"], "--url"),
+    ):
         proc = run_cli("bench", *args)
         assert proc.returncode == 2, (args, proc.stderr)
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and where in lines[0], proc.stderr
-    proc = run_cli("bench", "--url", "127.0.0.1:1", "--model", "ensemble", "--concurrency", "1,4", "--dry-run", "--json",
-                   "--out", str(tmp_path / "dry"))
+    proc = run_cli(
+        "bench",
+        "--url",
+        "127.0.0.1:1",
+        "--model",
+        "ensemble",
+        "--concurrency",
+        "1,4",
+        "--dry-run",
+        "--json",
+        "--out",
+        str(tmp_path / "dry"),
+    )
     assert proc.returncode == 0 and json.loads(proc.stdout)["runs"][0]["points"] == ["c1", "c4"]
     assert not (tmp_path / "dry").exists()  # nothing sent, nothing written
     proc = run_cli("bench", "--url", "127.0.0.1:1", "--model", "ensemble", "--num-requests", "1")
@@ -457,16 +640,54 @@ def test_running_total_token_counts_become_per_response_counts():
 
 @pytest.mark.slow
 def test_a_silent_server_and_sigterm_end_the_run_with_records_and_exit_1(timing_server, tmp_path):
-    proc, doc = _bench("--url", timing_server.grpc_url, "--model", "silent", "--concurrency", "3", "--num-requests", "9",
-                       "--warmup", "0", "--stall-timeout", "1", "--no-plots", "--out", str(tmp_path / "stall"))
+    proc, doc = _bench(
+        "--url",
+        timing_server.grpc_url,
+        "--model",
+        "silent",
+        "--concurrency",
+        "3",
+        "--num-requests",
+        "9",
+        "--warmup",
+        "0",
+        "--stall-timeout",
+        "1",
+        "--no-plots",
+        "--out",
+        str(tmp_path / "stall"),
+    )
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith("error: bench: 3 of 3 requests failed (stalled: 3)")
     assert doc["requests"]["errors_by_kind"] == {"stalled": 3} and any("no response" in w for w in doc["warnings"])
     assert len((tmp_path / "stall" / "requests.jsonl").read_text().splitlines()) == 3
 
     bench = subprocess.Popen(
-        [sys.executable, "-m", "trtllm_forge", "bench", "--url", timing_server.grpc_url, "--model", "ensemble",
-         "--request-rate", "10", "--arrival", "constant", "--num-requests", "200", "--warmup", "0", "--no-plots",
-         "--out", str(tmp_path / "term"), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "trtllm_forge",
+            "bench",
+            "--url",
+            timing_server.grpc_url,
+            "--model",
+            "ensemble",
+            "--request-rate",
+            "10",
+            "--arrival",
+            "constant",
+            "--num-requests",
+            "200",
+            "--warmup",
+            "0",
+            "--no-plots",
+            "--out",
+            str(tmp_path / "term"),
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(2.5)
     bench.send_signal(signal.SIGTERM)
     stdout, stderr = bench.communicate(timeout=60)

@@ -47,9 +47,12 @@ def _import(*paths: Path, out: Path, extra: tuple[str, ...] = ()) -> list[dict]:
 @needs_exports
 def test_perf_analyzer_raw_exports_give_genai_perf_metrics_from_timestamps(tmp_path):
     pa = EXPORTS / "perf_analyzer_exports"
-    chat, engine, completions = _import(pa / "derived_openai_profile_data.profile_export.json",
-                                        pa / "derived_tensorrtllm_engine_profile_data.profile_export.json",
-                                        pa / "derived_openai_completions_profile_data.profile_export.json", out=tmp_path)
+    chat, engine, completions = _import(
+        pa / "derived_openai_profile_data.profile_export.json",
+        pa / "derived_tensorrtllm_engine_profile_data.profile_export.json",
+        pa / "derived_openai_completions_profile_data.profile_export.json",
+        out=tmp_path,
+    )
     # Chat: role-only chunk, three content chunks, an empty delta, [DONE]: only content chunks are timing points.
     m = chat[0]["metrics"]
     assert chat[0]["source"] == "perf_analyzer" and chat[0]["load"]["value"] == 10
@@ -72,8 +75,12 @@ def test_perf_analyzer_raw_exports_give_genai_perf_metrics_from_timestamps(tmp_p
 @needs_exports
 def test_aiperf_summary_json_and_csv_and_genai_perf_analyze_csv(tmp_path):
     ai = EXPORTS / "aiperf_dev_results_smoke_100k"
-    (json_point,), (csv_point,), analyze = _import(ai / "profile_export_aiperf.json", ai / "profile_export_aiperf.csv",
-                                                   EXPORTS / "genai_perf_analyze" / "analyze_export_genai_perf.csv", out=tmp_path)
+    (json_point,), (csv_point,), analyze = _import(
+        ai / "profile_export_aiperf.json",
+        ai / "profile_export_aiperf.csv",
+        EXPORTS / "genai_perf_analyze" / "analyze_export_genai_perf.csv",
+        out=tmp_path,
+    )
     for point in (json_point, csv_point):
         assert point["source"] == "aiperf"
         assert point["metrics"]["ttft_ms"]["p50"] == pytest.approx(9539.09, abs=0.01)
@@ -112,12 +119,23 @@ def _old_aiperf_jsonl(n: int) -> str:
     lines = []
     for i in range(n):
         meta = {"x_request_id": f"r{i}", "timestamp_ns": 10**18 + i * 10**8, "credit_phase": "warmup" if i == 0 else "profiling"}
-        metrics = {"ttft": {"value": 50.0 + i, "unit": "ms"}, "request_latency": {"value": 200.0, "unit": "ms"},
-                   "inter_chunk_latency": {"value": [10.0, 12.0], "unit": "ms"}, "inter_token_latency": {"value": 11.0, "unit": "ms"},
-                   "output_sequence_length": {"value": 3, "unit": "tokens"}}
+        metrics = {
+            "ttft": {"value": 50.0 + i, "unit": "ms"},
+            "request_latency": {"value": 200.0, "unit": "ms"},
+            "inter_chunk_latency": {"value": [10.0, 12.0], "unit": "ms"},
+            "inter_token_latency": {"value": 11.0, "unit": "ms"},
+            "output_sequence_length": {"value": 3, "unit": "tokens"},
+        }
         lines.append(json.dumps({"metadata": meta, "metrics": metrics, "error": None}))
-    lines.append(json.dumps({"metadata": {"timestamp_ns": 10**18, "credit_phase": "profiling"}, "metrics": {},
-                             "error": {"code": 499, "type": "RequestCancellationError", "message": "cancelled"}}))
+    lines.append(
+        json.dumps(
+            {
+                "metadata": {"timestamp_ns": 10**18, "credit_phase": "profiling"},
+                "metrics": {},
+                "error": {"code": 499, "type": "RequestCancellationError", "message": "cancelled"},
+            }
+        )
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -129,15 +147,23 @@ def test_documented_formats_older_aiperf_and_genai_perf_json_csv(tmp_path):
     jsonl.parent.mkdir()
     jsonl.write_text(_old_aiperf_jsonl(6))
     gp_csv = tmp_path / "profile_export_genai_perf.csv"
-    gp_csv.write_text('Metric,avg,min,max,p99,p95,p90,p75,p50,p25,p10,p5,p1\n'
-                      '"Request Latency (ms)","1,204.50","1,001.00","1,500.00","1,490.00",1480,1470,1300,"1,200.00",1100,1050,1020,1005\n'
-                      'Time To First Token (ms),30.00,20.00,40.00,39.00,38.00,37.00,35.00,31.00,25.00,22.00,21.00,20.00\n'
-                      '\nMetric,Value\n"Output Token Throughput (per sec)","2,345.60"\nRequest Throughput (per sec),12.50\nRequest Count (count),40\n')
+    gp_csv.write_text(
+        "Metric,avg,min,max,p99,p95,p90,p75,p50,p25,p10,p5,p1\n"
+        '"Request Latency (ms)","1,204.50","1,001.00","1,500.00","1,490.00",1480,1470,1300,"1,200.00",1100,1050,1020,1005\n'
+        "Time To First Token (ms),30.00,20.00,40.00,39.00,38.00,37.00,35.00,31.00,25.00,22.00,21.00,20.00\n"
+        '\nMetric,Value\n"Output Token Throughput (per sec)","2,345.60"\nRequest Throughput (per sec),12.50\nRequest Count (count),40\n'
+    )
     gp_json = tmp_path / "profile_export_genai_perf.json"
-    gp_json.write_text(json.dumps({"time_to_first_token": {"unit": "ms", "avg": 31.0, "p50": 30.0, "p99": 45.0},
-                                   "inter_token_latency": {"unit": "ms", "avg": 5.5, "p50": 5.0},
-                                   "request_throughput": {"unit": "requests/sec", "avg": 9.5},
-                                   "input_config": {"perf_analyzer": {"stimulus": {"concurrency": 4}}}}))
+    gp_json.write_text(
+        json.dumps(
+            {
+                "time_to_first_token": {"unit": "ms", "avg": 31.0, "p50": 30.0, "p99": 45.0},
+                "inter_token_latency": {"unit": "ms", "avg": 5.5, "p50": 5.0},
+                "request_throughput": {"unit": "requests/sec", "avg": 9.5},
+                "input_config": {"perf_analyzer": {"stimulus": {"concurrency": 4}}},
+            }
+        )
+    )
     (old,), (per_request,), (csv_point,), (json_point,) = _import(old_json, jsonl.parent, gp_csv, gp_json, out=tmp_path / "imp")
     assert old["source"] == "aiperf" and old["metrics"]["ttft_ms"]["p50"] == 110.0 and old["metrics"]["itl_ms"]["p50"] == 20.5
     assert old["requests"] == {"sent": None, "completed": 40, "failed": 2} and old["load"] == {"mode": "concurrency", "value": 8}
@@ -156,7 +182,7 @@ def test_unreadable_exports_exit_2_with_one_line_naming_the_file(tmp_path):
         "notes.txt": "just some text\n",
         "other.json": json.dumps({"hello": 1}),
         "table.csv": "a,b\n1,2\n",
-        "broken.json": "{\"records\": ",
+        "broken.json": '{"records": ',
     }
     for name, text in cases.items():
         path = tmp_path / name
@@ -206,8 +232,21 @@ def test_perf_analyzer_binary_is_installed_and_located():
 @pytest.mark.slow
 @needs_perf_analyzer
 def test_bench_tool_perf_analyzer_on_the_timing_model_matches_the_schedule_and_compares(timing_triton, tmp_path):
-    common = ("--url", timing_triton.grpc_url, "--model", "ensemble", "--concurrency", "1,4", "--num-requests", "12",
-              "--input-len", "8", "--output-len", "6", "--no-plots")
+    common = (
+        "--url",
+        timing_triton.grpc_url,
+        "--model",
+        "ensemble",
+        "--concurrency",
+        "1,4",
+        "--num-requests",
+        "12",
+        "--input-len",
+        "8",
+        "--output-len",
+        "6",
+        "--no-plots",
+    )
     proc, doc = _bench(*common, "--tool", "perf_analyzer", "--out", str(tmp_path / "pa"))
     assert proc.returncode == 0, proc.stderr
     assert [p["load"]["value"] for p in doc["points"]] == [1, 4]
@@ -235,16 +274,40 @@ def test_bench_tool_perf_analyzer_on_the_timing_model_matches_the_schedule_and_c
     proc, table = _bench("compare", str(tmp_path / "forge"), str(tmp_path / "pa"))
     assert proc.returncode == 0, proc.stderr
     rows = table["runs"]
-    assert [(r["source"], r["load"]) for r in rows] == [("trtllm-forge", "c=1"), ("trtllm-forge", "c=4"), ("perf_analyzer", "c=1"), ("perf_analyzer", "c=4")]
+    assert [(r["source"], r["load"]) for r in rows] == [
+        ("trtllm-forge", "c=1"),
+        ("trtllm-forge", "c=4"),
+        ("perf_analyzer", "c=1"),
+        ("perf_analyzer", "c=4"),
+    ]
     assert all(row["tpot_ms_p50"] and row["ttft_ms_p50"] >= TTFT_MS and row["failed"] == 0 for row in rows)
 
 
 @pytest.mark.slow
 @needs_perf_analyzer
 def test_every_emitted_perf_analyzer_command_runs_and_imports(timing_triton, tmp_path):
-    proc, doc = _bench("--url", timing_triton.grpc_url, "--model", "ensemble", "--concurrency", "2", "--request-rate", "5",
-                       "--arrival", "constant", "--num-requests", "6", "--input-len", "5", "--output-len", "4",
-                       "--emit", "perf_analyzer", "--out", str(tmp_path / "w"))
+    proc, doc = _bench(
+        "--url",
+        timing_triton.grpc_url,
+        "--model",
+        "ensemble",
+        "--concurrency",
+        "2",
+        "--request-rate",
+        "5",
+        "--arrival",
+        "constant",
+        "--num-requests",
+        "6",
+        "--input-len",
+        "5",
+        "--output-len",
+        "4",
+        "--emit",
+        "perf_analyzer",
+        "--out",
+        str(tmp_path / "w"),
+    )
     assert proc.returncode == 0, proc.stderr
     (emitted,) = doc["emitted"]
     script = Path(emitted["files"][1]).read_text().splitlines()
@@ -266,10 +329,30 @@ def test_every_emitted_perf_analyzer_command_runs_and_imports(timing_triton, tmp
 @needs_perf_analyzer
 def test_bench_tool_perf_analyzer_on_the_cpu_engine_with_token_ids(cpu_engine_server, smollm2_checkpoint, tmp_path):
     """The real CPU engine (OpenVINO SmolLM2 behind the tensorrt_llm model contract), driven by perf_analyzer."""
-    proc, doc = _bench("--target", "triton-grpc-tokens", "--url", cpu_engine_server.grpc_url, "--model", "tensorrt_llm",
-                       "--tokenizer", str(smollm2_checkpoint), "--concurrency", "2", "--num-requests", "4",
-                       "--input-len", "16", "--output-len", "8", "--tool", "perf_analyzer", "--no-plots", "--out", str(tmp_path / "cpu"),
-                       timeout=600)
+    proc, doc = _bench(
+        "--target",
+        "triton-grpc-tokens",
+        "--url",
+        cpu_engine_server.grpc_url,
+        "--model",
+        "tensorrt_llm",
+        "--tokenizer",
+        str(smollm2_checkpoint),
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "4",
+        "--input-len",
+        "16",
+        "--output-len",
+        "8",
+        "--tool",
+        "perf_analyzer",
+        "--no-plots",
+        "--out",
+        str(tmp_path / "cpu"),
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     assert doc["requests"]["completed"] == 4 and doc["requests"]["failed"] == 0
     assert doc["metrics"]["output_tokens"]["min"] == doc["metrics"]["output_tokens"]["max"] == 8
@@ -283,9 +366,28 @@ def test_emitted_genai_perf_command_runs_when_installed(timing_triton, smollm2_c
     exe = os.environ.get("FORGE_GENAI_PERF")
     if not exe or PA_PROBLEM:
         pytest.skip(f"GenAI-Perf not configured (FORGE_GENAI_PERF unset) or perf_analyzer missing: {PA_PROBLEM}")
-    proc, doc = _bench("--url", timing_triton.grpc_url, "--model", "ensemble", "--concurrency", "2", "--num-requests", "6",
-                       "--input-len", "8", "--output-len", "5", "--tokenizer", str(smollm2_checkpoint), "--tool", "genai-perf",
-                       "--no-plots", "--out", str(tmp_path / "gp"), timeout=600)
+    proc, doc = _bench(
+        "--url",
+        timing_triton.grpc_url,
+        "--model",
+        "ensemble",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "6",
+        "--input-len",
+        "8",
+        "--output-len",
+        "5",
+        "--tokenizer",
+        str(smollm2_checkpoint),
+        "--tool",
+        "genai-perf",
+        "--no-plots",
+        "--out",
+        str(tmp_path / "gp"),
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     argv = doc["tool_run"]["argv"]
     assert "--service-kind" not in argv and "--output-tokens-mean-deterministic" not in argv
@@ -299,8 +401,25 @@ def _run_emitted(tool: str, exe: str, where: tuple[str, ...], tokenizer: Path, t
     """Run the command `--emit TOOL` prints, as printed (only the executable's path filled in), and import its export."""
     from trtllm_forge.bench.tool_runs import executable
 
-    proc, doc = _bench(*where, "--model", "ensemble", "--concurrency", "2", "--num-requests", "4", "--input-len", "8",
-                       "--output-len", "4", "--tokenizer", str(tokenizer), "--emit", tool, "--out", str(tmp_path / "emit"))
+    proc, doc = _bench(
+        *where,
+        "--model",
+        "ensemble",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "4",
+        "--input-len",
+        "8",
+        "--output-len",
+        "4",
+        "--tokenizer",
+        str(tokenizer),
+        "--emit",
+        tool,
+        "--out",
+        str(tmp_path / "emit"),
+    )
     assert proc.returncode == 0, proc.stderr
     (command,) = doc["emitted"][0]["commands"]
     argv = shlex.split(command)
@@ -336,7 +455,9 @@ def _closing_openai_server() -> tuple[str, callable, dict]:
                 body = json.loads(await reader.readexactly(length)) if length else {}
                 if lines[0].startswith("GET /v1/models"):
                     payload = json.dumps({"data": [{"id": "closing"}]}).encode()
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(payload) + payload)
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(payload) + payload
+                    )
                 else:
                     seen["requests"] += 1
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -371,8 +492,26 @@ def _closing_openai_server() -> tuple[str, callable, dict]:
 def test_openai_requests_on_a_closed_keepalive_connection_are_retried_not_failed(tmp_path):
     url, stop, seen = _closing_openai_server()
     try:
-        proc, doc = _bench("--target", "openai", "--url", url, "--model", "closing", "--concurrency", "2",
-                           "--num-requests", "12", "--warmup", "0", "--output-len", "3", "--no-plots", "--out", str(tmp_path / "o"), timeout=120)
+        proc, doc = _bench(
+            "--target",
+            "openai",
+            "--url",
+            url,
+            "--model",
+            "closing",
+            "--concurrency",
+            "2",
+            "--num-requests",
+            "12",
+            "--warmup",
+            "0",
+            "--output-len",
+            "3",
+            "--no-plots",
+            "--out",
+            str(tmp_path / "o"),
+            timeout=120,
+        )
     finally:
         stop()
     assert proc.returncode == 0, proc.stderr
@@ -390,9 +529,30 @@ def test_bench_tool_aiperf_over_http_when_installed(timing_triton, smollm2_check
     exe = os.environ.get("FORGE_AIPERF")
     if not exe:
         pytest.skip("AIPerf not configured (FORGE_AIPERF unset)")
-    proc, doc = _bench("--target", "triton-http", "--url", timing_triton.http_url, "--model", "ensemble", "--concurrency", "2",
-                       "--num-requests", "6", "--input-len", "8", "--output-len", "5", "--tokenizer", str(smollm2_checkpoint),
-                       "--tool", "aiperf", "--no-plots", "--out", str(tmp_path / "ai"), timeout=600)
+    proc, doc = _bench(
+        "--target",
+        "triton-http",
+        "--url",
+        timing_triton.http_url,
+        "--model",
+        "ensemble",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "6",
+        "--input-len",
+        "8",
+        "--output-len",
+        "5",
+        "--tokenizer",
+        str(smollm2_checkpoint),
+        "--tool",
+        "aiperf",
+        "--no-plots",
+        "--out",
+        str(tmp_path / "ai"),
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     template = Path(doc["tool_run"]["argv"][doc["tool_run"]["argv"].index("--extra-inputs") + 1].split(":", 1)[1]).read_text()
     assert '"min_tokens": {{ max_tokens }}' in template and "generate_stream" in " ".join(doc["tool_run"]["argv"])

@@ -87,7 +87,9 @@ def test_unknown_key_suggests_nearest(write_config):
 
 
 def test_unknown_section_suggests_nearest(write_config):
-    path = write_config("model: {source: smollm2-135m}\nquantisation: {algorithm: none}\nhardware: {gpu: cpu}\nengine: {backend: openvino}\n")
+    path = write_config(
+        "model: {source: smollm2-135m}\nquantisation: {algorithm: none}\nhardware: {gpu: cpu}\nengine: {backend: openvino}\n"
+    )
     _assert_one_line_error(run_cli("config", "validate", str(path)), "quantisation", "did you mean 'quantization'")
 
 
@@ -192,7 +194,11 @@ RULE_CASES = {
     "seq_len_within_positions": (
         merged(CPU_BASE, engine={"backend": "openvino", "max_seq_len": 16384}),
         "engine.max_seq_len",
-        merged(CPU_BASE, engine={"backend": "openvino", "max_seq_len": 16384}, model={"source": "smollm2-135m", "rope_scaling": {"rope_type": "linear", "factor": 2.0}}),
+        merged(
+            CPU_BASE,
+            engine={"backend": "openvino", "max_seq_len": 16384},
+            model={"source": "smollm2-135m", "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+        ),
     ),
     "fp8_needs_ada_or_newer": (
         merged(GPU_BASE, quantization={"algorithm": "fp8"}, hardware={"gpu": "A100-80GB"}),
@@ -222,22 +228,48 @@ RULE_CASES = {
     "speculative_needs_draft": (
         merged(GPU_BASE, engine={"backend": "tensorrt-llm", "speculative": {"mode": "draft_target", "max_draft_len": 4}}),
         "engine.speculative.draft_model",
-        merged(GPU_BASE, engine={"backend": "tensorrt-llm", "speculative": {"mode": "draft_target", "max_draft_len": 4, "draft_model": "/m/d"}}),
+        merged(
+            GPU_BASE, engine={"backend": "tensorrt-llm", "speculative": {"mode": "draft_target", "max_draft_len": 4, "draft_model": "/m/d"}}
+        ),
     ),
     "speculative_limits": (
-        merged(GPU_BASE, engine={"backend": "tensorrt-llm", "max_batch_size": 256, "max_num_tokens": 512, "speculative": {"mode": "lookahead", "max_draft_len": 4}}),
+        merged(
+            GPU_BASE,
+            engine={
+                "backend": "tensorrt-llm",
+                "max_batch_size": 256,
+                "max_num_tokens": 512,
+                "speculative": {"mode": "lookahead", "max_draft_len": 4},
+            },
+        ),
         "engine.max_num_tokens",
-        merged(GPU_BASE, engine={"backend": "tensorrt-llm", "max_batch_size": 256, "max_num_tokens": 1280, "speculative": {"mode": "lookahead", "max_draft_len": 4}}),
+        merged(
+            GPU_BASE,
+            engine={
+                "backend": "tensorrt-llm",
+                "max_batch_size": 256,
+                "max_num_tokens": 1280,
+                "speculative": {"mode": "lookahead", "max_draft_len": 4},
+            },
+        ),
     ),
     "reuse_needs_paged_context_fmha": (
-        merged(GPU_BASE, engine={"backend": "tensorrt-llm", "plugins": {"paged_context_fmha": False}}, runtime={"enable_kv_cache_reuse": True}),
+        merged(
+            GPU_BASE, engine={"backend": "tensorrt-llm", "plugins": {"paged_context_fmha": False}}, runtime={"enable_kv_cache_reuse": True}
+        ),
         "runtime.enable_kv_cache_reuse",
-        merged(GPU_BASE, engine={"backend": "tensorrt-llm", "plugins": {"paged_context_fmha": True}}, runtime={"enable_kv_cache_reuse": True}),
+        merged(
+            GPU_BASE, engine={"backend": "tensorrt-llm", "plugins": {"paged_context_fmha": True}}, runtime={"enable_kv_cache_reuse": True}
+        ),
     ),
     "paged_kv_required": (
         merged(GPU_BASE, engine={"backend": "tensorrt-llm", "kv_cache_type": "continuous"}),
         "engine.kv_cache_type",
-        merged(GPU_BASE, engine={"backend": "tensorrt-llm", "kv_cache_type": "continuous"}, runtime={"batching_strategy": "V1", "streaming": False}),
+        merged(
+            GPU_BASE,
+            engine={"backend": "tensorrt-llm", "kv_cache_type": "continuous"},
+            runtime={"batching_strategy": "V1", "streaming": False},
+        ),
     ),
     "world_fits_cluster": (
         merged(GPU_BASE, parallel={"tp": 8, "gpus_per_node": 4}),
@@ -245,9 +277,13 @@ RULE_CASES = {
         merged(GPU_BASE, parallel={"tp": 8, "gpus_per_node": 8}),
     ),
     "moe_parallel_consistent": (
-        merged(GPU_BASE, model={"source": "/m/x", "name": "mistralai/Mixtral-8x7B-Instruct-v0.1"}, parallel={"tp": 8, "moe_ep": 4, "moe_tp": 1}),
+        merged(
+            GPU_BASE, model={"source": "/m/x", "name": "mistralai/Mixtral-8x7B-Instruct-v0.1"}, parallel={"tp": 8, "moe_ep": 4, "moe_tp": 1}
+        ),
         "parallel.moe_ep",
-        merged(GPU_BASE, model={"source": "/m/x", "name": "mistralai/Mixtral-8x7B-Instruct-v0.1"}, parallel={"tp": 8, "moe_ep": 4, "moe_tp": 2}),
+        merged(
+            GPU_BASE, model={"source": "/m/x", "name": "mistralai/Mixtral-8x7B-Instruct-v0.1"}, parallel={"tp": 8, "moe_ep": 4, "moe_tp": 2}
+        ),
     ),
     "streaming_needs_decoupled": (
         merged(CPU_BASE, triton={"decoupled": False}),
@@ -300,17 +336,29 @@ def test_rule_on_local_checkpoint_config(tmp_path):
     """Shape rules read a local checkpoint's config.json, which wins over the catalog."""
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    (ckpt / "config.json").write_text(json.dumps({
-        "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 6,
-        "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 512,
-    }))
+    (ckpt / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 6,
+                "num_key_value_heads": 2,
+                "intermediate_size": 128,
+                "vocab_size": 100,
+                "max_position_embeddings": 512,
+            }
+        )
+    )
     config_file = tmp_path / "c.yaml"
-    config_file.write_text(textwrap.dedent("""
+    config_file.write_text(
+        textwrap.dedent("""
         model: {source: ckpt, name: meta-llama/Llama-3.1-8B-Instruct}
         engine: {backend: tensorrt-llm, max_seq_len: 1024, max_input_len: 256}
         parallel: {tp: 4}
         hardware: {gpu: H100-SXM}
-    """))
+    """)
+    )
     result = run_cli("config", "validate", str(config_file))
     assert result.returncode == 2
     assert "parallel.tp: 4 does not divide the model's 6 attention heads" in result.stderr
@@ -319,12 +367,14 @@ def test_rule_on_local_checkpoint_config(tmp_path):
 
 
 def test_all_problems_reported_at_once(write_config):
-    path = write_config(textwrap.dedent("""
+    path = write_config(
+        textwrap.dedent("""
         model: {source: smollm2-135m}
         engine: {backend: openvino, max_beam_width: 4}
         quantization: {algorithm: fp8}
         hardware: {gpu: cpu}
-    """))
+    """)
+    )
     result = run_cli("config", "validate", str(path))
     assert result.returncode == 2
     assert "quantization.algorithm" in result.stderr and "engine.max_beam_width" in result.stderr

@@ -94,7 +94,10 @@ def test_sixteen_concurrent_streams_all_complete_correctly(cpu_engine_server, pr
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"request_output_len": [0]}, "request_output_len (max_tokens at the ensemble): 0 is outside the valid range; a whole number from 1 to 2047"),
+        (
+            {"request_output_len": [0]},
+            "request_output_len (max_tokens at the ensemble): 0 is outside the valid range; a whole number from 1 to 2047",
+        ),
         ({"end_id": [49152]}, "end_id: 49152 is outside the valid range; a token id from 0 to 49151, or -1 for no end token"),
         ({"temperature": [-1.0]}, "temperature: -1.0 is outside the valid range; a finite number >= 0"),
         ({"input_ids": [], "input_lengths": [0]}, "prompt is empty"),
@@ -143,7 +146,8 @@ _VANISHING_CLIENT = textwrap.dedent(
 def test_a_client_that_vanishes_mid_stream_does_not_stall_the_server(cpu_engine_server, prompt_ids):
     proc = subprocess.Popen(
         [sys.executable, "-c", _VANISHING_CLIENT, cpu_engine_server.grpc_url, "1500"],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout.readline().strip() == "streaming"

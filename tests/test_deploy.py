@@ -116,8 +116,13 @@ def test_world_size_above_one_needs_the_rendered_leader_command(tmp_path, write_
 
     leader = ["mpirun", "--allow-run-as-root"]
     for rank in range(3):
-        leader += [":"] * bool(rank) + ["-n", "1", "/opt/tritonserver/bin/tritonserver", f"--model-repository={repo}",
-                                        f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
+        leader += [":"] * bool(rank) + [
+            "-n",
+            "1",
+            "/opt/tritonserver/bin/tritonserver",
+            f"--model-repository={repo}",
+            f"--backend-config=python,shm-region-prefix-name=prefix{rank}_",
+        ]
     (workdir / "render").mkdir(parents=True)
     (workdir / "render" / "manifest.json").write_text(json.dumps({"outputs": {"launch_command": leader}}))
     result = run_cli("deploy", str(config), "--workdir", str(workdir), "--repository", str(repo), "--dry-run", "--json")

@@ -143,12 +143,23 @@ def test_stop_never_signals_a_process_the_deployment_did_not_start(tmp_path):
 
     def record(pgid: int, run_id: str) -> None:
         """A deployment whose server (a pid that has exited) led group `pgid`."""
-        write_state(Deployment(
-            running=True, pid=finished.pid, pgid=pgid, host="127.0.0.1", bind_address="127.0.0.1",
-            ports={"http": 1, "grpc": 2, "metrics": 3}, repository=str(tmp_path / "repo"), models={},
-            started_at="2026-01-01T00:00:00Z", command=["/opt/tritonserver/bin/tritonserver"], log=str(tmp_path / "log"),
-            workdir=str(tmp_path / "wd"), run_id=run_id,
-        ))
+        write_state(
+            Deployment(
+                running=True,
+                pid=finished.pid,
+                pgid=pgid,
+                host="127.0.0.1",
+                bind_address="127.0.0.1",
+                ports={"http": 1, "grpc": 2, "metrics": 3},
+                repository=str(tmp_path / "repo"),
+                models={},
+                started_at="2026-01-01T00:00:00Z",
+                command=["/opt/tritonserver/bin/tritonserver"],
+                log=str(tmp_path / "log"),
+                workdir=str(tmp_path / "wd"),
+                run_id=run_id,
+            )
+        )
 
     stranger = sleeper(None)
     ours = sleeper("feedfacefeedface")
@@ -241,7 +252,9 @@ def test_sigkill_of_a_command_serving_for_its_own_duration_takes_the_server_alon
     script = tmp_path / "serving.py"
     script.write_text(SERVING)
     tests_dir = str(Path(__file__).parent)
-    proc = subprocess.Popen([sys.executable, str(script), str(workdir), str(repo), tests_dir], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(workdir), str(repo), tests_dir], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         pgid = int(proc.stdout.readline())
         assert len(group_members(pgid)) == 3  # server and two stubs
@@ -258,9 +271,15 @@ def test_deploy_lock_held_by_another_process_gives_one_line_naming_it(tmp_path):
     from trtllm_forge.errors import StepError
 
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from trtllm_forge.deploy.state import deploy_lock\n"
-         "with deploy_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(600)", str(tmp_path / "wd")],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from trtllm_forge.deploy.state import deploy_lock\n"
+            "with deploy_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(600)",
+            str(tmp_path / "wd"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "held"

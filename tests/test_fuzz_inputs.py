@@ -40,9 +40,42 @@ MAX_RSS_GROWTH_KB = 600_000
 BASE = yaml.safe_load((CONFIGS / "smollm2-cpu.yaml").read_text())
 
 HOSTILE = [
-    "[/x]", "[bold]x[/bold]", "[link=http://e]x", ":smile:", "../../x", "/etc/passwd", 'a"\nname: "b', "-rf", "--privileged",
-    "", " ", "~nosuchuser/m", "a\x00b", "é💥", "x" * 5000, "0.0.0.0", "::", "${x}", "%s%n", "\\", "{{ x }}",
-    10**30, -1, 0, 2**63, float("inf"), float("nan"), -0.0, True, None, [], {}, [1, -7], {"a": {"b": [1]}}, "1e400", ".inf",
+    "[/x]",
+    "[bold]x[/bold]",
+    "[link=http://e]x",
+    ":smile:",
+    "../../x",
+    "/etc/passwd",
+    'a"\nname: "b',
+    "-rf",
+    "--privileged",
+    "",
+    " ",
+    "~nosuchuser/m",
+    "a\x00b",
+    "é💥",
+    "x" * 5000,
+    "0.0.0.0",
+    "::",
+    "${x}",
+    "%s%n",
+    "\\",
+    "{{ x }}",
+    10**30,
+    -1,
+    0,
+    2**63,
+    float("inf"),
+    float("nan"),
+    -0.0,
+    True,
+    None,
+    [],
+    {},
+    [1, -7],
+    {"a": {"b": [1]}},
+    "1e400",
+    ".inf",
 ]
 
 
@@ -51,18 +84,26 @@ def _leaf_paths(model: type[BaseModel], prefix: tuple = ()) -> list[tuple]:
     for name, field in model.model_fields.items():
         if name == "config_dir":
             continue
-        inner = [a for a in (field.annotation, *getattr(field.annotation, "__args__", ())) if isinstance(a, type) and issubclass(a, BaseModel)]
+        inner = [
+            a for a in (field.annotation, *getattr(field.annotation, "__args__", ())) if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
         paths.append((*prefix, name))
         if inner:
             paths.extend(_leaf_paths(inner[0], (*prefix, name)))
     return paths
 
 
-FIELDS = _leaf_paths(ForgeConfig) + [("bench", "workloads", 0, "name"), ("bench", "workloads", 0, "concurrency"),
-                                     ("bench", "workloads", 0, "slo_ms"), ("extra_section",), ("engine", "12")]
+FIELDS = _leaf_paths(ForgeConfig) + [
+    ("bench", "workloads", 0, "name"),
+    ("bench", "workloads", 0, "concurrency"),
+    ("bench", "workloads", 0, "slo_ms"),
+    ("extra_section",),
+    ("engine", "12"),
+]
 
-values = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=40), st.integers(), st.floats(allow_nan=True),
-                   st.lists(st.integers(-10, 10), max_size=4))
+values = st.one_of(
+    st.sampled_from(HOSTILE), st.text(max_size=40), st.integers(), st.floats(allow_nan=True), st.lists(st.integers(-10, 10), max_size=4)
+)
 
 
 def _set(data: dict, path: tuple, value) -> None:
@@ -136,8 +177,11 @@ def rss_budget():
 
 
 @FUZZ
-@given(mutations=st.lists(st.tuples(st.sampled_from(FIELDS), values), min_size=1, max_size=3),
-       edit=st.sampled_from(TEXT_EDITS), position=st.integers(0, 10_000))
+@given(
+    mutations=st.lists(st.tuples(st.sampled_from(FIELDS), values), min_size=1, max_size=3),
+    edit=st.sampled_from(TEXT_EDITS),
+    position=st.integers(0, 10_000),
+)
 def test_config_loading_never_crashes_and_names_file_and_field(tmp_path_factory, rss_budget, mutations, edit, position):
     data = copy.deepcopy(BASE)
     for path, value in mutations:
@@ -198,12 +242,16 @@ def _edit_repository(repo: Path, model: str, edit: str, text_value: str, number:
 
 
 @settings(FUZZ, max_examples=max(10, EXAMPLES // 2))  # each case copies a repository
-@given(model=st.sampled_from(["ensemble", "preprocessing", "tensorrt_llm", "postprocessing", "tensorrt_llm_bls"]),
-       edits=st.lists(st.sampled_from(PBTXT_EDITS), min_size=1, max_size=3),
-       text_value=st.one_of(st.sampled_from([v for v in HOSTILE if isinstance(v, str)]), st.text(max_size=30)),
-       number=st.integers(-(2**31), 2**31), position=st.integers(0, 100_000))
-def test_render_check_never_crashes_and_names_file_and_line(tmp_path_factory, clean_repository, rss_budget,
-                                                            model, edits, text_value, number, position):
+@given(
+    model=st.sampled_from(["ensemble", "preprocessing", "tensorrt_llm", "postprocessing", "tensorrt_llm_bls"]),
+    edits=st.lists(st.sampled_from(PBTXT_EDITS), min_size=1, max_size=3),
+    text_value=st.one_of(st.sampled_from([v for v in HOSTILE if isinstance(v, str)]), st.text(max_size=30)),
+    number=st.integers(-(2**31), 2**31),
+    position=st.integers(0, 100_000),
+)
+def test_render_check_never_crashes_and_names_file_and_line(
+    tmp_path_factory, clean_repository, rss_budget, model, edits, text_value, number, position
+):
     repo = tmp_path_factory.mktemp("fuzz-repo") / "model_repository"
     shutil.copytree(clean_repository, repo, symlinks=True)
     for edit in edits:

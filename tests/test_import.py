@@ -71,9 +71,10 @@ def test_converted_checkpoint_generates_what_the_gguf_model_generates(imported_s
     def greedy(model) -> list[int]:
         model.eval()
         with torch.no_grad():
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20, min_new_tokens=20,
-                                 do_sample=False, pad_token_id=2)
-        return out[0, ids.shape[1]:].tolist()
+            out = model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=20, min_new_tokens=20, do_sample=False, pad_token_id=2
+            )
+        return out[0, ids.shape[1] :].tolist()
 
     converted = greedy(AutoModelForCausalLM.from_pretrained(str(imported_smollm2)))
     path = gguf_path()
@@ -100,7 +101,8 @@ def test_saved_tokenizer_follows_the_gguf_metadata(imported_smollm2):
     # llama.cpp's "smollm" pre-tokenizer puts every digit in its own token.
     assert len(tokenizer("2018")["input_ids"]) == 4
     assert "<|im_start|>assistant" in tokenizer.apply_chat_template(
-        [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
+        [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True
+    )
     config = json.loads((imported_smollm2 / "tokenizer_config.json").read_text())
     assert config["tokenizer_class"] == "GPT2Tokenizer"  # also known to transformers 4.x
 
@@ -137,7 +139,12 @@ def test_manifest_records_the_checkpoint(imported_smollm2):
     hf_config = json.loads((imported_smollm2 / "config.json").read_text())
     assert (hf_config["bos_token_id"], hf_config["eos_token_id"], hf_config["pad_token_id"]) == (1, 2, 2)
     assert {p.name for p in imported_smollm2.iterdir()} >= {
-        "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    }
 
 
 # ---- skip, --force, interruption ----
@@ -167,7 +174,10 @@ def test_second_import_is_skipped_and_force_redoes_it(imported_copy):
 def _start_import(workdir: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "trtllm_forge", "import", str(SMOLLM2_CONFIG), "--workdir", str(workdir), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
 
 
@@ -278,8 +288,7 @@ def test_missing_gguf_file(write_config, tmp_path):
 def test_hf_dir_without_config_json(write_config, tmp_path):
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "model.safetensors").write_bytes(b"")
-    line = one_error_line(run_cli("import", str(write_config(config_text("ckpt"))), "--workdir", str(tmp_path / "wd")),
-                          "model.source")
+    line = one_error_line(run_cli("import", str(write_config(config_text("ckpt"))), "--workdir", str(tmp_path / "wd")), "model.source")
     assert "config.json" in line
 
 
@@ -362,13 +371,21 @@ def test_hf_dir_is_checked_and_recorded_without_copying(imported_smollm2, write_
 def test_hf_dir_family_mismatch(write_config, tmp_path):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    (ckpt / "config.json").write_text(json.dumps({
-        "model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-        "vocab_size": 100, "max_position_embeddings": 4096}))
+    (ckpt / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "qwen2",
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "vocab_size": 100,
+                "max_position_embeddings": 4096,
+            }
+        )
+    )
     (ckpt / "model.safetensors").write_bytes(b"")
     (ckpt / "tokenizer.json").write_text("{}")
-    line = one_error_line(run_cli("import", str(write_config(config_text("ckpt", family="llama"))), "--dry-run"),
-                          "model.family")
+    line = one_error_line(run_cli("import", str(write_config(config_text("ckpt", family="llama"))), "--dry-run"), "model.family")
     assert "qwen2" in line
 
 
@@ -377,8 +394,7 @@ def test_hf_dir_without_tokenizer(write_config, tmp_path):
     ckpt.mkdir()
     (ckpt / "config.json").write_text(json.dumps({"model_type": "llama"}))
     (ckpt / "model.safetensors").write_bytes(b"")
-    line = one_error_line(run_cli("import", str(write_config(config_text("ckpt", family=None))), "--dry-run"),
-                          "model.source")
+    line = one_error_line(run_cli("import", str(write_config(config_text("ckpt", family=None))), "--dry-run"), "model.source")
     assert "tokenizer" in line
 
 
@@ -386,8 +402,10 @@ def test_import_is_registered_without_heavy_imports():
     proc = run_cli("import", "--help")
     assert proc.returncode == 0
     assert "--dry-run" in proc.stdout and "--force" in proc.stdout and "--workdir" in proc.stdout
-    code = ("import sys; import trtllm_forge.cli, trtllm_forge.importer.stage; "
-            "bad = [m for m in ('torch', 'transformers', 'tensorrt_llm') if m in sys.modules]; print(bad)")
+    code = (
+        "import sys; import trtllm_forge.cli, trtllm_forge.importer.stage; "
+        "bad = [m for m in ('torch', 'transformers', 'tensorrt_llm') if m in sys.modules]; print(bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.stdout.strip() == "[]", out.stderr
 

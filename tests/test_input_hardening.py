@@ -86,8 +86,7 @@ def test_checkpoint_config_json_with_impossible_head_count(tmp_path, heads, show
     checkpoint = tmp_path / "ckpt"
     checkpoint.mkdir()
     (checkpoint / "config.json").write_text(
-        '{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "vocab_size": 100, '
-        f'"num_attention_heads": {heads}}}'
+        f'{{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "vocab_size": 100, "num_attention_heads": {heads}}}'
     )
     path = tmp_path / "c.yaml"
     path.write_text(MINIMAL.replace("smollm2-135m", "ckpt"))
@@ -189,8 +188,7 @@ def test_image_must_be_an_image_reference(write_config, image):
 
 
 def test_valid_image_references(write_config):
-    for image in ("nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3", "localhost:5000/forge/triton:v1",
-                  "ubuntu@sha256:" + "a" * 64):
+    for image in ("nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3", "localhost:5000/forge/triton:v1", "ubuntu@sha256:" + "a" * 64):
         assert load_config(write_config(MINIMAL + f"deploy:\n  image: {image}\n")).deploy.image == image
 
 
@@ -212,8 +210,9 @@ def test_every_interface_is_allowed_with_a_warning(write_config):
 def test_render_never_writes_outside_the_repository(write_config, tmp_path):
     """The name checks run at load: a hostile name never reaches render, so nothing lands outside."""
     path = write_config(MINIMAL + "triton:\n  model_names:\n    preprocessing: ../../escaped\n")
-    outcome = run_in_process("render", str(path), "--engine-dir", str(REPO / "tests" / "fixtures" / "engines" / "smollm2-cpu"),
-                             "--workdir", str(tmp_path / "wd"))
+    outcome = run_in_process(
+        "render", str(path), "--engine-dir", str(REPO / "tests" / "fixtures" / "engines" / "smollm2-cpu"), "--workdir", str(tmp_path / "wd")
+    )
     one_error(outcome, "triton.model_names.preprocessing")
     assert not list(tmp_path.rglob("escaped"))
 
@@ -256,7 +255,9 @@ def test_check_unknown_data_type(repository):
     config.write_text(config.read_text().replace("data_type: TYPE_STRING", "data_type: 99", 1))
     outcome = check(repository)
     assert outcome.returncode == 2 and outcome.exception is None
-    assert "preprocessing/config.pbtxt:6: input 'QUERY' has data_type 99, which is not a Triton data type; one of TYPE_BOOL" in outcome.stderr
+    assert (
+        "preprocessing/config.pbtxt:6: input 'QUERY' has data_type 99, which is not a Triton data type; one of TYPE_BOOL" in outcome.stderr
+    )
 
 
 @pytest.mark.parametrize("dims", ["[-7]", "[0]"])
@@ -265,7 +266,10 @@ def test_check_rejects_dims_other_than_minus_one_or_positive(repository, dims):
     config.write_text(config.read_text().replace("dims: [1]", f"dims: {dims}", 1))
     outcome = check(repository)
     assert outcome.returncode == 2
-    assert f"input 'QUERY' has dims {dims.replace('[', '[').replace(']', ']')}; each dimension is a size of at least 1, or -1" in outcome.stderr
+    assert (
+        f"input 'QUERY' has dims {dims.replace('[', '[').replace(']', ']')}; each dimension is a size of at least 1, or -1"
+        in outcome.stderr
+    )
 
 
 def test_check_a_symlink_loop(tmp_path):

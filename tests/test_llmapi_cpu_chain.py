@@ -32,8 +32,9 @@ def served(tmp_path_factory, imported_smollm2):
     shutil.copytree(imported_smollm2.parent, workdir / "import", symlinks=True)
     stats = root / "engine-stats.json"
     env = {HOST_PROFILE_ENV: str(root / "hardware-cpu.json"), STATS_ENV: str(stats)}
-    proc = run_cli("run", str(CONFIGS / "smollm2-cpu-llmapi.yaml"), "--workdir", str(workdir), "--json", "--keep-serving",
-                   env=env, timeout=1500)
+    proc = run_cli(
+        "run", str(CONFIGS / "smollm2-cpu-llmapi.yaml"), "--workdir", str(workdir), "--json", "--keep-serving", env=env, timeout=1500
+    )
     yield workdir, proc, stats
     run_cli("deploy", "stop", "--workdir", str(workdir))
 
@@ -91,8 +92,14 @@ def test_streaming_sends_the_growing_text(served):
 
 
 def test_stop_string_max_tokens_and_reasons(served):
-    result = _ask(served, sampling_param_max_tokens=30, sampling_param_stop=["."], sampling_param_exclude_input_from_output=True,
-                  return_finish_reason=True, return_stop_reason=True)
+    result = _ask(
+        served,
+        sampling_param_max_tokens=30,
+        sampling_param_stop=["."],
+        sampling_param_exclude_input_from_output=True,
+        return_finish_reason=True,
+        return_stop_reason=True,
+    )
     (response,) = result.responses
     assert response["text_output"].reshape(-1)[0].decode() == " Paris"
     assert response["finish_reason"].reshape(-1)[0].decode() == "stop"
@@ -103,14 +110,31 @@ def test_stop_string_max_tokens_and_reasons(served):
 
 def test_sampling_seed_top_k_top_p(served):
     def sample(seed):
-        return _texts(_ask(served, "Tell me a story", sampling_param_max_tokens=12, sampling_param_temperature=1.0,
-                           sampling_param_top_p=0.95, sampling_param_top_k=50, sampling_param_seed=np.uint64(seed),
-                           sampling_param_exclude_input_from_output=True))[0]
+        return _texts(
+            _ask(
+                served,
+                "Tell me a story",
+                sampling_param_max_tokens=12,
+                sampling_param_temperature=1.0,
+                sampling_param_top_p=0.95,
+                sampling_param_top_k=50,
+                sampling_param_seed=np.uint64(seed),
+                sampling_param_exclude_input_from_output=True,
+            )
+        )[0]
+
     first, again = sample(7), sample(7)
     assert first == again
     assert len({sample(s) for s in (1, 2, 3, 4)}) > 1
-    greedy = _texts(_ask(served, sampling_param_max_tokens=8, sampling_param_top_k=1, sampling_param_temperature=5.0,
-                         sampling_param_exclude_input_from_output=True))[0]
+    greedy = _texts(
+        _ask(
+            served,
+            sampling_param_max_tokens=8,
+            sampling_param_top_k=1,
+            sampling_param_temperature=5.0,
+            sampling_param_exclude_input_from_output=True,
+        )
+    )[0]
     assert greedy.startswith(" Paris")  # top_k 1 is greedy whatever the temperature (TensorRT-LLM's rule)
 
 
@@ -139,8 +163,11 @@ def test_client_that_disconnects_stops_the_generation(served):
     text = grpcclient.InferInput("text_input", [1], "BYTES")
     text.set_data_from_numpy(np.array([b"Once upon a time"], dtype=object))
     flags = []
-    for name, dtype, value in (("sampling_param_max_tokens", "INT32", np.array([1000], np.int32)),
-                               ("streaming", "BOOL", np.array([True])), ("sampling_param_exclude_input_from_output", "BOOL", np.array([True]))):
+    for name, dtype, value in (
+        ("sampling_param_max_tokens", "INT32", np.array([1000], np.int32)),
+        ("streaming", "BOOL", np.array([True])),
+        ("sampling_param_exclude_input_from_output", "BOOL", np.array([True])),
+    ):
         tensor = grpcclient.InferInput(name, [1], dtype)
         tensor.set_data_from_numpy(value)
         flags.append(tensor)
@@ -173,13 +200,21 @@ def test_stop_request_ends_the_request_with_that_id(served):
         return t
 
     prompt = tensor("text_input", "BYTES", np.array([b"Once upon a time"], dtype=object))
-    client.async_stream_infer("tensorrt_llm", [prompt, tensor("sampling_param_max_tokens", "INT32", np.array([1000], np.int32)),
-                                               tensor("streaming", "BOOL", np.array([True])),
-                                               tensor("return_finish_reason", "BOOL", np.array([True]))],
-                              request_id="story", enable_empty_final_response=True)
+    client.async_stream_infer(
+        "tensorrt_llm",
+        [
+            prompt,
+            tensor("sampling_param_max_tokens", "INT32", np.array([1000], np.int32)),
+            tensor("streaming", "BOOL", np.array([True])),
+            tensor("return_finish_reason", "BOOL", np.array([True])),
+        ],
+        request_id="story",
+        enable_empty_final_response=True,
+    )
     arrived.get(timeout=60)
-    client.async_stream_infer("tensorrt_llm", [prompt, tensor("stop", "BOOL", np.array([True]))], request_id="story",
-                              enable_empty_final_response=True)
+    client.async_stream_infer(
+        "tensorrt_llm", [prompt, tensor("stop", "BOOL", np.array([True]))], request_id="story", enable_empty_final_response=True
+    )
     reasons, errors, deadline = [], [], time.monotonic() + 60
     while time.monotonic() < deadline and not (errors and "cancelled" in reasons):
         result, error = arrived.get(timeout=60)
@@ -194,11 +229,14 @@ def test_stop_request_ends_the_request_with_that_id(served):
 
 
 def test_perf_metrics_outputs_like_nvidia(served):
-    result = _ask(served, sampling_param_max_tokens=6, sampling_param_return_perf_metrics=True,
-                  sampling_param_exclude_input_from_output=True)
+    result = _ask(
+        served, sampling_param_max_tokens=6, sampling_param_return_perf_metrics=True, sampling_param_exclude_input_from_output=True
+    )
     (response,) = result.responses
-    stamps = [int(response[name].reshape(-1)[0]) for name in
-              ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")]
+    stamps = [
+        int(response[name].reshape(-1)[0])
+        for name in ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
+    ]
     assert stamps == sorted(stamps) and stamps[0] > 0
     assert response["kv_cache_alloc_total_blocks"].dtype == np.int32 and response["kv_cache_alloc_total_blocks"].reshape(-1)[0] >= 1
     assert response["kv_cache_hit_rate"].dtype == np.float32

@@ -53,8 +53,16 @@ def test_unknown_llm_api_option_is_one_line_with_the_nearest_key(tmp_path):
 
 
 def test_argument_table_knows_nvidia_fields_and_finds_typos():
-    assert {"model", "kv_cache_config", "scheduler_config", "speculative_config", "cuda_graph_config",
-            "max_num_tokens", "enable_chunked_prefill", "stream_interval"} <= TOP_LEVEL
+    assert {
+        "model",
+        "kv_cache_config",
+        "scheduler_config",
+        "speculative_config",
+        "cuda_graph_config",
+        "max_num_tokens",
+        "enable_chunked_prefill",
+        "stream_interval",
+    } <= TOP_LEVEL
     assert unknown_keys({"max_num_token": 8}) == [("max_num_token", "max_num_tokens")]
     assert unknown_keys({"scheduler_config": {"capacity_scheduler_policy": "MAX_UTILIZATION"}}) == []
     assert unknown_keys({"triton_config": {}}) == [("triton_config", None)] or unknown_keys({"triton_config": {}})[0][0] == "triton_config"

@@ -34,7 +34,7 @@ def test_docker_and_kubernetes_run_the_same_command():
     docker = trtllm_serve.docker_argv(config, "/models/llama", "/wd/opts/extra.yaml")
     image = trtllm_serve.image_for(config)
     assert docker[:2] == ["docker", "run"] and "--gpus" in docker and "trtllm" in image  # the pinned NGC image carries trtllm-serve
-    assert docker[docker.index(image) + 1:] == inside
+    assert docker[docker.index(image) + 1 :] == inside
     assert "/models/llama:/models/llama:ro" in docker
     deployment, service = yaml.safe_load_all(trtllm_serve.kubernetes_manifest(config, "/models/llama", "/wd/opts/extra.yaml"))
     container = deployment["spec"]["template"]["spec"]["containers"][0]
@@ -86,8 +86,9 @@ def test_stand_in_serves_openai_endpoints(stand_in_server):
         assert json.loads(response.read())["data"][0]["id"] == model
     done = _post(f"{server.url}/v1/completions", {"model": model, "prompt": "The capital of France is", "max_tokens": 8})
     assert done["choices"][0]["text"].startswith(" Paris") and done["usage"]["completion_tokens"] == 8
-    chat = _post(f"{server.url}/v1/chat/completions",
-                 {"model": model, "messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 8})
+    chat = _post(
+        f"{server.url}/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 8}
+    )
     assert chat["choices"][0]["message"]["content"]
     with urllib.request.urlopen(f"{server.url}/metrics") as response:
         assert json.loads(response.read())[0]["finished"] >= 2
@@ -100,9 +101,20 @@ def test_bench_openai_target_measures_the_stand_in(stand_in_server, smollm2_chec
 
     server, model, root = stand_in_server
     for endpoint in ("completions", "chat"):
-        options = BenchOptions(target="openai", url=server.url, model=model, concurrency=[2], num_requests=4, warmup_requests=1,
-                               input_len=LengthSpec(32), output_len=LengthSpec(12), tokenizer=smollm2_checkpoint,
-                               out=root / f"bench-{endpoint}", plots=False, openai_endpoint=endpoint)
+        options = BenchOptions(
+            target="openai",
+            url=server.url,
+            model=model,
+            concurrency=[2],
+            num_requests=4,
+            warmup_requests=1,
+            input_len=LengthSpec(32),
+            output_len=LengthSpec(12),
+            tokenizer=smollm2_checkpoint,
+            out=root / f"bench-{endpoint}",
+            plots=False,
+            openai_endpoint=endpoint,
+        )
         document = run_bench(options)
         point = (document.get("points") or [document])[0]
         assert point["requests"]["completed"] == 4 and point["requests"]["failed"] == 0, point["requests"]
@@ -124,8 +136,10 @@ def test_deploy_start_and_stop_with_server_trtllm_serve(cpu_engine_fp32, tmp_pat
     config_file.write_text(yaml.safe_dump(source))
     workdir = tmp_path / "wd"
     write_model_yaml(load_config(config_file), workdir / "build" / "llmapi", engine_dir)
-    write_json_atomic(workdir / "build" / "manifest.json", {"stage": "build", "outputs": {
-        "target": "llmapi", "engine_dir": engine_dir, "llmapi_dir": str(workdir / "build" / "llmapi")}})
+    write_json_atomic(
+        workdir / "build" / "manifest.json",
+        {"stage": "build", "outputs": {"target": "llmapi", "engine_dir": engine_dir, "llmapi_dir": str(workdir / "build" / "llmapi")}},
+    )
     started = run_cli("deploy", "start", str(config_file), "--workdir", str(workdir), "--json", timeout=600)
     assert started.returncode == 0, started.stderr[-3000:]
     described = json.loads(started.stdout)
@@ -133,8 +147,26 @@ def test_deploy_start_and_stop_with_server_trtllm_serve(cpu_engine_fp32, tmp_pat
         assert described["stand_in"] is True and "--extra_llm_api_options" in described["argv"]
         with urllib.request.urlopen(f"{described['url']}/health") as response:
             assert response.status == 200
-        bench = run_cli("bench", str(config_file), "--workdir", str(workdir), "--target", "openai", "--concurrency", "1",
-                        "--num-requests", "2", "--warmup", "0", "--input-len", "16", "--output-len", "8", "--json", timeout=600)
+        bench = run_cli(
+            "bench",
+            str(config_file),
+            "--workdir",
+            str(workdir),
+            "--target",
+            "openai",
+            "--concurrency",
+            "1",
+            "--num-requests",
+            "2",
+            "--warmup",
+            "0",
+            "--input-len",
+            "16",
+            "--output-len",
+            "8",
+            "--json",
+            timeout=600,
+        )
         assert bench.returncode == 0, bench.stderr[-3000:]
         point = (json.loads(bench.stdout).get("points") or [json.loads(bench.stdout)])[0]
         assert point["requests"]["completed"] == 2 and point["requests"]["failed"] == 0

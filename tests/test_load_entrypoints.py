@@ -101,8 +101,9 @@ def test_twice_max_batch_size_in_flight_never_stalls(loaded, model, stream):
 
     def one(prompt: str):
         started = time.monotonic()
-        result = stream_request(deployment.grpc_url, model, request_inputs(model, prompt, stream, tokenizer),
-                                timeout_s=REQUEST_BOUND_S, raise_on_error=False)
+        result = stream_request(
+            deployment.grpc_url, model, request_inputs(model, prompt, stream, tokenizer), timeout_s=REQUEST_BOUND_S, raise_on_error=False
+        )
         return prompt, result, time.monotonic() - started
 
     with ThreadPoolExecutor(max_workers=IN_FLIGHT) as pool:

@@ -56,8 +56,9 @@ MAX_TOKENS = 12
 def _render_and_start(cpu_engine_fp32, triton_launcher, tmp_path_factory, config, name: str):
     _, build = cpu_engine_fp32
     workdir = tmp_path_factory.mktemp(name)
-    rendered = write_repository(config, workdir, read_engine_config(Path(build.manifest["outputs"]["engine_dir"])), "cpu",
-                                workdir / "model_repository")
+    rendered = write_repository(
+        config, workdir, read_engine_config(Path(build.manifest["outputs"]["engine_dir"])), "cpu", workdir / "model_repository"
+    )
     return triton_launcher(rendered.repository, config=config)
 
 
@@ -123,8 +124,12 @@ def stream_like_nvidia(url: str, model: str, inputs: dict, requested: list[str])
 
     client = grpcclient.InferenceServerClient(url=url)
     client.start_stream(callback=partial(on_result, completed))
-    client.async_stream_infer(model, [nv_tensor(grpcclient, k, v) for k, v in inputs.items()],
-                              outputs=[grpcclient.InferRequestedOutput(n) for n in requested], request_id="")
+    client.async_stream_infer(
+        model,
+        [nv_tensor(grpcclient, k, v) for k, v in inputs.items()],
+        outputs=[grpcclient.InferRequestedOutput(n) for n in requested],
+        request_id="",
+    )
     client.stop_stream()  # returns once the server has closed the stream
     client.close()
     results = []
@@ -178,9 +183,10 @@ def test_end_to_end_grpc_client_stop_words(decoupled_server, reference, model):
     BLS: text match; both keep the word, as TensorRT-LLM does)."""
     tokenizer, _, ids, expected = reference
     # A whole-word token from the middle of the greedy reply, spelled as the tokenizer spells it (leading space).
-    word = next(tokenizer.decode(ids[k:k + 1]) for k in range(2, len(ids)) if tokenizer.decode(ids[k:k + 1]).strip().isalpha())
-    results = stream_like_nvidia(decoupled_server.grpc_url, model, e2e_inputs(PROMPT, False, True, stop_words=[word, "zzzz"]),
-                                 ["text_output"])
+    word = next(tokenizer.decode(ids[k : k + 1]) for k in range(2, len(ids)) if tokenizer.decode(ids[k : k + 1]).strip().isalpha())
+    results = stream_like_nvidia(
+        decoupled_server.grpc_url, model, e2e_inputs(PROMPT, False, True, stop_words=[word, "zzzz"]), ["text_output"]
+    )
     [text] = texts_like_nvidia(results, streaming=False)
     assert text == expected[: expected.index(word) + len(word)] and len(text) < len(expected)
 
@@ -201,8 +207,12 @@ def test_batch_inputs_come_back_per_item_with_batch_index(decoupled_server, refe
 @pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
 def test_log_probs_have_nvidias_shapes(decoupled_server, reference, model):
     """--return-log-probs: cum_log_probs [1, beams], output_log_probs [1, beams, tokens] (read as [0])."""
-    results = stream_like_nvidia(decoupled_server.grpc_url, model, e2e_inputs(PROMPT, False, True, return_log_probs=True),
-                                 ["text_output", "cum_log_probs", "output_log_probs"])
+    results = stream_like_nvidia(
+        decoupled_server.grpc_url,
+        model,
+        e2e_inputs(PROMPT, False, True, return_log_probs=True),
+        ["text_output", "cum_log_probs", "output_log_probs"],
+    )
     [result] = results
     cum, per_token = result.as_numpy("cum_log_probs"), result.as_numpy("output_log_probs")
     assert cum.shape == (1, 1) and per_token.shape == (1, 1, MAX_TOKENS)
@@ -244,8 +254,9 @@ def ids_like_nvidia(results: list, streaming: bool) -> list[int]:
 def test_inflight_batcher_llm_client_token_ids_over_a_stream(decoupled_server, reference, streaming):
     tokenizer, prompt_ids, expected_ids, _ = reference
     end_id = tokenizer.eos_token_id
-    results = stream_like_nvidia(decoupled_server.grpc_url, "tensorrt_llm", token_inputs(prompt_ids, streaming, end_id, end_id),
-                                 ["output_ids", "sequence_length"])
+    results = stream_like_nvidia(
+        decoupled_server.grpc_url, "tensorrt_llm", token_inputs(prompt_ids, streaming, end_id, end_id), ["output_ids", "sequence_length"]
+    )
     assert all(r.as_numpy("output_ids").shape[:2] == (1, 1) for r in results)
     assert ids_like_nvidia(results, streaming) == expected_ids
 
@@ -270,8 +281,7 @@ def test_end_to_end_test_infer_on_non_decoupled_models(unary_server, reference, 
     inputs.pop("stream")
     inputs["bad_words"] = np.array([[""]], dtype=object)
     inputs["stop_words"] = np.array([[""]], dtype=object)
-    result = client.infer(model, [nv_tensor(module, k, v) for k, v in inputs.items()],
-                          outputs=[module.InferRequestedOutput("text_output")])
+    result = client.infer(model, [nv_tensor(module, k, v) for k, v in inputs.items()], outputs=[module.InferRequestedOutput("text_output")])
     client.close()
     assert result.as_numpy("text_output").shape == (1,)
     assert result.as_numpy("text_output")[0].decode("utf-8") == expected
@@ -284,26 +294,34 @@ def test_ensemble_text_output_equals_postprocessing_output(unary_server, referen
 
     _, _, _, expected = reference
     client = grpcclient.InferenceServerClient(url=unary_server.grpc_url)
-    pre = client.infer("preprocessing", [
-        nv_tensor(grpcclient, "QUERY", np.array([[PROMPT]]).astype(object)),
-        nv_tensor(grpcclient, "REQUEST_OUTPUT_LEN", np.array([[MAX_TOKENS]], dtype=np.int32)),
-        nv_tensor(grpcclient, "BAD_WORDS_DICT", np.array([[""]], dtype=object)),
-        nv_tensor(grpcclient, "STOP_WORDS_DICT", np.array([[""]], dtype=object)),
-    ])
-    engine = client.infer("tensorrt_llm", [
-        nv_tensor(grpcclient, "input_ids", pre.as_numpy("INPUT_ID")),
-        nv_tensor(grpcclient, "input_lengths", pre.as_numpy("REQUEST_INPUT_LEN")),
-        nv_tensor(grpcclient, "request_output_len", pre.as_numpy("REQUEST_OUTPUT_LEN")),
-        nv_tensor(grpcclient, "end_id", pre.as_numpy("OUT_END_ID")),
-        nv_tensor(grpcclient, "pad_id", pre.as_numpy("OUT_PAD_ID")),
-        nv_tensor(grpcclient, "exclude_input_in_output", np.array([[True]], dtype=bool)),
-    ])
-    post = client.infer("postprocessing", [
-        nv_tensor(grpcclient, "TOKENS_BATCH", engine.as_numpy("output_ids").astype(np.int32)),
-        nv_tensor(grpcclient, "SEQUENCE_LENGTH", engine.as_numpy("sequence_length")),
-    ])
-    ensemble = client.infer("ensemble", [nv_tensor(grpcclient, k, v) for k, v in e2e_inputs(PROMPT, False, True).items()
-                                         if k != "stream"])
+    pre = client.infer(
+        "preprocessing",
+        [
+            nv_tensor(grpcclient, "QUERY", np.array([[PROMPT]]).astype(object)),
+            nv_tensor(grpcclient, "REQUEST_OUTPUT_LEN", np.array([[MAX_TOKENS]], dtype=np.int32)),
+            nv_tensor(grpcclient, "BAD_WORDS_DICT", np.array([[""]], dtype=object)),
+            nv_tensor(grpcclient, "STOP_WORDS_DICT", np.array([[""]], dtype=object)),
+        ],
+    )
+    engine = client.infer(
+        "tensorrt_llm",
+        [
+            nv_tensor(grpcclient, "input_ids", pre.as_numpy("INPUT_ID")),
+            nv_tensor(grpcclient, "input_lengths", pre.as_numpy("REQUEST_INPUT_LEN")),
+            nv_tensor(grpcclient, "request_output_len", pre.as_numpy("REQUEST_OUTPUT_LEN")),
+            nv_tensor(grpcclient, "end_id", pre.as_numpy("OUT_END_ID")),
+            nv_tensor(grpcclient, "pad_id", pre.as_numpy("OUT_PAD_ID")),
+            nv_tensor(grpcclient, "exclude_input_in_output", np.array([[True]], dtype=bool)),
+        ],
+    )
+    post = client.infer(
+        "postprocessing",
+        [
+            nv_tensor(grpcclient, "TOKENS_BATCH", engine.as_numpy("output_ids").astype(np.int32)),
+            nv_tensor(grpcclient, "SEQUENCE_LENGTH", engine.as_numpy("sequence_length")),
+        ],
+    )
+    ensemble = client.infer("ensemble", [nv_tensor(grpcclient, k, v) for k, v in e2e_inputs(PROMPT, False, True).items() if k != "stream"])
     client.close()
     output, text_output = post.as_numpy("OUTPUT"), ensemble.as_numpy("text_output")
     assert output.shape == text_output.shape == (1,)
@@ -319,8 +337,9 @@ def test_inflight_batcher_llm_client_async_infer_on_a_non_decoupled_engine(unary
     done: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(url=unary_server.grpc_url)
     inputs = [nv_tensor(grpcclient, k, v) for k, v in token_inputs(prompt_ids, False, end_id, end_id).items()]
-    client.async_infer("tensorrt_llm", inputs, callback=lambda result, error: done.put((result, error)), request_id="",
-                       parameters={"Streaming": False})
+    client.async_infer(
+        "tensorrt_llm", inputs, callback=lambda result, error: done.put((result, error)), request_id="", parameters={"Streaming": False}
+    )
     result, error = done.get(timeout=120)
     client.close()
     assert error is None, error
@@ -331,8 +350,9 @@ def test_http_generate_returns_one_string(decoupled_server, reference):
     """The generate endpoint on a 1-D text_output: a plain JSON string (NVIDIA's shape), not a nested list."""
     _, _, _, expected = reference
     body = json.dumps({"text_input": PROMPT, "max_tokens": MAX_TOKENS}).encode()
-    request = urllib.request.Request(f"{decoupled_server.http_url}/v2/models/ensemble/generate", data=body,
-                                     headers={"Content-Type": "application/json"}, method="POST")
+    request = urllib.request.Request(
+        f"{decoupled_server.http_url}/v2/models/ensemble/generate", data=body, headers={"Content-Type": "application/json"}, method="POST"
+    )
     with urllib.request.urlopen(request, timeout=120) as response:
         reply = json.loads(response.read())
     assert reply["text_output"] == expected
@@ -359,9 +379,30 @@ def test_bench_targets_read_nvidias_shapes(decoupled_server, smollm2_checkpoint,
     from conftest import run_cli
 
     url = decoupled_server.grpc_url if target == "triton-grpc" else decoupled_server.http_url
-    proc = run_cli("bench", "--target", target, "--url", url, "--model", "ensemble", "--concurrency", "2",
-                   "--num-requests", "4", "--input-len", "8", "--output-len", "6", "--tokenizer", str(smollm2_checkpoint),
-                   "--out", str(tmp_path), "--no-plots", "--json", timeout=300)
+    proc = run_cli(
+        "bench",
+        "--target",
+        target,
+        "--url",
+        url,
+        "--model",
+        "ensemble",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "4",
+        "--input-len",
+        "8",
+        "--output-len",
+        "6",
+        "--tokenizer",
+        str(smollm2_checkpoint),
+        "--out",
+        str(tmp_path),
+        "--no-plots",
+        "--json",
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     point = json.loads(proc.stdout)  # one load point: its summary
     assert point["requests"]["completed"] == 4 and point["requests"]["failed"] == 0

@@ -35,8 +35,14 @@ OUR_ADDITIONS = {
     "preprocessing": {"trust_remote_code", "EXECUTION_ENV_PATH"},
     "postprocessing": {"trust_remote_code", "EXECUTION_ENV_PATH"},
     "tensorrt_llm": {"EXECUTION_ENV_PATH"},  # only the cpu kind, whose engine model is a python model
-    "tensorrt_llm_bls": {"trust_remote_code", "EXECUTION_ENV_PATH", "tokenizer_dir", "skip_special_tokens",
-                         "preprocessing_model_name", "tensorrt_llm_decoupled"},
+    "tensorrt_llm_bls": {
+        "trust_remote_code",
+        "EXECUTION_ENV_PATH",
+        "tokenizer_dir",
+        "skip_special_tokens",
+        "preprocessing_model_name",
+        "tensorrt_llm_decoupled",
+    },
     "ensemble": set(),
 }
 # NVIDIA keys a rendered repository must always carry (the rest are written only when the config sets them;
@@ -45,8 +51,15 @@ ALWAYS = {
     "preprocessing": {"tokenizer_dir", "add_special_tokens"},
     "postprocessing": {"tokenizer_dir", "skip_special_tokens"},
     "tensorrt_llm_bls": {"accumulate_tokens", "tensorrt_llm_model_name", "tensorrt_llm_draft_model_name", "multimodal_encoders_name"},
-    "tensorrt_llm": {"gpt_model_path", "max_beam_width", "batch_scheduler_policy", "kv_cache_free_gpu_mem_fraction",
-                     "exclude_input_in_output", "enable_kv_cache_reuse", "enable_chunked_context"},
+    "tensorrt_llm": {
+        "gpt_model_path",
+        "max_beam_width",
+        "batch_scheduler_policy",
+        "kv_cache_free_gpu_mem_fraction",
+        "exclude_input_in_output",
+        "enable_kv_cache_reuse",
+        "enable_chunked_context",
+    },
     "ensemble": set(),
 }
 
@@ -86,8 +99,9 @@ def test_parameter_keys_are_nvidias_or_a_listed_difference(rendered, example, mo
     keys = set(configs[model].parameters)
     unknown = keys - set(FACTS[model]["parameters"]) - OUR_ADDITIONS[model]
     assert not unknown, f"{model}: parameters NVIDIA's file does not have and the README does not list: {sorted(unknown)}"
-    always = ALWAYS[model] | ({"gpt_model_type", "FORCE_CPU_ONLY_INPUT_TENSORS", "executor_worker_path"}
-                              if model == "tensorrt_llm" and kind != "cpu" else set())
+    always = ALWAYS[model] | (
+        {"gpt_model_type", "FORCE_CPU_ONLY_INPUT_TENSORS", "executor_worker_path"} if model == "tensorrt_llm" and kind != "cpu" else set()
+    )
     assert always <= keys, f"{model}: missing {sorted(always - keys)}"
 
 

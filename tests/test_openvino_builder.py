@@ -102,15 +102,26 @@ def test_fp32_build_writes_ir_tokenizer_and_engine_config(cpu_engine_fp32):
 
     _, result = cpu_engine_fp32
     engine_dir = Path(result.manifest["outputs"]["engine_dir"])
-    for name in ("openvino_model.xml", "openvino_model.bin", "openvino_tokenizer.xml", "openvino_detokenizer.xml",
-                 "tokenizer.json", "tokenizer_config.json", "hf_config.json"):
+    for name in (
+        "openvino_model.xml",
+        "openvino_model.bin",
+        "openvino_tokenizer.xml",
+        "openvino_detokenizer.xml",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "hf_config.json",
+    ):
         assert (engine_dir / name).is_file(), name
     info = read_engine_config(engine_dir)
     cfg = cpu_test_config()
     assert info.backend == "openvino"
     assert info.version == metadata.version("openvino-genai")
     assert (info.max_batch_size, info.max_input_len, info.max_seq_len, info.max_num_tokens) == (
-        cfg.engine.max_batch_size, cfg.engine.max_input_len, cfg.engine.max_seq_len, cfg.engine.max_num_tokens)
+        cfg.engine.max_batch_size,
+        cfg.engine.max_input_len,
+        cfg.engine.max_seq_len,
+        cfg.engine.max_num_tokens,
+    )
     assert info.tokens_per_block == cfg.engine.tokens_per_block
     assert info.paged_kv_cache and info.use_paged_context_fmha and info.max_beam_width == 1
     assert (info.vocab_size, info.world_size, info.architecture) == (49152, 1, "LlamaForCausalLM")

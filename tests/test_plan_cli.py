@@ -10,8 +10,14 @@ from conftest import CONFIGS, run_cli
 from trtllm_forge.config import load_config
 from trtllm_forge.plan import make_plan
 
-EXAMPLES = ["llama3.1-8b-fp8-h100", "mistral-7b-int4awq-a10g", "qwen2.5-7b-fp16-l40s-tp2",
-            "llama3.1-70b-fp8-h200-tp4", "mixtral-8x7b-fp16-h100x8-ep", "smollm2-cpu"]
+EXAMPLES = [
+    "llama3.1-8b-fp8-h100",
+    "mistral-7b-int4awq-a10g",
+    "qwen2.5-7b-fp16-l40s-tp2",
+    "llama3.1-70b-fp8-h200-tp4",
+    "mixtral-8x7b-fp16-h100x8-ep",
+    "smollm2-cpu",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -112,8 +118,7 @@ def test_measure_host_is_stored_and_used_by_later_plans(tmp_path, host_profile):
 
 
 def test_dry_run_writes_nothing(tmp_path, host_profile):
-    result = run_cli("plan", str(CONFIGS / "smollm2-cpu.yaml"), "--measure-host", "--dry-run",
-                     "--workdir", str(tmp_path / "wd"))
+    result = run_cli("plan", str(CONFIGS / "smollm2-cpu.yaml"), "--measure-host", "--dry-run", "--workdir", str(tmp_path / "wd"))
     assert result.returncode == 0, result.stderr
     assert "would write" in result.stderr
     assert not host_profile.exists() and not (tmp_path / "wd").exists()
@@ -121,7 +126,6 @@ def test_dry_run_writes_nothing(tmp_path, host_profile):
 
 def test_usage_errors_exit_2(tmp_path):
     assert run_cli("plan").returncode == 2
-    too_long = run_cli("plan", str(CONFIGS / "smollm2-cpu.yaml"), "--input-len", "1024", "--output-len", "4096",
-                       "--workdir", str(tmp_path))
+    too_long = run_cli("plan", str(CONFIGS / "smollm2-cpu.yaml"), "--input-len", "1024", "--output-len", "4096", "--workdir", str(tmp_path))
     assert too_long.returncode == 2
     assert too_long.stderr.startswith("error: --output-len: input + output = 5120 tokens exceeds engine.max_seq_len")

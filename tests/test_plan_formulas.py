@@ -23,53 +23,84 @@ QWEN = "Qwen/Qwen2.5-7B-Instruct"
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
-def gpu_config(model: str, gpu: str, *, algorithm="none", kv_cache="none", tp=1, pp=1, dtype="bfloat16",
-               max_batch_size=8, max_input_len=1024, max_seq_len=2048, max_num_tokens=8192, tokens_per_block=32,
-               max_tokens=None, fraction=0.9, group_size=128, **parallel):
+def gpu_config(
+    model: str,
+    gpu: str,
+    *,
+    algorithm="none",
+    kv_cache="none",
+    tp=1,
+    pp=1,
+    dtype="bfloat16",
+    max_batch_size=8,
+    max_input_len=1024,
+    max_seq_len=2048,
+    max_num_tokens=8192,
+    tokens_per_block=32,
+    max_tokens=None,
+    fraction=0.9,
+    group_size=128,
+    **parallel,
+):
     runtime = {"kv_cache_free_gpu_mem_fraction": fraction}
     if max_tokens is not None:
         runtime["max_tokens_in_paged_kv_cache"] = max_tokens
-    return parse_config({
-        "name": "t",
-        "model": {"source": f"/nonexistent/{model.split('/')[1]}", "name": model, "dtype": dtype},
-        "engine": {"backend": "tensorrt-llm", "max_batch_size": max_batch_size, "max_input_len": max_input_len,
-                   "max_seq_len": max_seq_len, "max_num_tokens": max_num_tokens, "tokens_per_block": tokens_per_block},
-        "quantization": {"algorithm": algorithm, "kv_cache": kv_cache, "group_size": group_size},
-        "parallel": {"tp": tp, "pp": pp, **parallel},
-        "runtime": runtime,
-        "hardware": {"gpu": gpu},
-    })
+    return parse_config(
+        {
+            "name": "t",
+            "model": {"source": f"/nonexistent/{model.split('/')[1]}", "name": model, "dtype": dtype},
+            "engine": {
+                "backend": "tensorrt-llm",
+                "max_batch_size": max_batch_size,
+                "max_input_len": max_input_len,
+                "max_seq_len": max_seq_len,
+                "max_num_tokens": max_num_tokens,
+                "tokens_per_block": tokens_per_block,
+            },
+            "quantization": {"algorithm": algorithm, "kv_cache": kv_cache, "group_size": group_size},
+            "parallel": {"tp": tp, "pp": pp, **parallel},
+            "runtime": runtime,
+            "hardware": {"gpu": gpu},
+        }
+    )
 
 
 # Parameter counts Hugging Face reports for these checkpoints.
-@pytest.mark.parametrize("model, published", [
-    (LLAMA8, 8_030_261_248),
-    (LLAMA70, 70_553_706_496),
-    (MISTRAL, 7_248_023_552),
-    (MIXTRAL, 46_702_792_704),
-    (QWEN, 7_615_616_512),
-    (SMOL, 134_515_008),
-    ("meta-llama/Llama-2-7b-hf", 6_738_415_616),
-    ("Qwen/Qwen1.5-7B", 7_721_324_544),
-])
+@pytest.mark.parametrize(
+    "model, published",
+    [
+        (LLAMA8, 8_030_261_248),
+        (LLAMA70, 70_553_706_496),
+        (MISTRAL, 7_248_023_552),
+        (MIXTRAL, 46_702_792_704),
+        (QWEN, 7_615_616_512),
+        (SMOL, 134_515_008),
+        ("meta-llama/Llama-2-7b-hf", 6_738_415_616),
+        ("Qwen/Qwen1.5-7B", 7_721_324_544),
+    ],
+)
 def test_parameter_count_matches_published(model, published):
     assert parameter_count(catalog_shape(model)) == published
 
 
 # --- KV bytes per token -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("model, tp, pp_layers, kv_bytes, expected", [
-    (LLAMA8, 1, 32, 2, 2 * 32 * 8 * 128 * 2),  # 128 KiB: the worked example of the memory notes
-    (LLAMA8, 1, 32, 1, 64 * 1024),  # FP8 KV: 64 KiB
-    (LLAMA8, 2, 32, 2, 64 * 1024),  # TP 2 halves it (4 KV heads per rank)
-    (LLAMA70, 1, 80, 2, 320 * 1024),  # 320 KiB
-    (LLAMA70, 4, 80, 1, 80 * 2 * 128 * 2 * 1),  # fp8, 2 KV heads per rank
-    (LLAMA70, 16, 80, 2, 80 * 1 * 128 * 2 * 2),  # tp > KV heads: one replicated head per rank
-    (MISTRAL, 1, 32, 2, 32 * 8 * 128 * 2 * 2),
-    (MIXTRAL, 8, 32, 2, 32 * 1 * 128 * 2 * 2),
-    (QWEN, 2, 28, 2, 28 * 2 * 128 * 2 * 2),
-    (SMOL, 1, 30, 4, 30 * 3 * 64 * 2 * 4),  # fp32 on the CPU: 46080
-])
+
+@pytest.mark.parametrize(
+    "model, tp, pp_layers, kv_bytes, expected",
+    [
+        (LLAMA8, 1, 32, 2, 2 * 32 * 8 * 128 * 2),  # 128 KiB: the worked example of the memory notes
+        (LLAMA8, 1, 32, 1, 64 * 1024),  # FP8 KV: 64 KiB
+        (LLAMA8, 2, 32, 2, 64 * 1024),  # TP 2 halves it (4 KV heads per rank)
+        (LLAMA70, 1, 80, 2, 320 * 1024),  # 320 KiB
+        (LLAMA70, 4, 80, 1, 80 * 2 * 128 * 2 * 1),  # fp8, 2 KV heads per rank
+        (LLAMA70, 16, 80, 2, 80 * 1 * 128 * 2 * 2),  # tp > KV heads: one replicated head per rank
+        (MISTRAL, 1, 32, 2, 32 * 8 * 128 * 2 * 2),
+        (MIXTRAL, 8, 32, 2, 32 * 1 * 128 * 2 * 2),
+        (QWEN, 2, 28, 2, 28 * 2 * 128 * 2 * 2),
+        (SMOL, 1, 30, 4, 30 * 3 * 64 * 2 * 4),  # fp32 on the CPU: 46080
+    ],
+)
 def test_kv_bytes_per_token(model, tp, pp_layers, kv_bytes, expected):
     assert kv_bytes_per_token(catalog_shape(model), Mapping(tp=tp), pp_layers, kv_bytes) == expected
 
@@ -89,6 +120,7 @@ def test_llama8_sequence_and_block_sizes_from_memory_notes():
 
 
 # --- weights per GPU --------------------------------------------------------------------------------------------
+
 
 def test_llama8_bf16_weights_are_two_bytes_per_parameter():
     plan = make_plan(gpu_config(LLAMA8, "H100-SXM"))
@@ -157,13 +189,16 @@ def test_smollm2_weights_on_cpu_fp16_and_int4():
     assert rank_weights(shape, Mapping(), "int4_awq", 4, 64, **tied)[0].total == expected == 170_088_192
 
 
-@pytest.mark.parametrize("model, gpu, tp, extra", [
-    (LLAMA8, "H100-SXM", 1, {}),
-    (LLAMA70, "H200", 4, {}),
-    (MISTRAL, "L40S", 1, {}),
-    (QWEN, "L40S", 2, {}),
-    (MIXTRAL, "H100-SXM", 8, {"moe_ep": 8, "moe_tp": 1}),
-])
+@pytest.mark.parametrize(
+    "model, gpu, tp, extra",
+    [
+        (LLAMA8, "H100-SXM", 1, {}),
+        (LLAMA70, "H200", 4, {}),
+        (MISTRAL, "L40S", 1, {}),
+        (QWEN, "L40S", 2, {}),
+        (MIXTRAL, "H100-SXM", 8, {"moe_ep": 8, "moe_tp": 1}),
+    ],
+)
 def test_fp8_saves_one_byte_per_quantized_projection_weight(model, gpu, tp, extra):
     s = catalog_shape(model)
     h, q, kv = s.hidden_size, s.num_attention_heads * s.head_dim // tp, max(1, s.num_key_value_heads // tp) * s.head_dim
@@ -187,9 +222,11 @@ def test_smollm2_fp8_weights_formula():
 
 # --- KV budget, blocks, concurrency -----------------------------------------------------------------------------
 
+
 def test_kv_budget_by_hand_llama8_fp8_h100():
-    plan = make_plan(gpu_config(LLAMA8, "H100-SXM", algorithm="fp8", kv_cache="fp8", max_batch_size=64,
-                                max_input_len=4096, max_seq_len=8192))
+    plan = make_plan(
+        gpu_config(LLAMA8, "H100-SXM", algorithm="fp8", kv_cache="fp8", max_batch_size=64, max_input_len=4096, max_seq_len=8192)
+    )
     activations = 8192 * (2 * 4096 + (32 + 2 * 8) * 128 + 3 * 14336) * 2 + 64 * 128256 * 4
     free = 80 * GiB - 9_081_200_640 - activations - GiB  # an "80 GB" H100 has 80 GiB; 1 GiB runtime allowance
     tokens = math.floor(free * 0.9 / 65536)
@@ -203,8 +240,7 @@ def test_kv_budget_by_hand_llama8_fp8_h100():
 def test_issue_max_tokens_in_paged_kv_cache_29184_cannot_hold_one_sequence():
     # TensorRT-LLM logged: maxTokensInPagedKvCache (29184) must be larger than beam_width (1) * tokensPerBlock (128)
     # * maxBlocksPerSeq (272) (tensorrtllm_backend #366/#59). The same inputs here:
-    plan = make_plan(gpu_config(LLAMA8, "H100-SXM", tokens_per_block=128, max_seq_len=272 * 128, max_input_len=2048,
-                                max_tokens=29184))
+    plan = make_plan(gpu_config(LLAMA8, "H100-SXM", tokens_per_block=128, max_seq_len=272 * 128, max_input_len=2048, max_tokens=29184))
     assert plan.kv.max_tokens == 29184
     assert plan.kv.limited_by == "max_tokens_in_paged_kv_cache"
     assert plan.blocks_per_sequence == 272
@@ -223,9 +259,17 @@ def test_issue_1400_llama2_7b_kv_allocation_on_a100_80gb():
     memory = rank_memory(0, 69_524_783_104 / 0.9, 0, 0, 0, per_token, 0.9, 128)
     assert memory.blocks_from_memory * 128 == 132_608
     # the whole plan (weights, activations, 1 GiB runtime allowance) lands within 1% of the logged count
-    config = gpu_config("meta-llama/Llama-2-7b-hf", "A100-80GB", algorithm="int8_sq", dtype="float16",
-                        max_batch_size=1, max_input_len=2048, max_seq_len=4096, max_num_tokens=4096,
-                        tokens_per_block=128)
+    config = gpu_config(
+        "meta-llama/Llama-2-7b-hf",
+        "A100-80GB",
+        algorithm="int8_sq",
+        dtype="float16",
+        max_batch_size=1,
+        max_input_len=2048,
+        max_seq_len=4096,
+        max_num_tokens=4096,
+        tokens_per_block=128,
+    )
     config.engine.max_beam_width = 5
     assert make_plan(config).kv.max_tokens == pytest.approx(132_608, rel=0.01)
 
@@ -273,7 +317,6 @@ def test_refuses_128k_context_on_l4_and_names_the_longest_sequence_that_fits():
 
 
 # --- roofline ----------------------------------------------------------------------------------------------------
-
 
 
 def test_decode_roofline_batch1_llama8_bf16_by_hand():
@@ -339,10 +382,15 @@ def test_fp8_uses_the_fp8_tensor_peak_and_tp_adds_all_reduce_time():
 
 def test_smollm2_on_a_measured_cpu():
     cpu = Device("cpu", 25.0, 50.0, None, None, None, None, None, None, "test", fp32_tflops=0.2, measured_at="now")
-    config = parse_config({"name": "smol", "model": {"source": "smollm2-135m", "name": SMOL, "dtype": "float32"},
-                           "engine": {"backend": "openvino", "max_batch_size": 16, "max_input_len": 1024,
-                                      "max_seq_len": 2048, "max_num_tokens": 2048},
-                           "runtime": {"max_tokens_in_paged_kv_cache": 32768}, "hardware": {"gpu": "cpu"}})
+    config = parse_config(
+        {
+            "name": "smol",
+            "model": {"source": "smollm2-135m", "name": SMOL, "dtype": "float32"},
+            "engine": {"backend": "openvino", "max_batch_size": 16, "max_input_len": 1024, "max_seq_len": 2048, "max_num_tokens": 2048},
+            "runtime": {"max_tokens_in_paged_kv_cache": 32768},
+            "hardware": {"gpu": "cpu"},
+        }
+    )
     plan = make_plan(config, device=cpu)
     assert plan.kv.bytes_per_token == 46080 and plan.kv.max_tokens == 32768
     assert plan.max_concurrent_sequences == 16
@@ -355,14 +403,16 @@ def test_smollm2_on_a_measured_cpu():
 
 def test_unmeasured_cpu_has_no_roofline_but_still_a_memory_plan():
     cpu = Device("cpu", 24, None, None, None, None, None, None, None, "placeholder")
-    config = parse_config({"model": {"source": "smollm2-135m", "name": SMOL}, "engine": {"backend": "openvino"},
-                           "hardware": {"gpu": "cpu"}})
+    config = parse_config(
+        {"model": {"source": "smollm2-135m", "name": SMOL}, "engine": {"backend": "openvino"}, "hardware": {"gpu": "cpu"}}
+    )
     plan = make_plan(config, device=cpu)
     assert plan.machine is None and plan.decode_tokens_per_s(1) is None
     assert plan.fits and any("--measure-host" in n for n in plan.notes)
 
 
 # --- recommendations and quantization choices ------------------------------------------------------------------
+
 
 def test_quantization_support_follows_the_gpu():
     assert quantization_supported(gpu_config(LLAMA8, "H100-SXM"), "fp8")

@@ -53,14 +53,22 @@ def assert_found(repo: Path, pattern: str, file_part: str) -> None:
 def test_clean_repositories_pass(clean_repo, tmp_path):
     assert errors(clean_repo) == []
     for example in ("llama3.1-70b-fp8-h200-tp4", "qwen2.5-7b-fp16-l40s-tp2"):
-        rendered = write_repository(load_config(CONFIGS / f"{example}.yaml"), tmp_path, read_engine_config(ENGINES / example),
-                                    "inflight_batcher_llm", tmp_path / example)
+        rendered = write_repository(
+            load_config(CONFIGS / f"{example}.yaml"),
+            tmp_path,
+            read_engine_config(ENGINES / example),
+            "inflight_batcher_llm",
+            tmp_path / example,
+        )
         assert errors(rendered.repository) == []
 
 
 def test_fault_unfilled_string_placeholder(repo):
-    edit(repo / "preprocessing" / "config.pbtxt", 'key: "add_special_tokens"\n  value: { string_value: "true" }',
-         'key: "add_special_tokens"\n  value: { string_value: "${add_special_tokens}" }')
+    edit(
+        repo / "preprocessing" / "config.pbtxt",
+        'key: "add_special_tokens"\n  value: { string_value: "true" }',
+        'key: "add_special_tokens"\n  value: { string_value: "${add_special_tokens}" }',
+    )
     assert_found(repo, r"unfilled template placeholder \$\{add_special_tokens\}", "preprocessing/config.pbtxt")
     line = next(p.line for p in errors(repo) if "add_special_tokens" in p.message)
     assert "${add_special_tokens}" in (repo / "preprocessing" / "config.pbtxt").read_text().splitlines()[line - 1]
@@ -79,8 +87,11 @@ def test_fault_wrong_dtype_in_a_map(repo):
 
 
 def test_fault_wrong_dims_in_a_map(repo):
-    edit(repo / "tensorrt_llm" / "config.pbtxt", 'name: "stop_words_list"\n  data_type: TYPE_INT32\n  dims: [2, -1]',
-         'name: "stop_words_list"\n  data_type: TYPE_INT32\n  dims: [3, -1]')
+    edit(
+        repo / "tensorrt_llm" / "config.pbtxt",
+        'name: "stop_words_list"\n  data_type: TYPE_INT32\n  dims: [2, -1]',
+        'name: "stop_words_list"\n  data_type: TYPE_INT32\n  dims: [3, -1]',
+    )
     assert_found(repo, r"'_STOP_WORDS_IDS' has dims \[2, -1\] but input 'stop_words_list' has dims \[3, -1\]", "ensemble/config.pbtxt")
 
 
@@ -100,8 +111,9 @@ def _set_decoupled(path: Path, value: bool) -> None:
 
 def test_fault_streaming_without_decoupled(repo):
     _set_decoupled(repo / "tensorrt_llm" / "config.pbtxt", False)
-    assert_found(repo, r"streaming is wired to tensorrt_llm, which is not decoupled.*tensorrt_llm_bls is decoupled",
-                 "ensemble/config.pbtxt")
+    assert_found(
+        repo, r"streaming is wired to tensorrt_llm, which is not decoupled.*tensorrt_llm_bls is decoupled", "ensemble/config.pbtxt"
+    )
 
 
 def test_a_repository_decoupled_nowhere_is_a_valid_non_streaming_one(repo):
@@ -122,12 +134,20 @@ def test_fault_ensemble_batch_above_a_composing_model(repo):
 
 
 def test_fault_ensemble_input_feeds_nothing(repo):
-    edit(repo / "ensemble" / "config.pbtxt", "input {", 'input {\n  name: "unused_knob"\n  data_type: TYPE_FP32\n  dims: [1]\n  optional: true\n}\ninput {')
+    edit(
+        repo / "ensemble" / "config.pbtxt",
+        "input {",
+        'input {\n  name: "unused_knob"\n  data_type: TYPE_FP32\n  dims: [1]\n  optional: true\n}\ninput {',
+    )
     assert_found(repo, r"ensemble input 'unused_knob' feeds no step", "ensemble/config.pbtxt")
 
 
 def test_fault_ensemble_output_never_produced(repo):
-    edit(repo / "ensemble" / "config.pbtxt", "output {", 'output {\n  name: "ghost_output"\n  data_type: TYPE_INT32\n  dims: [1]\n}\noutput {')
+    edit(
+        repo / "ensemble" / "config.pbtxt",
+        "output {",
+        'output {\n  name: "ghost_output"\n  data_type: TYPE_INT32\n  dims: [1]\n}\noutput {',
+    )
     assert_found(repo, r"ensemble output 'ghost_output' is produced by no step", "ensemble/config.pbtxt")
 
 
@@ -143,8 +163,11 @@ def test_fault_map_names_an_unknown_input(repo):
 
 
 def test_fault_reshape_element_count(repo):
-    edit(repo / "tensorrt_llm" / "config.pbtxt", 'name: "input_lengths"\n  data_type: TYPE_INT32\n  dims: [1]\n  reshape: { shape: [] }',
-         'name: "input_lengths"\n  data_type: TYPE_INT32\n  dims: [1]\n  reshape: { shape: [2] }')
+    edit(
+        repo / "tensorrt_llm" / "config.pbtxt",
+        'name: "input_lengths"\n  data_type: TYPE_INT32\n  dims: [1]\n  reshape: { shape: [] }',
+        'name: "input_lengths"\n  data_type: TYPE_INT32\n  dims: [1]\n  reshape: { shape: [2] }',
+    )
     assert_found(repo, r"reshape \[2\] has a different element count than dims \[1\]", "tensorrt_llm/config.pbtxt")
 
 
@@ -169,13 +192,18 @@ def test_fault_warmup_on_the_ensemble(repo):
 
 
 def test_fault_duplicate_input(repo):
-    edit(repo / "postprocessing" / "config.pbtxt", "input {",
-         'input {\n  name: "SEQUENCE_LENGTH"\n  data_type: TYPE_INT32\n  dims: [-1]\n}\ninput {')
+    edit(
+        repo / "postprocessing" / "config.pbtxt",
+        "input {",
+        'input {\n  name: "SEQUENCE_LENGTH"\n  data_type: TYPE_INT32\n  dims: [-1]\n}\ninput {',
+    )
     assert_found(repo, r"input 'SEQUENCE_LENGTH' is declared twice", "postprocessing/config.pbtxt")
 
 
 def test_duplicate_output_is_only_a_warning(repo):
-    edit(repo / "ensemble" / "config.pbtxt", "output {", 'output {\n  name: "batch_index"\n  data_type: TYPE_INT32\n  dims: [1]\n}\noutput {')
+    edit(
+        repo / "ensemble" / "config.pbtxt", "output {", 'output {\n  name: "batch_index"\n  data_type: TYPE_INT32\n  dims: [1]\n}\noutput {'
+    )
     problems = check_repository(repo)
     assert any(p.level == "warning" and "declared twice" in p.message for p in problems)
     assert errors(repo) == []
@@ -186,9 +214,9 @@ def test_cli_check_reports_every_problem_at_once(repo):
     shutil.rmtree(repo / "preprocessing" / "1")
     result = run_cli("render", "--check", str(repo))
     assert result.returncode == 2
-    lines = [l for l in result.stderr.splitlines() if l.startswith("error: ")]
-    assert any("model_repository/postprocessing/config.pbtxt:2: model name 'postproc'" in l for l in lines), lines
-    assert any("model_repository/preprocessing:1: no version directory" in l for l in lines), lines
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert any("model_repository/postprocessing/config.pbtxt:2: model name 'postproc'" in line for line in lines), lines
+    assert any("model_repository/preprocessing:1: no version directory" in line for line in lines), lines
     assert "Traceback" not in result.stderr
 
 

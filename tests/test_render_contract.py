@@ -18,10 +18,18 @@ FIXTURES = REPO / "tests" / "fixtures"
 ENGINES = FIXTURES / "engines"
 CONTRACT = json.loads((FIXTURES / "triton_contract_1.2.json").read_text())["models"]
 EXAMPLES = sorted(p.name for p in ENGINES.iterdir() if p.is_dir())
-ROLE_OF = {"ensemble": "ensemble", "preprocessing": "preprocessing", "tensorrt_llm": "tensorrt_llm",
-           "postprocessing": "postprocessing", "tensorrt_llm_bls": "tensorrt_llm_bls"}
-DTYPE_VALUES = {"${logits_datatype}": "TYPE_FP32", "${encoder_input_features_data_type}": None,
-                "${prompt_embedding_table_data_type}": "TYPE_FP16"}
+ROLE_OF = {
+    "ensemble": "ensemble",
+    "preprocessing": "preprocessing",
+    "tensorrt_llm": "tensorrt_llm",
+    "postprocessing": "postprocessing",
+    "tensorrt_llm_bls": "tensorrt_llm_bls",
+}
+DTYPE_VALUES = {
+    "${logits_datatype}": "TYPE_FP32",
+    "${encoder_input_features_data_type}": None,
+    "${prompt_embedding_table_data_type}": "TYPE_FP16",
+}
 
 
 def parse(path: Path):
@@ -109,9 +117,15 @@ def test_ensemble_name_translations(rendered):
     steps = {s.model_name: s for s in config.ensemble_scheduling.step}
     assert [s.model_name for s in config.ensemble_scheduling.step] == ["preprocessing", "tensorrt_llm", "postprocessing"]
     engine_inputs = dict(steps["tensorrt_llm"].input_map)
-    for engine_name, client_name in (("runtime_top_k", "top_k"), ("runtime_top_p", "top_p"), ("len_penalty", "length_penalty"),
-                                     ("streaming", "stream"), ("request_output_len", "_REQUEST_OUTPUT_LEN"),
-                                     ("input_ids", "_INPUT_ID"), ("stop_words_list", "_STOP_WORDS_IDS")):
+    for engine_name, client_name in (
+        ("runtime_top_k", "top_k"),
+        ("runtime_top_p", "top_p"),
+        ("len_penalty", "length_penalty"),
+        ("streaming", "stream"),
+        ("request_output_len", "_REQUEST_OUTPUT_LEN"),
+        ("input_ids", "_INPUT_ID"),
+        ("stop_words_list", "_STOP_WORDS_IDS"),
+    ):
         assert engine_inputs[engine_name] == client_name
     assert dict(steps["preprocessing"].input_map)["REQUEST_OUTPUT_LEN"] == "max_tokens"
     assert dict(steps["preprocessing"].input_map)["QUERY"] == "text_input"
@@ -148,8 +162,14 @@ def test_cpu_kind_uses_python_backend_with_the_same_contract(rendered):
     params = parameters(repo, "tensorrt_llm")
     assert params["gpt_model_path"] == str((ENGINES / "smollm2-cpu").resolve())
     assert params["max_tokens_in_paged_kv_cache"] == "32768"
-    assert {"enable_kv_cache_reuse", "enable_chunked_context", "batch_scheduler_policy", "max_beam_width",
-            "exclude_input_in_output", "kv_cache_free_gpu_mem_fraction"} <= set(params)
+    assert {
+        "enable_kv_cache_reuse",
+        "enable_chunked_context",
+        "batch_scheduler_policy",
+        "max_beam_width",
+        "exclude_input_in_output",
+        "kv_cache_free_gpu_mem_fraction",
+    } <= set(params)
     assert "max_queue_size" not in params  # 0 in the config: omitted
     assert (repo / "tensorrt_llm" / "1" / "model.py").read_text() == (REPO / "model_repo_templates/cpu/tensorrt_llm/model.py").read_text()
     for model in ("preprocessing", "postprocessing", "tensorrt_llm_bls", "tensorrt_llm"):
@@ -209,22 +229,32 @@ def merge_yaml(base: str, extra: str) -> str:
 def test_kv_budget_of_exactly_one_sequence_is_accepted(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(merge_yaml((CONFIGS / "mistral-7b-int4awq-a10g.yaml").read_text(), "runtime:\n  max_tokens_in_paged_kv_cache: 4096\n"))
-    rendered = write_repository(load_config(path), tmp_path, read_engine_config(ENGINES / "mistral-7b-int4awq-a10g"),
-                                "inflight_batcher_llm", tmp_path / "r")
+    rendered = write_repository(
+        load_config(path), tmp_path, read_engine_config(ENGINES / "mistral-7b-int4awq-a10g"), "inflight_batcher_llm", tmp_path / "r"
+    )
     assert parameters(rendered.repository, "tensorrt_llm")["max_tokens_in_paged_kv_cache"] == "4096"
 
 
 def test_kind_must_match_the_engine(tmp_path):
     with pytest.raises(ConfigError, match="OpenVINO engine"):
-        write_repository(config_for("mistral-7b-int4awq-a10g"), tmp_path, read_engine_config(ENGINES / "mistral-7b-int4awq-a10g"),
-                         "cpu", tmp_path / "r")
+        write_repository(
+            config_for("mistral-7b-int4awq-a10g"), tmp_path, read_engine_config(ENGINES / "mistral-7b-int4awq-a10g"), "cpu", tmp_path / "r"
+        )
 
 
 # --- the CLI ----------------------------------------------------------------------------------------
 
+
 def test_cli_render_stage_json_launch_and_cache(tmp_path):
-    args = ["render", str(CONFIGS / "llama3.1-70b-fp8-h200-tp4.yaml"), "--engine-dir", str(ENGINES / "llama3.1-70b-fp8-h200-tp4"),
-            "--workdir", str(tmp_path), "--json"]
+    args = [
+        "render",
+        str(CONFIGS / "llama3.1-70b-fp8-h200-tp4.yaml"),
+        "--engine-dir",
+        str(ENGINES / "llama3.1-70b-fp8-h200-tp4"),
+        "--workdir",
+        str(tmp_path),
+        "--json",
+    ]
     first = run_cli(*args)
     assert first.returncode == 0, first.stderr
     out = json.loads(first.stdout)
@@ -233,7 +263,8 @@ def test_cli_render_stage_json_launch_and_cache(tmp_path):
     argv = out["launch_command"]
     assert argv[:2] == ["mpirun", "--allow-run-as-root"] and argv.count(":") == 3
     assert [a for a in argv if a.startswith("--backend-config")] == [
-        f"--backend-config=python,shm-region-prefix-name=prefix{rank}_" for rank in range(4)]
+        f"--backend-config=python,shm-region-prefix-name=prefix{rank}_" for rank in range(4)
+    ]
     assert argv.count("--load-model=tensorrt_llm") == 3  # every rank but the leader loads only the engine model
     assert "--disable-auto-complete-config" in argv
     script = (tmp_path / "render" / "launch.sh").read_text()
@@ -245,8 +276,16 @@ def test_cli_render_stage_json_launch_and_cache(tmp_path):
 
 
 def test_cli_dry_run_changes_nothing(tmp_path):
-    result = run_cli("render", str(CONFIGS / "mistral-7b-int4awq-a10g.yaml"), "--engine-dir", str(ENGINES / "mistral-7b-int4awq-a10g"),
-                     "--workdir", str(tmp_path / "wd"), "--dry-run", "--json")
+    result = run_cli(
+        "render",
+        str(CONFIGS / "mistral-7b-int4awq-a10g.yaml"),
+        "--engine-dir",
+        str(ENGINES / "mistral-7b-int4awq-a10g"),
+        "--workdir",
+        str(tmp_path / "wd"),
+        "--dry-run",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     assert plan["dry_run"] and any(f.endswith("tensorrt_llm/config.pbtxt") for f in plan["files"])
@@ -286,8 +325,9 @@ def test_llmapi_and_vllm_kinds(tmp_path):
 
 
 def test_cli_render_cpu_default_for_the_wheel_server(tmp_path):
-    result = run_cli("render", str(CONFIGS / "smollm2-cpu.yaml"), "--engine-dir", str(ENGINES / "smollm2-cpu"),
-                     "--workdir", str(tmp_path), "--json")
+    result = run_cli(
+        "render", str(CONFIGS / "smollm2-cpu.yaml"), "--engine-dir", str(ENGINES / "smollm2-cpu"), "--workdir", str(tmp_path), "--json"
+    )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["kind"] == "cpu" and out["world_size"] == 1
@@ -295,13 +335,17 @@ def test_cli_render_cpu_default_for_the_wheel_server(tmp_path):
     assert argv[0].endswith("pytriton/tritonserver/bin/tritonserver")
     backend_dir = Path(next(a for a in argv if a.startswith("--backend-directory=")).split("=", 1)[1])
     assert {p.name for p in (backend_dir / "python").iterdir()} == {
-        "libtriton_python.so", "triton_python_backend_utils.py", "triton_python_backend_stub"}
+        "libtriton_python.so",
+        "triton_python_backend_utils.py",
+        "triton_python_backend_stub",
+    }
     assert "nvidia_pytriton.libs" in out["launch_env"]["LD_LIBRARY_PATH"]
     assert "--http-address=127.0.0.1" in argv
     # The python stub gets an environment whose first numpy is 1.x (the wheel's stub breaks on numpy 2).
     env = Path(parameters(Path(out["repository"]), "preprocessing")["EXECUTION_ENV_PATH"])
-    probe = __import__("subprocess").run([str(env / "bin" / "python"), "-c", "import numpy, tokenizers; print(numpy.__version__)"],
-                                        capture_output=True, text=True)
+    probe = __import__("subprocess").run(
+        [str(env / "bin" / "python"), "-c", "import numpy, tokenizers; print(numpy.__version__)"], capture_output=True, text=True
+    )
     assert probe.returncode == 0 and probe.stdout.startswith("1."), probe.stderr
 
 
@@ -322,10 +366,12 @@ def parse_text(text: str):
 
 def test_non_streaming_deployment_renders_without_decoupled(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text(merge_yaml((CONFIGS / "mistral-7b-int4awq-a10g.yaml").read_text(),
-                               "runtime:\n  streaming: false\ntriton:\n  decoupled: false\n"))
-    rendered = write_repository(load_config(path), tmp_path, read_engine_config(ENGINES / "mistral-7b-int4awq-a10g"),
-                                "inflight_batcher_llm", tmp_path / "r")
+    path.write_text(
+        merge_yaml((CONFIGS / "mistral-7b-int4awq-a10g.yaml").read_text(), "runtime:\n  streaming: false\ntriton:\n  decoupled: false\n")
+    )
+    rendered = write_repository(
+        load_config(path), tmp_path, read_engine_config(ENGINES / "mistral-7b-int4awq-a10g"), "inflight_batcher_llm", tmp_path / "r"
+    )
     for model in ("tensorrt_llm", "tensorrt_llm_bls"):
         assert not parse(rendered.repository / model / "config.pbtxt").model_transaction_policy.decoupled
     assert parameters(rendered.repository, "tensorrt_llm_bls")["tensorrt_llm_decoupled"] == "false"

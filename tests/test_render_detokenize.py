@@ -99,12 +99,25 @@ def test_chunks_of_several_tokens_and_anchored_pieces(fast_tokenizer):
     assert "".join(anchored_decode(fast_tokenizer, [i], anchor) for i in ascii_ids) == "The capital of France is Paris."
 
 
-ALLOWED_IMPORTS = {"numpy", "transformers", "tokenizers", "triton_python_backend_utils", "yaml", "tensorrt_llm",
-                   "forge_detokenize", "tokenizer_loading", "request_checks", "__future__"}
+ALLOWED_IMPORTS = {
+    "numpy",
+    "transformers",
+    "tokenizers",
+    "triton_python_backend_utils",
+    "yaml",
+    "tensorrt_llm",
+    "forge_detokenize",
+    "tokenizer_loading",
+    "request_checks",
+    "__future__",
+}
 
 
-@pytest.mark.parametrize("path", sorted(REPO.glob("model_repo_templates/python_models/**/*.py"))
-                         + [REPO / "model_repo_templates/llmapi/tensorrt_llm/model.py"], ids=lambda p: p.parent.name + "/" + p.name)
+@pytest.mark.parametrize(
+    "path",
+    sorted(REPO.glob("model_repo_templates/python_models/**/*.py")) + [REPO / "model_repo_templates/llmapi/tensorrt_llm/model.py"],
+    ids=lambda p: p.parent.name + "/" + p.name,
+)
 def test_triton_side_models_are_self_contained(path):
     """They run inside the Triton stub: no trtllm_forge, only numpy/tokenizers/transformers/pb_utils/stdlib."""
     tree = ast.parse(path.read_text())

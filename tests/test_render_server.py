@@ -94,8 +94,9 @@ def server(tokenizer_dir, triton_launcher, tmp_path_factory):
     for prompt, reply in ((ASCII_PROMPT, ASCII_REPLY), (MULTI_PROMPT, MULTI_REPLY)):
         replies[str(tokenizer.encode(prompt)[-1])] = tokenizer.encode(reply, add_special_tokens=False)
     workdir = tmp_path_factory.mktemp("render-wd")
-    rendered = write_repository(load_config(CONFIGS / "smollm2-cpu.yaml"), workdir, read_engine_config(engine_dir), "cpu",
-                                workdir / "model_repository")
+    rendered = write_repository(
+        load_config(CONFIGS / "smollm2-cpu.yaml"), workdir, read_engine_config(engine_dir), "cpu", workdir / "model_repository"
+    )
     (rendered.repository / "tensorrt_llm" / "1" / "model.py").write_text(FAKE_ENGINE % json.dumps(replies))
     deployment = triton_launcher(rendered.repository, config=forge_test_config())
     return deployment, tokenizer
@@ -105,13 +106,17 @@ def http_generate(deployment, model: str, body: dict, stream: bool) -> list[dict
     import urllib.request
 
     path = "generate_stream" if stream else "generate"
-    request = urllib.request.Request(f"{deployment.http_url}/v2/models/{model}/{path}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+    request = urllib.request.Request(
+        f"{deployment.http_url}/v2/models/{model}/{path}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     with urllib.request.urlopen(request, timeout=60) as response:
         text = response.read().decode("utf-8")
     if not stream:
         return [json.loads(text)]
-    return [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
+    return [json.loads(line[len("data: ") :]) for line in text.splitlines() if line.startswith("data: ")]
 
 
 def grpc_stream(deployment, model: str, inputs: dict) -> list[str]:
@@ -177,9 +182,18 @@ def test_bls_streams_multibyte_characters_exactly(server):
 
 def test_grpc_streaming_with_an_nvidia_style_client(server):
     deployment, _ = server
-    inputs = {"text_input": ASCII_PROMPT, "max_tokens": np.int32(64), "bad_words": "", "stop_words": "",
-              "end_id": np.int32(2), "pad_id": np.int32(2), "top_k": np.int32(1), "top_p": np.float32(1.0),
-              "temperature": np.float32(1.0), "stream": np.bool_(True)}
+    inputs = {
+        "text_input": ASCII_PROMPT,
+        "max_tokens": np.int32(64),
+        "bad_words": "",
+        "stop_words": "",
+        "end_id": np.int32(2),
+        "pad_id": np.int32(2),
+        "top_k": np.int32(1),
+        "top_p": np.float32(1.0),
+        "temperature": np.float32(1.0),
+        "stream": np.bool_(True),
+    }
     for model in ("ensemble", "tensorrt_llm_bls"):
         texts = grpc_stream(deployment, model, inputs)
         assert "".join(texts) == ASCII_REPLY, model
@@ -190,8 +204,9 @@ def test_max_tokens_and_bls_stop_words(server):
     [short] = http_generate(deployment, "ensemble", {"text_input": ASCII_PROMPT, "max_tokens": 2}, stream=False)
     reply_ids = tokenizer.encode(ASCII_REPLY, add_special_tokens=False)
     assert short["text_output"] == tokenizer.decode(reply_ids[:2])
-    [stopped] = http_generate(deployment, "tensorrt_llm_bls", {"text_input": ASCII_PROMPT, "max_tokens": 64, "stop_words": ["Germany"]},
-                              stream=False)
+    [stopped] = http_generate(
+        deployment, "tensorrt_llm_bls", {"text_input": ASCII_PROMPT, "max_tokens": 64, "stop_words": ["Germany"]}, stream=False
+    )
     assert stopped["text_output"] == " Paris. The capital of Germany"
 
 
@@ -202,8 +217,9 @@ def test_full_chain_on_the_real_cpu_engine(cpu_engine_fp32, triton_launcher, tmp
     config = cpu_test_config()
     _, build = cpu_engine_fp32
     workdir = tmp_path_factory.mktemp("render-real")
-    rendered = write_repository(config, workdir, read_engine_config(Path(build.manifest["outputs"]["engine_dir"])), "cpu",
-                                workdir / "model_repository")
+    rendered = write_repository(
+        config, workdir, read_engine_config(Path(build.manifest["outputs"]["engine_dir"])), "cpu", workdir / "model_repository"
+    )
     deployment = triton_launcher(rendered.repository, config=config)
     for prompt in ("The capital of France is", "Écris une phrase en français sur Paris:"):
         body = {"text_input": prompt, "max_tokens": 16, "temperature": 0.0, "top_k": 1}

@@ -29,14 +29,19 @@ def deployment(cpu_engine_fp32, triton_launcher, tmp_path_factory):
     _, build = cpu_engine_fp32
     engine_dir = Path(build.manifest["outputs"]["engine_dir"])
     workdir = tmp_path_factory.mktemp("request-checks")
-    rendered = write_repository(load_config(CONFIGS / "smollm2-cpu.yaml"), workdir, read_engine_config(engine_dir), "cpu",
-                                workdir / "model_repository")
+    rendered = write_repository(
+        load_config(CONFIGS / "smollm2-cpu.yaml"), workdir, read_engine_config(engine_dir), "cpu", workdir / "model_repository"
+    )
     return triton_launcher(rendered.repository, config=cpu_test_config())
 
 
 def http_generate(deployment, model: str, body: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(f"{deployment.http_url}/v2/models/{model}/generate", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+    request = urllib.request.Request(
+        f"{deployment.http_url}/v2/models/{model}/generate",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             return response.status, json.loads(response.read())
@@ -76,12 +81,21 @@ def test_engine_model_refuses_out_of_range_inputs_over_grpc(deployment):
     from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
     client = grpcclient.InferenceServerClient(deployment.grpc_url)
-    cases = [("temperature", np.float32, -1.0, ">= 0"), ("runtime_top_p", np.float32, 5.0, "from 0 to 1"),
-             ("runtime_top_k", np.int32, -3, "from 0 to"), ("end_id", np.int32, 1_000_000, "or -1 for no end token"),
-             ("pad_id", np.int32, -2, "from 0 to 49151"), ("request_output_len", np.int32, 1_000_000_000, "from 1 to 2047")]
+    cases = [
+        ("temperature", np.float32, -1.0, ">= 0"),
+        ("runtime_top_p", np.float32, 5.0, "from 0 to 1"),
+        ("runtime_top_k", np.int32, -3, "from 0 to"),
+        ("end_id", np.int32, 1_000_000, "or -1 for no end token"),
+        ("pad_id", np.int32, -2, "from 0 to 49151"),
+        ("request_output_len", np.int32, 1_000_000_000, "from 1 to 2047"),
+    ]
     for name, dtype, value, valid in cases:
-        values = {"input_ids": np.array([[504, 3575, 282, 4649, 314]], np.int32), "input_lengths": np.array([[5]], np.int32),
-                  "request_output_len": np.array([[4]], np.int32), name: np.array([[value]], dtype)}
+        values = {
+            "input_ids": np.array([[504, 3575, 282, 4649, 314]], np.int32),
+            "input_lengths": np.array([[5]], np.int32),
+            "request_output_len": np.array([[4]], np.int32),
+            name: np.array([[value]], dtype),
+        }
         inputs = []
         for key, array in values.items():
             tensor = grpcclient.InferInput(key, list(array.shape), np_to_triton_dtype(array.dtype))
@@ -101,6 +115,9 @@ def test_engine_model_refuses_out_of_range_inputs_over_grpc(deployment):
 
 def test_valid_requests_still_served_after_the_refusals(deployment):
     for model in ("ensemble", "tensorrt_llm_bls"):
-        status, doc = http_generate(deployment, model, {"text_input": PROMPT, "max_tokens": 4, "temperature": 0.0,
-                                                         "top_p": 1.0, "top_k": 1, "end_id": -1, "pad_id": 2})
+        status, doc = http_generate(
+            deployment,
+            model,
+            {"text_input": PROMPT, "max_tokens": 4, "temperature": 0.0, "top_p": 1.0, "top_k": 1, "end_id": -1, "pad_id": 2},
+        )
         assert status == 200 and doc["text_output"], doc

@@ -75,7 +75,9 @@ def test_human_report_names_answer_logs_and_query_commands(first_run):
 
 def test_second_run_skips_cached_stages_and_keep_serving(first_run):
     workdir, _ = first_run
-    result = run_cli("run", str(CONFIGS / "smollm2-cpu.yaml"), "--workdir", str(workdir), "--json", "--keep-serving", "--skip-bench", timeout=900)
+    result = run_cli(
+        "run", str(CONFIGS / "smollm2-cpu.yaml"), "--workdir", str(workdir), "--json", "--keep-serving", "--skip-bench", timeout=900
+    )
     try:
         assert result.returncode == 0, result.stderr[-3000:]
         doc = json.loads(result.stdout)
@@ -103,7 +105,9 @@ def test_sigterm_during_run_stops_the_server(first_run):
     before = state.stat().st_mtime
     proc = subprocess.Popen(
         [sys.executable, "-m", "trtllm_forge", "run", str(CONFIGS / "smollm2-cpu.yaml"), "--workdir", str(workdir), "--skip-bench"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:

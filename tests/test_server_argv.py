@@ -39,12 +39,16 @@ def launch_script_args(script: str) -> list[str]:
 
 @pytest.fixture
 def setup(tmp_path):
-    config = ForgeConfig.model_validate({
-        "name": "argv", "model": {"source": "smollm2-135m", "name": "HuggingFaceTB/SmolLM2-135M-Instruct"},
-        "engine": {"backend": "openvino"}, "hardware": {"gpu": "cpu"},
-        "triton": {"http_port": 0, "grpc_port": 0, "metrics_port": 0, "bind_address": "127.0.0.1"},
-        "deploy": {"image": "forge-cpu:1"},
-    })
+    config = ForgeConfig.model_validate(
+        {
+            "name": "argv",
+            "model": {"source": "smollm2-135m", "name": "HuggingFaceTB/SmolLM2-135M-Instruct"},
+            "engine": {"backend": "openvino"},
+            "hardware": {"gpu": "cpu"},
+            "triton": {"http_port": 0, "grpc_port": 0, "metrics_port": 0, "bind_address": "127.0.0.1"},
+            "deploy": {"image": "forge-cpu:1"},
+        }
+    )
     workdir = tmp_path / "wd"
     repository = tmp_path / "repo"
     (repository / "echo").mkdir(parents=True)
@@ -62,7 +66,7 @@ def renderings(config: ForgeConfig, workdir: Path, repository: Path) -> dict[str
     return {
         "deploy": deploy.argv[1:],
         "launch.sh": launch_script_args(script),
-        "docker": docker[docker.index("forge-cpu:1") + 2:],
+        "docker": docker[docker.index("forge-cpu:1") + 2 :],
         "kubernetes": kubernetes["spec"]["template"]["spec"]["containers"][0]["command"][1:],
         "bench": bench_argv(install.binary, repository, deploy.ports, deploy.backend_dir)[1:],
     }

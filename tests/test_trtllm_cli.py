@@ -69,7 +69,7 @@ def test_without_trtllm_exits_2_with_container_command_and_leaves_nothing(cli, t
     assert len(errors) == 1
     line = errors[0]
     assert "TensorRT-LLM 1.2.1 is not installed" in line and "no NVIDIA GPU is visible" in line
-    docker = line[line.index("docker run"):]
+    docker = line[line.index("docker run") :]
     argv = shlex.split(docker)
     assert "--gpus" in argv and "trtllm-forge" in argv and str(REPO / "configs" / config_name) in argv
     assert "serving image trtllm-forge:0.1.0-trtllm1.2.1 (docker/Dockerfile on nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3)" in line
@@ -115,4 +115,7 @@ def test_llmapi_speculative_eagle_config(cli, tmp_path):
     assert result.returncode == 0, result.stderr
     llmapi = json.loads(result.stdout)["plan"]["llmapi"]
     assert llmapi["model_yaml"]["speculative_config"] == {
-        "decoding_type": "Eagle", "max_draft_len": 63, "speculative_model_dir": "/models/EAGLE3-LLaMA3.1-Instruct-8B"}
+        "decoding_type": "Eagle",
+        "max_draft_len": 63,
+        "speculative_model_dir": "/models/EAGLE3-LLaMA3.1-Instruct-8B",
+    }

@@ -38,8 +38,11 @@ def test_container_command_mounts_every_input_at_the_same_path(tmp_path):
     assert run[run.index("--gpus") + 1] == "2"
     image = commands["image"]
     assert image == "trtllm-forge:0.1.0-trtllm1.2.1"
-    assert run[run.index(image) + 1:run.index(image) + 4] == [
-        "trtllm-forge", "build-engine", str(REPO / "configs" / "qwen2.5-7b-fp16-l40s-tp2.yaml")]
+    assert run[run.index(image) + 1 : run.index(image) + 4] == [
+        "trtllm-forge",
+        "build-engine",
+        str(REPO / "configs" / "qwen2.5-7b-fp16-l40s-tp2.yaml"),
+    ]
     build = commands["docker_build"]
     assert build[:4] == ["docker", "build", "-f", "docker/Dockerfile"] and f"BASE_IMAGE={SPEC.base_image}" in build
 
@@ -60,8 +63,13 @@ def _fake_forge(tmp_path, fail_step: str | None):
 def test_gpu_smoke_script_all_pass(tmp_path):
     (tmp_path / "smoke").mkdir()
     env = _fake_forge(tmp_path, None)
-    result = subprocess.run(["bash", str(REPO / "scripts" / "gpu_smoke.sh"), "/models/Qwen2.5-0.5B-Instruct", "L4"],
-                            capture_output=True, text=True, env=env, timeout=60)
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_smoke.sh"), "/models/Qwen2.5-0.5B-Instruct", "L4"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     assert [c.split(" /")[0] for c in calls] == ["import", "build-engine", "render", "deploy start", "verify", "bench", "deploy stop"]
@@ -73,8 +81,9 @@ def test_gpu_smoke_script_all_pass(tmp_path):
 def test_gpu_smoke_script_reports_failure_and_still_stops_the_server(tmp_path):
     (tmp_path / "smoke").mkdir()
     env = _fake_forge(tmp_path, "render")
-    result = subprocess.run(["bash", str(REPO / "scripts" / "gpu_smoke.sh"), "/models/m"], capture_output=True, text=True,
-                            env=env, timeout=60)
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_smoke.sh"), "/models/m"], capture_output=True, text=True, env=env, timeout=60
+    )
     assert result.returncode == 1
     table = result.stdout
     assert re.search(r"render\s+FAIL", table) and re.search(r"bench\s+skipped", table)

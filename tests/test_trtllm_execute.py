@@ -106,10 +106,22 @@ def fake_trtllm(tmp_path):
 def gpu_project(tmp_path):
     hf = tmp_path / "hf-llama"
     hf.mkdir()
-    (hf / "config.json").write_text(json.dumps({
-        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16", "num_hidden_layers": 2,
-        "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512,
-        "vocab_size": 1000, "max_position_embeddings": 4096}))
+    (hf / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "architectures": ["LlamaForCausalLM"],
+                "torch_dtype": "bfloat16",
+                "num_hidden_layers": 2,
+                "hidden_size": 256,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "intermediate_size": 512,
+                "vocab_size": 1000,
+                "max_position_embeddings": 4096,
+            }
+        )
+    )
     calib = tmp_path / "calib.jsonl"
     calib.write_text("".join(json.dumps({"text": f"calibration sample {i}"}) + "\n" for i in range(20)))
     plugin = tmp_path / "libfake_plugin.so"
@@ -117,8 +129,14 @@ def gpu_project(tmp_path):
     config = {
         "name": "fake-gpu",
         "model": {"source": str(hf), "family": "llama"},
-        "engine": {"backend": "tensorrt-llm", "max_batch_size": 4, "max_input_len": 512, "max_seq_len": 1024,
-                   "max_num_tokens": 2048, "plugins": {"custom_libraries": [str(plugin)]}},
+        "engine": {
+            "backend": "tensorrt-llm",
+            "max_batch_size": 4,
+            "max_input_len": 512,
+            "max_seq_len": 1024,
+            "max_num_tokens": 2048,
+            "plugins": {"custom_libraries": [str(plugin)]},
+        },
         "quantization": {"algorithm": "fp8", "kv_cache": "fp8", "calibration": {"dataset": str(calib), "size": 8}},
         "hardware": {"gpu": "H100-SXM"},
     }

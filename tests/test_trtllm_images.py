@@ -153,15 +153,18 @@ Attached GPUs                             : 1
 """
 
 
-@pytest.mark.parametrize("text, version", [
-    (SMI_R580, "580.95.05"),
-    (SMI_R535, "535.129.03"),
-    (SMI_Q, "575.57.08"),
-    ("580.95.05\n580.95.05\n", "580.95.05"),
-    ("driver_version\n570.86.10\n", "570.86.10"),
-    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", None),
-    ("No devices were found\n", None),
-])
+@pytest.mark.parametrize(
+    "text, version",
+    [
+        (SMI_R580, "580.95.05"),
+        (SMI_R535, "535.129.03"),
+        (SMI_Q, "575.57.08"),
+        ("580.95.05\n580.95.05\n", "580.95.05"),
+        ("driver_version\n570.86.10\n", "570.86.10"),
+        ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", None),
+        ("No devices were found\n", None),
+    ],
+)
 def test_driver_version_parsing(text, version):
     assert images.parse_driver_version(text) == version
 

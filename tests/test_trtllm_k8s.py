@@ -143,7 +143,9 @@ def test_cpu_manifests_pass_the_kubernetes_schemas(tmp_path):
     config = REPO / "configs" / "smollm2-cpu.yaml"
     repo = tmp_path / "repo"
     repo.mkdir()
-    result = run_cli("deploy", str(config), "--workdir", str(tmp_path / "wd"), "--repository", str(repo), "--target", "kubernetes", "--dry-run")
+    result = run_cli(
+        "deploy", str(config), "--workdir", str(tmp_path / "wd"), "--repository", str(repo), "--target", "kubernetes", "--dry-run"
+    )
     assert result.returncode == 0, result.stderr
     for document in yaml.safe_load_all(result.stdout):
         validate(document)

@@ -32,6 +32,7 @@ def value(argv, flag):
 
 # --- one flag table per script ------------------------------------------------------------------
 
+
 def test_each_script_has_its_own_table_from_its_own_file():
     paths = {tool: SPEC.table_source(tool).path for tool in TOOL_TABLES}
     assert paths == {
@@ -41,20 +42,29 @@ def test_each_script_has_its_own_table_from_its_own_file():
         "qwen/convert_checkpoint.py": "examples/models/core/qwen/convert_checkpoint.py",
         "eagle/convert_checkpoint.py": "examples/eagle/convert_checkpoint.py",
     }
-    llama, qwen, eagle = (set(SPEC.flags(t)) for t in ("convert_checkpoint.py", "qwen/convert_checkpoint.py", "eagle/convert_checkpoint.py"))
+    llama, qwen, eagle = (
+        set(SPEC.flags(t)) for t in ("convert_checkpoint.py", "qwen/convert_checkpoint.py", "eagle/convert_checkpoint.py")
+    )
     # NVIDIA's qwen parser has none of 29 of llama's flags, the EAGLE parser none of 27 (issue 11)
     assert len(llama - qwen) == 29 and {"--fp8_kv_cache", "--use_fp8", "--calib_size"} <= llama - qwen
     assert len(llama - eagle) == 27 and {"--moe_tp_size", "--cp_size"} <= llama - eagle
     assert {"--eagle_model_dir", "--num_eagle_layers", "--max_non_leaves_per_layer"} <= eagle - llama
 
 
-@pytest.mark.parametrize("tool, argv, fragment", [
-    ("qwen/convert_checkpoint.py", ["--model_dir", "m", "--fp8_kv_cache"], "unknown flag --fp8_kv_cache"),
-    ("qwen/convert_checkpoint.py", ["--model_dir", "m", "--use_fp8"], "unknown flag --use_fp8"),
-    ("qwen/convert_checkpoint.py", ["--weight_only_precision", "int4_awq"], "--weight_only_precision takes one of int8, int4, int4_gptq"),
-    ("eagle/convert_checkpoint.py", ["--model_dir", "m", "--moe_tp_size", "2"], "unknown flag --moe_tp_size"),
-    ("eagle/convert_checkpoint.py", ["--model_dir", "m", "--cp_size", "2"], "unknown flag --cp_size"),
-])
+@pytest.mark.parametrize(
+    "tool, argv, fragment",
+    [
+        ("qwen/convert_checkpoint.py", ["--model_dir", "m", "--fp8_kv_cache"], "unknown flag --fp8_kv_cache"),
+        ("qwen/convert_checkpoint.py", ["--model_dir", "m", "--use_fp8"], "unknown flag --use_fp8"),
+        (
+            "qwen/convert_checkpoint.py",
+            ["--weight_only_precision", "int4_awq"],
+            "--weight_only_precision takes one of int8, int4, int4_gptq",
+        ),
+        ("eagle/convert_checkpoint.py", ["--model_dir", "m", "--moe_tp_size", "2"], "unknown flag --moe_tp_size"),
+        ("eagle/convert_checkpoint.py", ["--model_dir", "m", "--cp_size", "2"], "unknown flag --cp_size"),
+    ],
+)
 def test_nvidia_parsers_refuse_what_only_llamas_accepts(tool, argv, fragment):
     with pytest.raises(ConfigError, match=fragment.replace("-", "\\-")):
         SPEC.parser(tool).parse(argv)
@@ -65,8 +75,10 @@ VARIANTS = [
     {"model": QWEN, "quantization": {"algorithm": "int8_wo"}, "parallel": {"tp": 2}},
     {"quantization": {"algorithm": "int4_wo"}, "engine": EAGLE},
     {"engine": {"max_num_tokens": 8192, "speculative": {"mode": "prompt_lookup", "max_draft_len": 4}}},
-    {"quantization": {"algorithm": "fp8", "kv_cache": "fp8", "calibration": {"dataset": "/d/c.jsonl"}},
-     "engine": {"speculative": {"mode": "draft_target", "max_draft_len": 4, "draft_model": "/m/draft"}}},
+    {
+        "quantization": {"algorithm": "fp8", "kv_cache": "fp8", "calibration": {"dataset": "/d/c.jsonl"}},
+        "engine": {"speculative": {"mode": "draft_target", "max_draft_len": 4, "draft_model": "/m/draft"}},
+    },
 ]
 
 
@@ -92,19 +104,30 @@ def test_example_configs_use_the_qwen_table_for_qwen():
 
 # --- commands NVIDIA's parsers accept that would do the wrong thing ---------------------------------
 
+
 def test_prompt_lookup_engine_is_built_for_external_draft_tokens():
     plan = plan_build(unchecked_config(engine={"max_num_tokens": 8192, "speculative": {"mode": "prompt_lookup", "max_draft_len": 4}}))
     argv = step(plan, "build").argv
     assert value(argv, "--speculative_decoding_mode") == "draft_tokens_external" and value(argv, "--max_draft_len") == "4"
     assert plan.effective.max_draft_len == 4 and "prompt_lookup_not_in_engine" not in codes(plan)
     # the rest of NVIDIA's n-gram workflow (examples/ngram/README.md): paged context FMHA, KV-cache reuse, beam 1
-    off = plan_build(unchecked_config(engine={"max_num_tokens": 8192, "plugins": {"paged_context_fmha": False},
-                                              "speculative": {"mode": "prompt_lookup", "max_draft_len": 4}}))
+    off = plan_build(
+        unchecked_config(
+            engine={
+                "max_num_tokens": 8192,
+                "plugins": {"paged_context_fmha": False},
+                "speculative": {"mode": "prompt_lookup", "max_draft_len": 4},
+            }
+        )
+    )
     assert value(step(off, "build").argv, "--use_paged_context_fmha") == "enable"
     assert {"prompt_lookup_forces_paged_context_fmha", "prompt_lookup_needs_kv_reuse"} <= codes(off)
     with pytest.raises(ConfigError, match="engine.max_beam_width: prompt lookup"):
-        plan_build(unchecked_config(engine={"max_num_tokens": 8192, "max_beam_width": 2,
-                                            "speculative": {"mode": "prompt_lookup", "max_draft_len": 4}}))
+        plan_build(
+            unchecked_config(
+                engine={"max_num_tokens": 8192, "max_beam_width": 2, "speculative": {"mode": "prompt_lookup", "max_draft_len": 4}}
+            )
+        )
 
 
 @pytest.mark.parametrize("algorithm, precision, quant_algo", [("int8_wo", "int8", "W8A16"), ("int4_wo", "int4", "W4A16")])
@@ -137,10 +160,15 @@ def test_fp8_context_fmha_follows_nvidias_default_for_fp8_weights_and_fp8_kv_on_
 
 
 def test_bf16_draft_engine_does_not_inherit_the_fp8_targets_plugins():
-    plan = plan_build(unchecked_config(
-        quantization={"algorithm": "fp8", "kv_cache": "fp8", "calibration": {"dataset": "/d/c.jsonl"}},
-        engine={"plugins": {"low_latency_gemm": True},
-                "speculative": {"mode": "draft_target", "max_draft_len": 4, "draft_model": "/m/draft"}}))
+    plan = plan_build(
+        unchecked_config(
+            quantization={"algorithm": "fp8", "kv_cache": "fp8", "calibration": {"dataset": "/d/c.jsonl"}},
+            engine={
+                "plugins": {"low_latency_gemm": True},
+                "speculative": {"mode": "draft_target", "max_draft_len": 4, "draft_model": "/m/draft"},
+            },
+        )
+    )
     target, draft = step(plan, "build").argv, step(plan, "build-draft").argv
     assert value(target, "--gemm_plugin") == "disable" and value(target, "--low_latency_gemm_plugin") == "fp8"
     assert value(draft, "--gemm_plugin") == "auto"
@@ -149,6 +177,7 @@ def test_bf16_draft_engine_does_not_inherit_the_fp8_targets_plugins():
 
 
 # --- provenance -------------------------------------------------------------------------------------
+
 
 def test_every_row_of_every_table_names_its_source():
     sources = SPEC.data["sources"]
@@ -170,7 +199,10 @@ def test_facts_not_tied_to_1_2_1_are_warnings_in_build_engine_and_plan(tmp_path)
     config = str(REPO / "configs" / "qwen2.5-7b-fp16-l40s-tp2.yaml")
     build = run_cli("build-engine", config, "--workdir", str(tmp_path / "wd"), "--dry-run")
     assert build.returncode == 0, build.stderr
-    assert "[uncertain_source] convert, convert-draft: checked against NVIDIA/TensorRT-LLM@65b31db1b401:examples/models/core/qwen/convert_checkpoint.py" in build.stderr
+    assert (
+        "[uncertain_source] convert, convert-draft: checked against NVIDIA/TensorRT-LLM@65b31db1b401:examples/models/core/qwen/convert_checkpoint.py"
+        in build.stderr
+    )
     assert "[uncertain_flag] build: --kv_cache_type" in build.stderr
     assert "[uncertain_source] serving image: no NGC Triton image ships TensorRT-LLM 1.2.1" in build.stderr
     plan = run_cli("plan", config, "--workdir", str(tmp_path / "wd"), "--dry-run", "--no-plot")

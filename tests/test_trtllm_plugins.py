@@ -33,9 +33,13 @@ def test_gemm_plugin_preset_follows_quantization(quantization, gpu, gemm):
 
 
 def test_parallel_moe_and_lora_presets():
-    plan = plan_build(unchecked_config(
-        model={"name": "mistralai/Mixtral-8x7B-Instruct-v0.1", "family": "mixtral", "source": "/models/Mixtral"},
-        parallel={"tp": 2}, engine={"lora": {"enabled": True, "max_rank": 16}}))
+    plan = plan_build(
+        unchecked_config(
+            model={"name": "mistralai/Mixtral-8x7B-Instruct-v0.1", "family": "mixtral", "source": "/models/Mixtral"},
+            parallel={"tp": 2},
+            engine={"lora": {"enabled": True, "max_rank": 16}},
+        )
+    )
     flags = plan.build_flags
     assert flags["--nccl_plugin"] == "auto" and flags["--moe_plugin"] == "auto"
     assert flags["--lora_plugin"] == "auto" and flags["--max_lora_rank"] == "16"
@@ -101,7 +105,9 @@ def test_example_plugin_kernel_compiles_with_nvcc(tmp_path):
     out = tmp_path / "scale_kernel.o"
     result = subprocess.run(
         ["nvcc", "-c", "-std=c++17", "-arch=sm_80", str(EXAMPLE_PLUGIN / "scale_kernel.cu"), "-o", str(out)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     symbols = subprocess.run(["nm", str(out)], capture_output=True, text=True).stdout
@@ -109,11 +115,25 @@ def test_example_plugin_kernel_compiles_with_nvcc(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("nvcc") is None or _tensorrt_headers() is None,
-                    reason="needs nvcc and TensorRT's headers (NvInfer.h); TensorRT is not installed on this machine")
+@pytest.mark.skipif(
+    shutil.which("nvcc") is None or _tensorrt_headers() is None,
+    reason="needs nvcc and TensorRT's headers (NvInfer.h); TensorRT is not installed on this machine",
+)
 def test_example_plugin_builds_with_its_cmake_recipe(tmp_path):
     build = tmp_path / "build"
-    subprocess.run(["cmake", "-S", str(EXAMPLE_PLUGIN), "-B", str(build), f"-DTENSORRT_ROOT={_tensorrt_headers().parent}",
-                    "-DPLUGIN_NAME=forge_scale_plugin"], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            "cmake",
+            "-S",
+            str(EXAMPLE_PLUGIN),
+            "-B",
+            str(build),
+            f"-DTENSORRT_ROOT={_tensorrt_headers().parent}",
+            "-DPLUGIN_NAME=forge_scale_plugin",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     subprocess.run(["cmake", "--build", str(build), "-j", "2"], check=True, capture_output=True, timeout=600)
     assert (build / "libforge_scale_plugin.so").is_file()

@@ -22,6 +22,7 @@ def q(algorithm="none", kv_cache="none", **extra):
 
 # --- GPU capability ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "gpu, quantization, fragment",
     [
@@ -85,6 +86,7 @@ def test_several_capability_problems_reported_together():
 
 # --- silent adjustments --------------------------------------------------------------------------
 
+
 def codes(plan):
     return {w.code for w in plan.warnings}
 
@@ -92,33 +94,66 @@ def codes(plan):
 @pytest.mark.parametrize(
     "overrides, code, check",
     [
-        ({"engine": {"plugins": {"context_fmha": False}}}, "context_fmha_off",
-         lambda e: not e.toggles["use_paged_context_fmha"] and not e.toggles["use_fp8_context_fmha"]),
-        ({"quantization": q(kv_cache="int8"), "hardware": {"gpu": "A100-80GB"}}, "int8_kv_disables_paged_context_fmha",
-         lambda e: not e.toggles["use_paged_context_fmha"]),
-        ({"engine": {"max_num_tokens": 8192, "plugins": {"paged_context_fmha": False},
-                     "speculative": {"mode": "eagle", "max_draft_len": 7, "draft_model": "/m/eagle"}}},
-         "eagle_forces_paged_context_fmha", lambda e: e.toggles["use_paged_context_fmha"]),
+        (
+            {"engine": {"plugins": {"context_fmha": False}}},
+            "context_fmha_off",
+            lambda e: not e.toggles["use_paged_context_fmha"] and not e.toggles["use_fp8_context_fmha"],
+        ),
+        (
+            {"quantization": q(kv_cache="int8"), "hardware": {"gpu": "A100-80GB"}},
+            "int8_kv_disables_paged_context_fmha",
+            lambda e: not e.toggles["use_paged_context_fmha"],
+        ),
+        (
+            {
+                "engine": {
+                    "max_num_tokens": 8192,
+                    "plugins": {"paged_context_fmha": False},
+                    "speculative": {"mode": "eagle", "max_draft_len": 7, "draft_model": "/m/eagle"},
+                }
+            },
+            "eagle_forces_paged_context_fmha",
+            lambda e: e.toggles["use_paged_context_fmha"],
+        ),
         ({"engine": {"plugins": {"fp8_context_fmha": True}}}, "fp8_context_fmha_off", lambda e: not e.toggles["use_fp8_context_fmha"]),
-        ({"quantization": q("fp8", "fp8"), "engine": {"plugins": {"fp8_context_fmha": False}}}, "fp8_kv_forces_fp8_context_fmha",
-         lambda e: e.toggles["use_fp8_context_fmha"]),
+        (
+            {"quantization": q("fp8", "fp8"), "engine": {"plugins": {"fp8_context_fmha": False}}},
+            "fp8_kv_forces_fp8_context_fmha",
+            lambda e: e.toggles["use_fp8_context_fmha"],
+        ),
         ({"quantization": q("int4_awq", "fp8"), "hardware": {"gpu": "L40S"}}, "awq_fp8kv_paged_fmha_kernels", lambda e: True),
         ({"engine": {"fusion": {"reduce_fusion": True}}}, "reduce_fusion_off", lambda e: not e.toggles["reduce_fusion"]),
         ({"engine": {"fusion": {"user_buffer": True}}}, "user_buffer_off", lambda e: not e.toggles["user_buffer"]),
         ({"quantization": q("int8_wo")}, "fused_mlp_off", lambda e: not e.toggles["use_fused_mlp"]),
-        ({"quantization": q("nvfp4"), "engine": {"plugins": {"gemm": "float16"}}, "hardware": {"gpu": "B200"}},
-         "nvfp4_gemm_plugin", lambda e: e.plugin_values["gemm_plugin"] == "nvfp4"),
-        ({"parallel": {"tp": 2}, "engine": {"plugins": {"nccl": "disable"}}}, "nccl_plugin_forced", lambda e: e.plugin_values["nccl_plugin"]),
+        (
+            {"quantization": q("nvfp4"), "engine": {"plugins": {"gemm": "float16"}}, "hardware": {"gpu": "B200"}},
+            "nvfp4_gemm_plugin",
+            lambda e: e.plugin_values["gemm_plugin"] == "nvfp4",
+        ),
+        (
+            {"parallel": {"tp": 2}, "engine": {"plugins": {"nccl": "disable"}}},
+            "nccl_plugin_forced",
+            lambda e: e.plugin_values["nccl_plugin"],
+        ),
         ({"engine": {"plugins": {"nccl": "bfloat16"}}}, "nccl_plugin_unused", lambda e: e.plugin_values["nccl_plugin"] is None),
         ({"quantization": q("int4_wo")}, "weight_only_plugins", lambda e: True),
         ({"quantization": q("int8_sq"), "hardware": {"gpu": "A100-80GB"}}, "smoothquant_plugins", lambda e: True),
-        ({"model": {"name": "mistralai/Mistral-7B-Instruct-v0.3", "family": "mistral"}, "engine": {"max_seq_len": 40000}},
-         "max_seq_len_above_positions", lambda e: e.max_seq_len == 40000),
+        (
+            {"model": {"name": "mistralai/Mistral-7B-Instruct-v0.3", "family": "mistral"}, "engine": {"max_seq_len": 40000}},
+            "max_seq_len_above_positions",
+            lambda e: e.max_seq_len == 40000,
+        ),
         ({"engine": {"max_input_len": 4096}}, "max_input_len_clipped", lambda e: e.max_input_len == 2048),
-        ({"engine": {"speculative": {"mode": "draft_target", "max_draft_len": 4, "draft_model": "/m/draft"}}},
-         "speculative_extends_max_seq_len", lambda e: e.max_seq_len == 2048 + 4 and e.max_draft_len == 4),
-        ({"engine": {"max_num_tokens": 8192, "speculative": {"mode": "eagle", "max_draft_len": 7, "draft_model": "/m/eagle"}}},
-         "speculative_extends_max_seq_len", lambda e: e.max_seq_len == 2048 + 7 + 4),
+        (
+            {"engine": {"speculative": {"mode": "draft_target", "max_draft_len": 4, "draft_model": "/m/draft"}}},
+            "speculative_extends_max_seq_len",
+            lambda e: e.max_seq_len == 2048 + 4 and e.max_draft_len == 4,
+        ),
+        (
+            {"engine": {"max_num_tokens": 8192, "speculative": {"mode": "eagle", "max_draft_len": 7, "draft_model": "/m/eagle"}}},
+            "speculative_extends_max_seq_len",
+            lambda e: e.max_seq_len == 2048 + 7 + 4,
+        ),
         ({"engine": {"plugins": {"remove_input_padding": False}}}, "max_num_tokens_padded", lambda e: e.max_num_tokens == 8 * 2048),
         ({"engine": {"max_batch_size": 64, "max_num_tokens": 32768}}, "max_num_tokens_large", lambda e: e.max_num_tokens == 32768),
         ({"engine": {"max_batch_size": 1, "max_num_tokens": 8192}}, "max_num_tokens_clipped", lambda e: e.max_num_tokens == 2048),
@@ -140,8 +175,9 @@ def test_no_runtime_cap_with_chunked_context():
 
 
 def test_awq_calibration_size_clamp_warned():
-    plan = plan_build(unchecked_config(quantization=q("int4_awq", calibration={"dataset": "/d/c.jsonl", "size": 512}),
-                                       hardware={"gpu": "A10G"}))
+    plan = plan_build(
+        unchecked_config(quantization=q("int4_awq", calibration={"dataset": "/d/c.jsonl", "size": 512}), hardware={"gpu": "A10G"})
+    )
     assert "awq_calib_size_clamped" in codes(plan)
 
 
@@ -163,8 +199,12 @@ def test_calibration_name_quirk_and_local_dataset_required():
 
 def test_eagle_refuses_quantization_its_converter_cannot_apply():
     with pytest.raises(ConfigError, match="quantization.algorithm: NVIDIA's EAGLE converter quantizes only weight-only int8/int4"):
-        plan_build(unchecked_config(quantization=q("fp8", "fp8"), engine={"max_num_tokens": 8192, "speculative": {
-            "mode": "eagle", "max_draft_len": 7, "draft_model": "/m/eagle"}}))
+        plan_build(
+            unchecked_config(
+                quantization=q("fp8", "fp8"),
+                engine={"max_num_tokens": 8192, "speculative": {"mode": "eagle", "max_draft_len": 7, "draft_model": "/m/eagle"}},
+            )
+        )
 
 
 def test_weight_only_without_kv_uses_convert_checkpoint():
@@ -179,8 +219,13 @@ def test_unsupported_engine_combinations_refused():
     with pytest.raises(ConfigError, match="engine.speculative.mode: medusa engines"):
         plan_build(unchecked_config(engine={"speculative": {"mode": "medusa", "max_draft_len": 4, "draft_model": "/m/medusa"}}))
     with pytest.raises(ConfigError, match="parallel.moe_ep: quantize.py .* cannot set expert parallelism"):
-        plan_build(unchecked_config(model={"name": "mistralai/Mixtral-8x7B-Instruct-v0.1", "family": "mixtral"},
-                                    parallel={"tp": 2, "moe_ep": 2, "moe_tp": 1}, quantization=q("fp8")))
+        plan_build(
+            unchecked_config(
+                model={"name": "mistralai/Mixtral-8x7B-Instruct-v0.1", "family": "mixtral"},
+                parallel={"tp": 2, "moe_ep": 2, "moe_tp": 1},
+                quantization=q("fp8"),
+            )
+        )
 
 
 def test_llm_api_equivalent_is_valid_python_with_the_same_settings():

@@ -55,7 +55,10 @@ def test_every_generated_argv_parses_with_the_spec_parser(config_path):
 @pytest.mark.parametrize(
     "argv, fragment",
     [
-        (["--checkpoint_dir", "c", "--tp_size", "2"], "--tp_size does not exist in TensorRT-LLM 1.2.x; parallelism comes from the checkpoint"),
+        (
+            ["--checkpoint_dir", "c", "--tp_size", "2"],
+            "--tp_size does not exist in TensorRT-LLM 1.2.x; parallelism comes from the checkpoint",
+        ),
         (["--checkpoint_dir", "c", "--max_output_len", "10"], "use --max_seq_len"),
         (["--checkpoint_dir", "c", "--gemm_plugn", "auto"], "did you mean --gemm_plugin?"),
         (["--gemm_plugin", "int4"], "--gemm_plugin takes one of auto, float16"),

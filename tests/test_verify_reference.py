@@ -91,8 +91,7 @@ def test_reference_generation_is_greedy_token_ids(reference):
 def test_ignore_eos_always_returns_the_requested_number_of_tokens(reference):
     eos = reference.tokenizer.eos_token_id
     # A chat turn that the instruct model answers and then closes with <|im_end|>.
-    prompt = reference.tokenizer.apply_chat_template(
-        [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
+    prompt = reference.tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
     ids = reference.encode(prompt)
     stopped = reference.generate_ids(ids, 40)
     assert stopped[-1] == eos and len(stopped) < 40

@@ -13,7 +13,12 @@ GPU_CONFIGS = sorted(p for p in (REPO / "configs").glob("*.yaml") if "cpu" not i
 
 BASE = {
     "name": "unit",
-    "model": {"source": "/models/Llama-3.1-8B-Instruct", "name": "meta-llama/Llama-3.1-8B-Instruct", "family": "llama", "dtype": "bfloat16"},
+    "model": {
+        "source": "/models/Llama-3.1-8B-Instruct",
+        "name": "meta-llama/Llama-3.1-8B-Instruct",
+        "family": "llama",
+        "dtype": "bfloat16",
+    },
     "engine": {"backend": "tensorrt-llm", "max_batch_size": 8, "max_input_len": 1024, "max_seq_len": 2048, "max_num_tokens": 4096},
     "hardware": {"gpu": "H100-SXM"},
 }

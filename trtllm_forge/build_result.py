@@ -35,5 +35,12 @@ class BuildResult(StageResult):
         target = "llmapi" if outputs.get("target") == "llmapi" or outputs.get("llmapi_dir") else "engine"
         engine_dir = outputs.get("engine_dir")
         llmapi_dir = outputs.get("llmapi_dir")
-        return cls(result.name, result.directory, result.skipped, result.manifest, target,
-                   Path(engine_dir) if engine_dir else None, Path(llmapi_dir) if llmapi_dir else None)
+        return cls(
+            result.name,
+            result.directory,
+            result.skipped,
+            result.manifest,
+            target,
+            Path(engine_dir) if engine_dir else None,
+            Path(llmapi_dir) if llmapi_dir else None,
+        )

@@ -47,7 +47,9 @@ def grpc_url_of(target: Any) -> str:
 
         deployment = read_state(Path(target))
         if deployment is None:
-            raise StepError("client", f"no deployment recorded in {Path(target) / 'deploy' / 'state.json'}", "run `trtllm-forge deploy CONFIG` first")
+            raise StepError(
+                "client", f"no deployment recorded in {Path(target) / 'deploy' / 'state.json'}", "run `trtllm-forge deploy CONFIG` first"
+            )
         return deployment.grpc_url
     return str(target)
 

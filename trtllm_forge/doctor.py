@@ -58,8 +58,9 @@ def check_tritonserver() -> tuple[Check, object | None]:
         return Check("tritonserver", needed, True, False, exc.problem, exc.valid or INSTALL_HINT), None
     where = f"{install.binary} ({install.kind})"
     try:
-        proc = subprocess.run([str(install.binary), "--help"], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, **server_environment(install)})
+        proc = subprocess.run(
+            [str(install.binary), "--help"], capture_output=True, text=True, timeout=60, env={**os.environ, **server_environment(install)}
+        )
         output = proc.stdout + proc.stderr
     except (OSError, subprocess.TimeoutExpired) as exc:
         output = f"{LOADER_ERROR}: {exc}"
@@ -177,8 +178,13 @@ def check_gpu() -> Check:
     if not gpus:
         return Check("GPU and driver", needed, False, False, "nvidia-smi lists no GPU", "check the driver with `nvidia-smi -L`")
     try:
-        driver = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                                text=True, timeout=SMI_TIMEOUT_S).stdout.split("\n")[0].strip()
+        driver = (
+            subprocess.run(
+                [smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=SMI_TIMEOUT_S
+            )
+            .stdout.split("\n")[0]
+            .strip()
+        )
     except (OSError, subprocess.TimeoutExpired):
         driver = "unknown"
     return Check("GPU and driver", needed, False, True, f"{len(gpus)} GPU(s), driver {driver}: {gpus[0]}")
@@ -190,8 +196,14 @@ def check_tensorrt_llm() -> Check:
     version = trtllm_version()
     needed = "engine.backend: tensorrt-llm (build-engine on this machine)"
     if version is None:
-        return Check("TensorRT-LLM", needed, False, False, "not installed",
-                     "use the NGC TensorRT-LLM container (build-engine runs there through docker) or `pip install tensorrt-llm` on a GPU machine")
+        return Check(
+            "TensorRT-LLM",
+            needed,
+            False,
+            False,
+            "not installed",
+            "use the NGC TensorRT-LLM container (build-engine runs there through docker) or `pip install tensorrt-llm` on a GPU machine",
+        )
     return Check("TensorRT-LLM", needed, False, True, version)
 
 

@@ -20,7 +20,7 @@ def _one_line(text: str) -> str:
 def _capped(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
-    return f"{text[: limit * 2 // 3]} …[{len(text) - limit:,} characters left out]… {text[-limit // 4:]}"
+    return f"{text[: limit * 2 // 3]} …[{len(text) - limit:,} characters left out]… {text[-limit // 4 :]}"
 
 
 class ForgeError(click.ClickException):
@@ -72,8 +72,10 @@ def error_document(exc: BaseException) -> dict:
             "kind": kind,
             "exit_code": exc.exit_code,
             "message": exc.format_message(),
-            "errors": [{"source": e.source, "where": e.where, "problem": e.problem, "valid": e.valid,
-                        "message": e.format_message()} for e in errors],
+            "errors": [
+                {"source": e.source, "where": e.where, "problem": e.problem, "valid": e.valid, "message": e.format_message()}
+                for e in errors
+            ],
         }
     if isinstance(exc, KeyboardInterrupt):
         return {"kind": "interrupted", "exit_code": 130, "message": "interrupted", "errors": []}

@@ -68,6 +68,7 @@ def hardware_table() -> dict[str, Device]:
 
 def find_device(name: str) -> Device | None:
     """Look a device up by name, ignoring case, spaces and dashes."""
+
     def key(text: str) -> str:
         return text.lower().replace(" ", "").replace("-", "").replace("_", "")
 

@@ -145,8 +145,15 @@ def _measure_host_once(config: ForgeConfig) -> None:
     info(f"measured this machine for the roofline (stored in {path}; `trtllm-forge plan --measure-host` redoes it)")
 
 
-def run_pipeline(config: ForgeConfig, workdir: Path, *, force: bool = False, keep_serving: bool = False, run_bench: bool = True,
-                 report: RunReport | None = None) -> RunReport:
+def run_pipeline(
+    config: ForgeConfig,
+    workdir: Path,
+    *,
+    force: bool = False,
+    keep_serving: bool = False,
+    run_bench: bool = True,
+    report: RunReport | None = None,
+) -> RunReport:
     """Run every stage; `report` (when given) is filled as the stages run, so a caller still has it after an error."""
     report = report if report is not None else RunReport(config.name or "config", workdir)
     with terminate_as_error("run", workdir):  # SIGTERM, like Ctrl-C, still stops the server and cleans up
@@ -166,8 +173,12 @@ def _run_stages(config: ForgeConfig, workdir: Path, report: RunReport, force: bo
         built: BuildResult = stages.run("build", _build, config, workdir, checkpoint_dir, force)
         rendered = stages.run("render", render_repository, config, workdir, built.engine_dir, force=force)
         repository = Path(rendered.manifest["outputs"]["repository"])
-        report.paths = {"checkpoint": str(checkpoint_dir), "engine": str(built.engine_dir or built.llmapi_dir),
-                        "repository": str(repository), "logs": str(workdir / "logs")}
+        report.paths = {
+            "checkpoint": str(checkpoint_dir),
+            "engine": str(built.engine_dir or built.llmapi_dir),
+            "repository": str(repository),
+            "logs": str(workdir / "logs"),
+        }
         if run_bench:
             _measure_host_once(config)
         deploy_outcome = StageOutcome("deploy", "failed")
@@ -211,11 +222,14 @@ def query_examples(config: ForgeConfig, deployment) -> str:
     return (
         "query it with curl:\n"
         f"  curl -s -X POST {deployment.http_url}/v2/models/{entry}/generate "
-        "-d '{\"text_input\": \"The capital of France is\", \"" + max_tokens + "\": 20}'\n"
+        '-d \'{"text_input": "The capital of France is", "' + max_tokens + "\": 20}'\n"
         "or with a few lines of tritonclient (streaming over gRPC):\n"
-        + ("  from trtllm_forge.llmapi_requests import llmapi_generate as generate\n" if is_llmapi(config)
-           else "  from trtllm_forge.client import generate\n")
-        + f"  print(generate(\"{deployment.grpc_url}\", \"The capital of France is\", 20, stream=True, model=\"{entry}\").text)"
+        + (
+            "  from trtllm_forge.llmapi_requests import llmapi_generate as generate\n"
+            if is_llmapi(config)
+            else "  from trtllm_forge.client import generate\n"
+        )
+        + f'  print(generate("{deployment.grpc_url}", "The capital of France is", 20, stream=True, model="{entry}").text)'
     )
 
 
@@ -227,7 +241,9 @@ def present(report: RunReport, config: ForgeConfig) -> None:
         console.print(f"  {name:11} {plain(path)}")
     if report.deployment is not None:
         if report.kept_serving:
-            console.print(f"server running (pid {report.deployment.pid}); stop it with `trtllm-forge deploy stop --workdir {report.workdir}`")
+            console.print(
+                f"server running (pid {report.deployment.pid}); stop it with `trtllm-forge deploy stop --workdir {report.workdir}`"
+            )
         else:
             console.print("server stopped; `trtllm-forge deploy CONFIG` (or `run --keep-serving`) serves it again, then")
         console.print(query_examples(config, report.deployment), markup=False)
@@ -251,8 +267,12 @@ def show_dry_run(config: ForgeConfig, config_file: Path, workdir: Path, as_json:
             raise
         # A checkpoint that lives on the serving/build host (e.g. /models/...): plan with its path; import checks it there.
         checkpoint_dir = source
-        import_doc = {"source": str(source), "checkpoint_dir": str(source), "commands": [],
-                      "notes": [f"{source} is not on this machine: the import stage checks it where the build runs"]}
+        import_doc = {
+            "source": str(source),
+            "checkpoint_dir": str(source),
+            "commands": [],
+            "notes": [f"{source} is not on this machine: the import stage checks it where the build runs"],
+        }
     if config.engine.backend == "openvino":
         from trtllm_forge.builders.openvino import plan_build
 
@@ -268,8 +288,13 @@ def show_dry_run(config: ForgeConfig, config_file: Path, workdir: Path, as_json:
         *([["trtllm-forge", "bench", str(config_file), "--workdir", str(workdir)]] if config.bench.workloads else []),
         ["trtllm-forge", "deploy", "stop", "--workdir", str(workdir)],
     ]
-    doc = {"dry_run": True, "workdir": str(workdir), "import": import_doc, "build": build_plan,
-           "then": [shlex.join(argv) for argv in later]}
+    doc = {
+        "dry_run": True,
+        "workdir": str(workdir),
+        "import": import_doc,
+        "build": build_plan,
+        "then": [shlex.join(argv) for argv in later],
+    }
     if as_json:
         emit_json(doc)
         return

@@ -74,8 +74,7 @@ class _Console(Console):
 
 # Tables wrap at 80 columns when stderr is not a terminal (logs, CI); give them room there.
 # emoji=False: a ':smile:' in a path stays as written.
-console = _Console(stderr=True, highlight=False, soft_wrap=True, emoji=False,
-                   width=None if sys.stderr.isatty() else 160)
+console = _Console(stderr=True, highlight=False, soft_wrap=True, emoji=False, width=None if sys.stderr.isatty() else 160)
 
 
 def info(message: str) -> None:

@@ -20,7 +20,7 @@ from trtllm_forge.builders.openvino.plan import (
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.engine_config import ENGINE_CONFIG
 from trtllm_forge.errors import ConfigError, StepError
-from trtllm_forge.stages import StageRecorder, StageResult, run_stage
+from trtllm_forge.stages import StageRecorder, run_stage
 
 STAGE = "build"
 ENGINE_SUBDIR = "engine"

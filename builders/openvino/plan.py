@@ -127,15 +127,33 @@ def _with_argv(plan: ExportPlan, config: ForgeConfig, checkpoint_dir: Path | Non
     if plan.calibration_file is not None:
         calib = config.quantization.calibration
         argv = [
-            sys.executable, "-m", "trtllm_forge.builders.openvino.calibrated_export",
-            "--model", model, "--output", str(output_dir),
-            "--group-size", str(plan.group_size), "--dataset", str(plan.calibration_file),
-            "--num-samples", str(calib.size), "--seq-len", str(calib.seq_len),
+            sys.executable,
+            "-m",
+            "trtllm_forge.builders.openvino.calibrated_export",
+            "--model",
+            model,
+            "--output",
+            str(output_dir),
+            "--group-size",
+            str(plan.group_size),
+            "--dataset",
+            str(plan.calibration_file),
+            "--num-samples",
+            str(calib.size),
+            "--seq-len",
+            str(calib.seq_len),
         ]
     else:
         argv = [
-            str(optimum_cli()), "export", "openvino", "--model", model,
-            "--task", "text-generation-with-past", "--weight-format", plan.weight_format,
+            str(optimum_cli()),
+            "export",
+            "openvino",
+            "--model",
+            model,
+            "--task",
+            "text-generation-with-past",
+            "--weight-format",
+            plan.weight_format,
         ]
         if plan.group_size is not None:
             argv += ["--group-size", str(plan.group_size), "--ratio", "1.0"]

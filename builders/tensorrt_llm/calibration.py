@@ -39,7 +39,7 @@ def _text_samples(path: Path) -> list[str]:
 
 def read_samples(source: Path) -> list[str]:
     if not source.is_file():
-        raise ConfigError(WHERE, f"{source} does not exist", "a local JSONL ({\"text\": ...} per line) or text file")
+        raise ConfigError(WHERE, f"{source} does not exist", 'a local JSONL ({"text": ...} per line) or text file')
     samples = _jsonl_samples(source) if source.suffix in (".jsonl", ".json") else _text_samples(source)
     if not samples:
         raise ConfigError(WHERE, f"{source} holds no samples", "add at least one non-empty text")

@@ -66,17 +66,50 @@ def image_tag(trtllm_version: str) -> str:
 
 
 def docker_build_argv(base_image: str, trtllm_version: str) -> list[str]:
-    return ["docker", "build", "-f", DOCKERFILE, "--build-arg", f"BASE_IMAGE={base_image}",
-            "--build-arg", f"TRTLLM_VERSION={trtllm_version}", "-t", image_tag(trtllm_version), "."]
+    return [
+        "docker",
+        "build",
+        "-f",
+        DOCKERFILE,
+        "--build-arg",
+        f"BASE_IMAGE={base_image}",
+        "--build-arg",
+        f"TRTLLM_VERSION={trtllm_version}",
+        "-t",
+        image_tag(trtllm_version),
+        ".",
+    ]
 
 
-def docker_run_argv(config: ForgeConfig, config_file: Path | None, workdir: Path, host_paths: list[str],
-                    trtllm_version: str, extra_args: list[str] | None = None) -> list[str]:
+def docker_run_argv(
+    config: ForgeConfig,
+    config_file: Path | None,
+    workdir: Path,
+    host_paths: list[str],
+    trtllm_version: str,
+    extra_args: list[str] | None = None,
+) -> list[str]:
     """`docker run` of `trtllm-forge build-engine` in the container, every path mounted at the same place."""
     gpus = config.parallel.world_size
-    argv = ["docker", "run", "--rm", "--gpus", str(gpus), "--ipc", "host", "--shm-size", "1g",
-            "--ulimit", "memlock=-1", "--ulimit", "stack=67108864",
-            "-e", "HF_HUB_OFFLINE=1", "-e", "HF_DATASETS_OFFLINE=1"]
+    argv = [
+        "docker",
+        "run",
+        "--rm",
+        "--gpus",
+        str(gpus),
+        "--ipc",
+        "host",
+        "--shm-size",
+        "1g",
+        "--ulimit",
+        "memlock=-1",
+        "--ulimit",
+        "stack=67108864",
+        "-e",
+        "HF_HUB_OFFLINE=1",
+        "-e",
+        "HF_DATASETS_OFFLINE=1",
+    ]
     mounts: list[tuple[str, str]] = []
     for path in host_paths:
         if path and path not in {m[0] for m in mounts}:

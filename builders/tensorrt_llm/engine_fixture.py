@@ -12,8 +12,7 @@ if TYPE_CHECKING:
     from trtllm_forge.builders.tensorrt_llm.plan import BuildPlan
 
 # build_config.speculative_decoding_mode as the 1.x builder serializes it (an IntFlag value).
-SPECULATIVE_FLAG = {None: 1, "draft_tokens_external": 2, "medusa": 4, "lookahead_decoding": 8,
-                    "explicit_draft_tokens": 16, "eagle": 32}
+SPECULATIVE_FLAG = {None: 1, "draft_tokens_external": 2, "medusa": 4, "lookahead_decoding": 8, "explicit_draft_tokens": 16, "eagle": 32}
 NORM_EPSILON = {"qwen2": 1e-6}
 
 
@@ -134,29 +133,38 @@ def expected_engine_config(plan: "BuildPlan") -> dict:
         "quantization": quantization,
     }
     if shape.is_moe:
-        pretrained["moe"] = {"num_experts": shape.num_local_experts, "top_k": shape.num_experts_per_tok,
-                             "normalization_mode": 1, "sparse_mixer_epsilon": 0.01, "tp_mode": 0}
+        pretrained["moe"] = {
+            "num_experts": shape.num_local_experts,
+            "top_k": shape.num_experts_per_tok,
+            "normalization_mode": 1,
+            "sparse_mixer_epsilon": 0.01,
+            "tp_mode": 0,
+        }
     if eagle:
         pretrained.update({"max_draft_len": eff.max_draft_len, "num_eagle_layers": 4, "max_non_leaves_per_layer": 10})
     defaults = dict(spec.engine_config["build_config_defaults"])
     build = {key: defaults.get(key) for key in spec.engine_config["build_config_keys"]}
-    build.update({
-        "max_input_len": eff.max_input_len,
-        "max_seq_len": eff.max_seq_len,
-        "max_batch_size": eff.max_batch_size,
-        "max_beam_width": eff.max_beam_width,
-        "max_num_tokens": eff.max_num_tokens,
-        "opt_num_tokens": eff.opt_num_tokens,
-        "kv_cache_type": str(plan.build_flags.get("--kv_cache_type", "paged")).upper(),
-        "gather_context_logits": "--gather_context_logits" in plan.build_flags,
-        "gather_generation_logits": "--gather_generation_logits" in plan.build_flags,
-        "strongly_typed": True,
-        "max_draft_len": eff.max_draft_len,
-        "speculative_decoding_mode": SPECULATIVE_FLAG[eff.speculative_decoding_mode],
-        "output_timing_cache": "model.cache",
-        "lora_config": {**spec.engine_config["lora_config_keys"],
-                        "max_lora_rank": int(plan.build_flags.get("--max_lora_rank", 64)),
-                        "lora_target_modules": plan.build_flags.get("--lora_target_modules", "").split()},
-        "plugin_config": _plugin_config(plan),
-    })
+    build.update(
+        {
+            "max_input_len": eff.max_input_len,
+            "max_seq_len": eff.max_seq_len,
+            "max_batch_size": eff.max_batch_size,
+            "max_beam_width": eff.max_beam_width,
+            "max_num_tokens": eff.max_num_tokens,
+            "opt_num_tokens": eff.opt_num_tokens,
+            "kv_cache_type": str(plan.build_flags.get("--kv_cache_type", "paged")).upper(),
+            "gather_context_logits": "--gather_context_logits" in plan.build_flags,
+            "gather_generation_logits": "--gather_generation_logits" in plan.build_flags,
+            "strongly_typed": True,
+            "max_draft_len": eff.max_draft_len,
+            "speculative_decoding_mode": SPECULATIVE_FLAG[eff.speculative_decoding_mode],
+            "output_timing_cache": "model.cache",
+            "lora_config": {
+                **spec.engine_config["lora_config_keys"],
+                "max_lora_rank": int(plan.build_flags.get("--max_lora_rank", 64)),
+                "lora_target_modules": plan.build_flags.get("--lora_target_modules", "").split(),
+            },
+            "plugin_config": _plugin_config(plan),
+        }
+    )
     return {"version": plan.trtllm_version, "pretrained_config": pretrained, "build_config": build}

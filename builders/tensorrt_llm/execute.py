@@ -66,8 +66,7 @@ def container_command(config: ForgeConfig, plan: BuildPlan, workdir: Path) -> di
     host_paths += [p.path for p in plan.custom_plugins]
     run = container.docker_run_argv(config, _config_file(config), workdir, host_paths, plan.trtllm_version)
     build = container.docker_build_argv(spec.base_image, plan.trtllm_version)
-    return {"image": container.image_tag(plan.trtllm_version), "base_image": spec.base_image,
-            "docker_build": build, "docker_run": run}
+    return {"image": container.image_tag(plan.trtllm_version), "base_image": spec.base_image, "docker_build": build, "docker_run": run}
 
 
 def _print_dry_run(plan: BuildPlan, workdir: Path, commands: dict, as_json: bool) -> None:
@@ -86,8 +85,9 @@ def _print_dry_run(plan: BuildPlan, workdir: Path, commands: dict, as_json: bool
     click.echo("dry run: nothing was run and nothing was written", err=True)
 
 
-def build(config: ForgeConfig, workdir: Path, checkpoint_dir: Path | None, force: bool = False,
-          dry_run: bool = False, as_json: bool = False) -> StageResult | BuildPlan:
+def build(
+    config: ForgeConfig, workdir: Path, checkpoint_dir: Path | None, force: bool = False, dry_run: bool = False, as_json: bool = False
+) -> StageResult | BuildPlan:
     """Plan, check and (when TensorRT-LLM 1.2.x and a GPU are here) run the build stage.
 
     dry_run: print the plan (text on stderr, or one JSON document on stdout) and return it; nothing is written.
@@ -139,8 +139,13 @@ def _write_llmapi(plan: BuildPlan, workdir: Path, force: bool) -> StageResult:
         write_json_atomic(tmp / "plan.json", plan.to_dict())
         recorder.notes += [f"{w.code}: {w.message}" for w in plan.warnings]
         final = workdir / STAGE / "llmapi"
-        return {"target": "llmapi", "llmapi_dir": str(final), "model_yaml": str(final / "model.yaml"),
-                "extra_llm_api_options": str(final / "extra_llm_api_options.yaml"), "serve_argv": plan.llmapi["serve_argv"]}
+        return {
+            "target": "llmapi",
+            "llmapi_dir": str(final),
+            "model_yaml": str(final / "model.yaml"),
+            "extra_llm_api_options": str(final / "extra_llm_api_options.yaml"),
+            "serve_argv": plan.llmapi["serve_argv"],
+        }
 
     return run_stage(workdir, STAGE, _stage_values(plan), _input_paths(plan), body, force=force)
 
@@ -156,8 +161,7 @@ def _fingerprint(directory: Path) -> list:
     """Names, sizes and mtimes of the checkpoint files: hashing hundreds of GB of weights per run is too slow."""
     if not directory.is_dir():
         return []
-    return [[str(p.relative_to(directory)), p.stat().st_size, int(p.stat().st_mtime)]
-            for p in sorted(directory.rglob("*")) if p.is_file()]
+    return [[str(p.relative_to(directory)), p.stat().st_size, int(p.stat().st_mtime)] for p in sorted(directory.rglob("*")) if p.is_file()]
 
 
 def _input_paths(plan: BuildPlan) -> dict[str, Path]:
@@ -195,13 +199,22 @@ def diff_engine_config(expected: dict, actual: dict) -> list[str]:
 def serving_record(trtllm_version: str, driver: str | None) -> dict:
     """What the engine manifest says about the image that must serve it (spec/serving-images.json)."""
     row = images.image_for_version(trtllm_version)
-    return {"image": row.image, "route": row.how, "base_image": row.base_image, "tensorrt_llm": row.tensorrt_llm,
-            "tensorrt": row.tensorrt, "cuda": row.cuda, "min_driver": row.min_driver, "driver_seen": driver,
-            "sources": list(row.sources)}
+    return {
+        "image": row.image,
+        "route": row.how,
+        "base_image": row.base_image,
+        "tensorrt_llm": row.tensorrt_llm,
+        "tensorrt": row.tensorrt,
+        "cuda": row.cuda,
+        "min_driver": row.min_driver,
+        "driver_seen": driver,
+        "sources": list(row.sources),
+    }
 
 
-def _execute(config: ForgeConfig, plan: BuildPlan, workdir: Path, runtime: container.Runtime, force: bool,
-             driver: str | None = None) -> StageResult:
+def _execute(
+    config: ForgeConfig, plan: BuildPlan, workdir: Path, runtime: container.Runtime, force: bool, driver: str | None = None
+) -> StageResult:
     def body(tmp: Path, recorder: StageRecorder) -> dict:
         recorder.tool_versions["tensorrt_llm"] = str(runtime.trtllm_version)
         if driver:
@@ -209,7 +222,11 @@ def _execute(config: ForgeConfig, plan: BuildPlan, workdir: Path, runtime: conta
         recorder.tool_versions["gpus"] = "; ".join(runtime.gpus)
         if not any(_gpu_matches(plan.gpu, name) for name in runtime.gpus):
             recorder.notes.append(f"engines are tied to the GPU model: built on {runtime.gpus} for hardware.gpu {plan.gpu}")
-            warn(escape(f"hardware.gpu is {plan.gpu} but the visible GPUs are {runtime.gpus}: engines only run on the GPU model they were built on"))
+            warn(
+                escape(
+                    f"hardware.gpu is {plan.gpu} but the visible GPUs are {runtime.gpus}: engines only run on the GPU model they were built on"
+                )
+            )
         write_json_atomic(tmp / "plan.json", plan.to_dict())
         total = len(plan.steps)
         for index, step in enumerate(plan.steps, 1):
@@ -230,8 +247,10 @@ def _execute(config: ForgeConfig, plan: BuildPlan, workdir: Path, runtime: conta
         engine_config = json.loads((tmp / "engine" / ENGINE_CONFIG).read_text())
         built_version = str(engine_config.get("version"))
         if built_version != plan.trtllm_version:
-            message = (f"engine built by TensorRT-LLM {built_version} but serving is pinned to {plan.trtllm_version} "
-                       f"({plan.container_image}); engines load only with the TensorRT-LLM/TensorRT they were built with")
+            message = (
+                f"engine built by TensorRT-LLM {built_version} but serving is pinned to {plan.trtllm_version} "
+                f"({plan.container_image}); engines load only with the TensorRT-LLM/TensorRT they were built with"
+            )
             recorder.notes.append(message)
             warn(escape(message))
         for line in diff_engine_config(expected_engine_config(plan), engine_config) if plan.shape else []:
@@ -241,7 +260,9 @@ def _execute(config: ForgeConfig, plan: BuildPlan, workdir: Path, runtime: conta
         for plugin in plan.custom_plugins:
             lib = Path(plugin.library) if Path(plugin.library).is_absolute() else tmp / plugin.library
             if not lib.is_file():
-                raise StepError("engine.plugins.custom_libraries", f"{lib} does not exist after the build", "check the plugin path or its CMake recipe")
+                raise StepError(
+                    "engine.plugins.custom_libraries", f"{lib} does not exist after the build", "check the plugin path or its CMake recipe"
+                )
             final_lib = lib if Path(plugin.library).is_absolute() else workdir / STAGE / plugin.library
             plugins.append({"path": str(final_lib), "source": plugin.path, "sha256": sha256_of(lib)})
         final = workdir / STAGE

@@ -46,8 +46,10 @@ def forge_image_tag(trtllm_version: str) -> str:
 
 
 def ngc_images() -> list[ServingImage]:
-    return [ServingImage(r["image"], r["tensorrt_llm"], r["tensorrt"], r["cuda"], r["min_driver"], "ngc", None, (r["source"],))
-            for r in matrix()["images"]]
+    return [
+        ServingImage(r["image"], r["tensorrt_llm"], r["tensorrt"], r["cuda"], r["min_driver"], "ngc", None, (r["source"],))
+        for r in matrix()["images"]
+    ]
 
 
 def image_for_version(trtllm_version: str) -> ServingImage:
@@ -59,11 +61,22 @@ def image_for_version(trtllm_version: str) -> ServingImage:
     route = matrix()["routes"].get(trtllm_version)
     if route is None:
         known = sorted({r.tensorrt_llm for r in ngc_images()} | set(matrix()["routes"]))
-        raise ConfigError("engine.trtllm_version", f"no serving image is known for TensorRT-LLM {trtllm_version}",
-                          f"one of {', '.join(known)} (builders/tensorrt_llm/spec/serving-images.json)")
+        raise ConfigError(
+            "engine.trtllm_version",
+            f"no serving image is known for TensorRT-LLM {trtllm_version}",
+            f"one of {', '.join(known)} (builders/tensorrt_llm/spec/serving-images.json)",
+        )
     sources = route["source"] if isinstance(route["source"], list) else [route["source"]]
-    return ServingImage(forge_image_tag(trtllm_version), route["tensorrt_llm"], route["tensorrt"], route["cuda"],
-                        route["min_driver"], route["how"], route["base_image"], tuple(sources))
+    return ServingImage(
+        forge_image_tag(trtllm_version),
+        route["tensorrt_llm"],
+        route["tensorrt"],
+        route["cuda"],
+        route["min_driver"],
+        route["how"],
+        route["base_image"],
+        tuple(sources),
+    )
 
 
 def serving_image(deploy_image: str | None, trtllm_version: str) -> str:
@@ -93,8 +106,10 @@ def version_mismatch(engine_version: str, image: str) -> str | None:
     known = describe_image(image)
     if known is None or known.tensorrt_llm == engine_version:
         return None
-    return (f"the engine was built by TensorRT-LLM {engine_version} but {image} ships TensorRT-LLM {known.tensorrt_llm}, "
-            "and engines load only with the version that built them")
+    return (
+        f"the engine was built by TensorRT-LLM {engine_version} but {image} ships TensorRT-LLM {known.tensorrt_llm}, "
+        "and engines load only with the version that built them"
+    )
 
 
 def check_engine_image(engine_version: str, image: str, field: str = "deploy.image") -> None:
@@ -135,8 +150,10 @@ def _as_tuple(version: str) -> tuple[int, ...]:
 def driver_problem(driver: str, image: ServingImage) -> str | None:
     if _as_tuple(driver) >= _as_tuple(image.min_driver):
         return None
-    return (f"NVIDIA driver {driver} is older than {image.min_driver}, the minimum for {image.image} "
-            f"(CUDA {image.cuda}); upgrade the driver or use an image built for an older CUDA")
+    return (
+        f"NVIDIA driver {driver} is older than {image.min_driver}, the minimum for {image.image} "
+        f"(CUDA {image.cuda}); upgrade the driver or use an image built for an older CUDA"
+    )
 
 
 def host_driver_version() -> str | None:
@@ -145,8 +162,9 @@ def host_driver_version() -> str | None:
     if not smi:
         return None
     try:
-        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20, check=False)
+        out = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return parse_driver_version(out.stdout) if out.returncode == 0 else None

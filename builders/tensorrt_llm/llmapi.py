@@ -41,8 +41,11 @@ def _speculative_pytorch(config: ForgeConfig) -> dict | None:
     if sp.mode == "none":
         return None
     if sp.mode not in PYTORCH_SPECULATIVE:
-        raise ConfigError("engine.speculative.mode", f"{sp.mode} is not available on the PyTorch backend (llmapi target)",
-                          f"one of none, {', '.join(PYTORCH_SPECULATIVE)}")
+        raise ConfigError(
+            "engine.speculative.mode",
+            f"{sp.mode} is not available on the PyTorch backend (llmapi target)",
+            f"one of none, {', '.join(PYTORCH_SPECULATIVE)}",
+        )
     out = {"decoding_type": PYTORCH_SPECULATIVE[sp.mode], "max_draft_len": sp.max_draft_len}
     if sp.draft_model:
         out["speculative_model_dir"] = str(config.resolve_path(sp.draft_model))
@@ -107,21 +110,45 @@ def write_model_yaml(config: ForgeConfig, directory: Path, model_path: str) -> P
 
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "model.yaml"
-    path.write_text("# LLM() arguments for TensorRT-LLM's LLM API (every top-level key except triton_config).\n"
-                    "# Rendered by trtllm-forge from the config.\n" + yaml.safe_dump(model_yaml(config, model_path), sort_keys=False))
+    path.write_text(
+        "# LLM() arguments for TensorRT-LLM's LLM API (every top-level key except triton_config).\n"
+        "# Rendered by trtllm-forge from the config.\n" + yaml.safe_dump(model_yaml(config, model_path), sort_keys=False)
+    )
     return path
 
 
 def serve_argv(config: ForgeConfig, model_path: str, options_file: str) -> list[str]:
     eng, par, tr = config.engine, config.parallel, config.triton
-    argv = ["trtllm-serve", model_path, "--backend", "pytorch", "--host", tr.bind_address, "--port", str(tr.http_port or 8000),
-            "--tp_size", str(par.tp), "--pp_size", str(par.pp)]
+    argv = [
+        "trtllm-serve",
+        model_path,
+        "--backend",
+        "pytorch",
+        "--host",
+        tr.bind_address,
+        "--port",
+        str(tr.http_port or 8000),
+        "--tp_size",
+        str(par.tp),
+        "--pp_size",
+        str(par.pp),
+    ]
     if par.moe_ep is not None:
         argv += ["--ep_size", str(par.moe_ep)]
-    argv += ["--max_batch_size", str(eng.max_batch_size), "--max_num_tokens", str(eng.resolved_max_num_tokens),
-             "--max_seq_len", str(eng.max_seq_len), "--max_beam_width", str(eng.max_beam_width),
-             "--kv_cache_free_gpu_memory_fraction", str(config.runtime.kv_cache_free_gpu_mem_fraction),
-             "--extra_llm_api_options", options_file]
+    argv += [
+        "--max_batch_size",
+        str(eng.max_batch_size),
+        "--max_num_tokens",
+        str(eng.resolved_max_num_tokens),
+        "--max_seq_len",
+        str(eng.max_seq_len),
+        "--max_beam_width",
+        str(eng.max_beam_width),
+        "--kv_cache_free_gpu_memory_fraction",
+        str(config.runtime.kv_cache_free_gpu_mem_fraction),
+        "--extra_llm_api_options",
+        options_file,
+    ]
     if config.model.tokenizer:
         argv += ["--tokenizer", str(config.resolve_path(config.model.tokenizer))]
     return argv
@@ -130,8 +157,10 @@ def serve_argv(config: ForgeConfig, model_path: str, options_file: str) -> list[
 def pytorch_quantization_note(config: ForgeConfig) -> str | None:
     if config.quantization.algorithm == "none":
         return None
-    return (f"the PyTorch backend does not quantize at load time: quantization.algorithm {config.quantization.algorithm} "
-            "needs model.source to be a pre-quantized (ModelOpt-exported) checkpoint")
+    return (
+        f"the PyTorch backend does not quantize at load time: quantization.algorithm {config.quantization.algorithm} "
+        "needs model.source to be a pre-quantized (ModelOpt-exported) checkpoint"
+    )
 
 
 def engine_equivalent(config: ForgeConfig, plan: "BuildPlan") -> dict:
@@ -147,10 +176,23 @@ def engine_equivalent(config: ForgeConfig, plan: "BuildPlan") -> dict:
         "gather_context_logits": config.engine.gather_logits.context,
         "gather_generation_logits": config.engine.gather_logits.generation,
         "plugin_config": {
-            **{k.removeprefix("--"): v for k, v in plan.build_flags.items()
-               if k.endswith("_plugin") or k in ("--context_fmha", "--use_paged_context_fmha", "--use_fp8_context_fmha",
-                                                 "--remove_input_padding", "--reduce_fusion", "--user_buffer",
-                                                 "--multiple_profiles", "--tokens_per_block", "--fuse_fp4_quant")},
+            **{
+                k.removeprefix("--"): v
+                for k, v in plan.build_flags.items()
+                if k.endswith("_plugin")
+                or k
+                in (
+                    "--context_fmha",
+                    "--use_paged_context_fmha",
+                    "--use_fp8_context_fmha",
+                    "--remove_input_padding",
+                    "--reduce_fusion",
+                    "--user_buffer",
+                    "--multiple_profiles",
+                    "--tokens_per_block",
+                    "--fuse_fp4_quant",
+                )
+            },
         },
     }
     kwargs: dict = {
@@ -167,12 +209,19 @@ def engine_equivalent(config: ForgeConfig, plan: "BuildPlan") -> dict:
             kwargs["quant_config"]["group_size"] = config.quantization.group_size
     if plan.quant.needs_calibration:
         calib = config.quantization.calibration
-        kwargs["calib_config"] = {"calib_dataset": "./calibration", "calib_batches": calib.size,
-                                  "calib_batch_size": 1, "calib_max_seq_length": calib.seq_len}
+        kwargs["calib_config"] = {
+            "calib_dataset": "./calibration",
+            "calib_batches": calib.size,
+            "calib_batch_size": 1,
+            "calib_max_seq_length": calib.seq_len,
+        }
     sp = config.engine.speculative
     if sp.mode == "eagle":
-        kwargs["speculative_config"] = {"class": "EagleDecodingConfig", "max_draft_len": sp.max_draft_len,
-                                        "speculative_model": str(config.resolve_path(sp.draft_model))}
+        kwargs["speculative_config"] = {
+            "class": "EagleDecodingConfig",
+            "max_draft_len": sp.max_draft_len,
+            "speculative_model": str(config.resolve_path(sp.draft_model)),
+        }
     elif sp.mode == "lookahead":
         kwargs["speculative_config"] = {"class": "LookaheadDecodingConfig", "max_draft_len": sp.max_draft_len}
     lines = [
@@ -182,12 +231,18 @@ def engine_equivalent(config: ForgeConfig, plan: "BuildPlan") -> dict:
         "from tensorrt_llm.quantization import QuantAlgo",
         "",
         f"plugin_config = PluginConfig.from_arguments({build_config['plugin_config']!r})  # enable/disable strings as on the CLI",
-        "build_config = BuildConfig(" + ", ".join(f"{k}={v!r}" for k, v in build_config.items() if k not in ("plugin_config", "kv_cache_type"))
+        "build_config = BuildConfig("
+        + ", ".join(f"{k}={v!r}" for k, v in build_config.items() if k not in ("plugin_config", "kv_cache_type"))
         + ", plugin_config=plugin_config)",
     ]
-    call = [f"model={plan.model_dir!r}", f"tensor_parallel_size={plan.tp}", f"pipeline_parallel_size={plan.pp}",
-            f"dtype={plan.dtype!r}", "build_config=build_config",
-            "kv_cache_config=KvCacheConfig(" + ", ".join(f"{k}={v!r}" for k, v in kwargs["kv_cache_config"].items()) + ")"]
+    call = [
+        f"model={plan.model_dir!r}",
+        f"tensor_parallel_size={plan.tp}",
+        f"pipeline_parallel_size={plan.pp}",
+        f"dtype={plan.dtype!r}",
+        "build_config=build_config",
+        "kv_cache_config=KvCacheConfig(" + ", ".join(f"{k}={v!r}" for k, v in kwargs["kv_cache_config"].items()) + ")",
+    ]
     if "quant_config" in kwargs:
         q = kwargs["quant_config"]
         args = [f"quant_algo=QuantAlgo.{q['quant_algo']}" if q["quant_algo"] else "quant_algo=None"]

@@ -174,14 +174,18 @@ def _calibration_step(config: ForgeConfig, choice: QuantChoice, warnings: list[P
             "quantization.calibration.dataset",
             f"{choice.algorithm} (KV {choice.kv_cache}) needs calibration data, and quantize.py's default "
             "(cnn_dailymail) is downloaded from a hub at run time",
-            "set a local JSONL file (one {\"text\": ...} per line) or a plain-text file",
+            'set a local JSONL file (one {"text": ...} per line) or a plain-text file',
         )
     source = str(config.resolve_path(calib.dataset))
     if any(marker in source.lower() for marker in HUB_DATASET_MARKERS):
-        warnings.append(PlanWarning(
-            "calibration_name_quirk", "quantization.calibration.dataset",
-            f"TensorRT-LLM treats paths containing a hub dataset name as that hub dataset; {source} is copied to "
-            f"./{CALIBRATION_DIR}/train.jsonl so nothing is downloaded"))
+        warnings.append(
+            PlanWarning(
+                "calibration_name_quirk",
+                "quantization.calibration.dataset",
+                f"TensorRT-LLM treats paths containing a hub dataset name as that hub dataset; {source} is copied to "
+                f"./{CALIBRATION_DIR}/train.jsonl so nothing is downloaded",
+            )
+        )
     step = Step(
         name="prepare-calibration",
         tool="internal",
@@ -192,39 +196,71 @@ def _calibration_step(config: ForgeConfig, choice: QuantChoice, warnings: list[P
     return step, source
 
 
-def _quantize_step(config: ForgeConfig, choice: QuantChoice, model_dir: str, dtype: str, out: str, spec: Spec,
-                   warnings: list[PlanWarning]) -> Step:
+def _quantize_step(
+    config: ForgeConfig, choice: QuantChoice, model_dir: str, dtype: str, out: str, spec: Spec, warnings: list[PlanWarning]
+) -> Step:
     calib = config.quantization.calibration
     size = calib.size
     cap = spec.adjustments["awq_calib_size_cap"]
     if choice.quant_algo in spec.adjustments["awq_algos"] and size > cap:
-        warnings.append(PlanWarning(
-            "awq_calib_size_clamped", "quantization.calibration.size",
-            f"quantize.py clamps the calibration size to {cap} for AWQ formats (asked for {size})"))
+        warnings.append(
+            PlanWarning(
+                "awq_calib_size_clamped",
+                "quantization.calibration.size",
+                f"quantize.py clamps the calibration size to {cap} for AWQ formats (asked for {size})",
+            )
+        )
     argv = [PYTHON, _script(spec, "quantize"), "--model_dir", model_dir, "--dtype", dtype, "--qformat", choice.qformat]
     if choice.kv_cache != "none":
         argv += ["--kv_cache_dtype", choice.kv_cache]
     argv += [
-        "--calib_dataset", f"./{CALIBRATION_DIR}",
-        "--calib_size", str(size),
-        "--calib_max_seq_length", str(calib.seq_len),
-        "--batch_size", "1",
-        "--tp_size", str(config.parallel.tp),
-        "--pp_size", str(config.parallel.pp),
-        "--device", "cuda",
-        "--output_dir", out,
+        "--calib_dataset",
+        f"./{CALIBRATION_DIR}",
+        "--calib_size",
+        str(size),
+        "--calib_max_seq_length",
+        str(calib.seq_len),
+        "--batch_size",
+        "1",
+        "--tp_size",
+        str(config.parallel.tp),
+        "--pp_size",
+        str(config.parallel.pp),
+        "--device",
+        "cuda",
+        "--output_dir",
+        out,
     ]
     if choice.quant_algo in spec.adjustments["awq_algos"]:
         argv += ["--awq_block_size", str(config.quantization.group_size)]
-    return Step("quantize", "quantize.py", argv, [f"{out}/config.json", f"{out}/rank*.safetensors"],
-                f"ModelOpt {choice.qformat} quantization with local calibration data", env=dict(OFFLINE_ENV))
+    return Step(
+        "quantize",
+        "quantize.py",
+        argv,
+        [f"{out}/config.json", f"{out}/rank*.safetensors"],
+        f"ModelOpt {choice.qformat} quantization with local calibration data",
+        env=dict(OFFLINE_ENV),
+    )
 
 
-def _convert_step(config: ForgeConfig, family: str, choice: QuantChoice | None, model_dir: str, dtype: str,
-                  out: str, spec: Spec, name: str = "convert") -> Step:
+def _convert_step(
+    config: ForgeConfig, family: str, choice: QuantChoice | None, model_dir: str, dtype: str, out: str, spec: Spec, name: str = "convert"
+) -> Step:
     par = config.parallel
-    argv = [PYTHON, _script(spec, family), "--model_dir", model_dir, "--output_dir", out, "--dtype", dtype,
-            "--tp_size", str(par.tp), "--pp_size", str(par.pp)]
+    argv = [
+        PYTHON,
+        _script(spec, family),
+        "--model_dir",
+        model_dir,
+        "--output_dir",
+        out,
+        "--dtype",
+        dtype,
+        "--tp_size",
+        str(par.tp),
+        "--pp_size",
+        str(par.pp),
+    ]
     if par.moe_tp is not None:
         argv += ["--moe_tp_size", str(par.moe_tp)]
     if par.moe_ep is not None:
@@ -234,22 +270,52 @@ def _convert_step(config: ForgeConfig, family: str, choice: QuantChoice | None, 
     if par.world_size > 1:
         argv += ["--workers", str(min(par.world_size, 8))]
     tool = "qwen/convert_checkpoint.py" if family == "qwen2" else "convert_checkpoint.py"
-    return Step(name, tool, argv, [f"{out}/config.json", f"{out}/rank*.safetensors"],
-                f"convert the Hugging Face checkpoint ({family}) to a TensorRT-LLM checkpoint", env=dict(OFFLINE_ENV))
+    return Step(
+        name,
+        tool,
+        argv,
+        [f"{out}/config.json", f"{out}/rank*.safetensors"],
+        f"convert the Hugging Face checkpoint ({family}) to a TensorRT-LLM checkpoint",
+        env=dict(OFFLINE_ENV),
+    )
 
 
 def _eagle_step(config: ForgeConfig, choice: QuantChoice, model_dir: str, dtype: str, out: str, spec: Spec) -> Step:
     par, sp = config.parallel, config.engine.speculative
-    argv = [PYTHON, _script(spec, "eagle"), "--model_dir", model_dir,
-            "--eagle_model_dir", str(config.resolve_path(sp.draft_model)), "--output_dir", out, "--dtype", dtype,
-            "--tp_size", str(par.tp), "--pp_size", str(par.pp), "--max_draft_len", str(sp.max_draft_len),
-            "--num_eagle_layers", str(EAGLE_NUM_LAYERS), "--max_non_leaves_per_layer", str(EAGLE_MAX_NON_LEAVES)]
+    argv = [
+        PYTHON,
+        _script(spec, "eagle"),
+        "--model_dir",
+        model_dir,
+        "--eagle_model_dir",
+        str(config.resolve_path(sp.draft_model)),
+        "--output_dir",
+        out,
+        "--dtype",
+        dtype,
+        "--tp_size",
+        str(par.tp),
+        "--pp_size",
+        str(par.pp),
+        "--max_draft_len",
+        str(sp.max_draft_len),
+        "--num_eagle_layers",
+        str(EAGLE_NUM_LAYERS),
+        "--max_non_leaves_per_layer",
+        str(EAGLE_MAX_NON_LEAVES),
+    ]
     if choice.algorithm in EAGLE_WEIGHT_ONLY:
         argv += ["--use_weight_only", "--weight_only_precision", EAGLE_WEIGHT_ONLY[choice.algorithm]]
     if par.world_size > 1:
         argv += ["--workers", str(min(par.world_size, 8))]
-    return Step("convert", "eagle/convert_checkpoint.py", argv, [f"{out}/config.json", f"{out}/rank*.safetensors"],
-                "convert the base model and the EAGLE heads into one TensorRT-LLM checkpoint", env=dict(OFFLINE_ENV))
+    return Step(
+        "convert",
+        "eagle/convert_checkpoint.py",
+        argv,
+        [f"{out}/config.json", f"{out}/rank*.safetensors"],
+        "convert the base model and the EAGLE heads into one TensorRT-LLM checkpoint",
+        env=dict(OFFLINE_ENV),
+    )
 
 
 # quantization.algorithm → NVIDIA's EAGLE convert_checkpoint.py --weight_only_precision (its only quantization route
@@ -260,12 +326,33 @@ EAGLE_FAMILIES = ("llama", "mistral")
 
 def _build_argv(config: ForgeConfig, spec: Spec, checkpoint: str, out: str, flags: dict[str, str], draft_engine: bool = False) -> list[str]:
     eng, sp = config.engine, config.engine.speculative
-    argv = ["trtllm-build", "--checkpoint_dir", checkpoint, "--output_dir", out,
-            "--max_batch_size", str(eng.max_batch_size), "--max_input_len", str(eng.max_input_len),
-            "--max_seq_len", str(eng.max_seq_len), "--max_num_tokens", str(eng.resolved_max_num_tokens),
-            "--max_beam_width", str(eng.max_beam_width), "--kv_cache_type", plain(eng.kv_cache_type),
-            "--tokens_per_block", str(eng.tokens_per_block), "--workers", str(config.parallel.world_size),
-            "--output_timing_cache", "model.cache", "--log_level", "info"]
+    argv = [
+        "trtllm-build",
+        "--checkpoint_dir",
+        checkpoint,
+        "--output_dir",
+        out,
+        "--max_batch_size",
+        str(eng.max_batch_size),
+        "--max_input_len",
+        str(eng.max_input_len),
+        "--max_seq_len",
+        str(eng.max_seq_len),
+        "--max_num_tokens",
+        str(eng.resolved_max_num_tokens),
+        "--max_beam_width",
+        str(eng.max_beam_width),
+        "--kv_cache_type",
+        plain(eng.kv_cache_type),
+        "--tokens_per_block",
+        str(eng.tokens_per_block),
+        "--workers",
+        str(config.parallel.world_size),
+        "--output_timing_cache",
+        "model.cache",
+        "--log_level",
+        "info",
+    ]
     for flag, value in flags.items():
         argv += [flag, value]
     if not draft_engine:
@@ -303,9 +390,13 @@ def _check_steps(steps: list[Step], spec: Spec, warnings: list[PlanWarning]) -> 
         table = spec.flags(step.tool)
         for flag in parsed.deprecated_used:
             replacement = table[flag].replacement
-            warnings.append(PlanWarning(
-                "deprecated_flag", step.name,
-                f"{flag} is deprecated in TensorRT-LLM {spec.version}" + (f" (use {replacement})" if replacement else "")))
+            warnings.append(
+                PlanWarning(
+                    "deprecated_flag",
+                    step.name,
+                    f"{flag} is deprecated in TensorRT-LLM {spec.version}" + (f" (use {replacement})" if replacement else ""),
+                )
+            )
     warnings.extend(uncertain_facts(steps, spec))
 
 
@@ -323,14 +414,20 @@ def uncertain_facts(steps: list[Step], spec: Spec) -> list[PlanWarning]:
             by_source.setdefault(key, []).append(step.name)
         rows = [flag for flag in used if table[flag].uncertain]
         if rows:
-            out.append(PlanWarning("uncertain_flag", step.name,
-                                   f"{', '.join(rows)}: values or choices not tied to TensorRT-LLM {spec.version}"))
+            out.append(
+                PlanWarning("uncertain_flag", step.name, f"{', '.join(rows)}: values or choices not tied to TensorRT-LLM {spec.version}")
+            )
     for key, names in by_source.items():
         source = spec.source(key)
         if source.uncertain:
-            out.insert(0, PlanWarning("uncertain_source", ", ".join(names),
-                                      f"checked against {source.cite()}, not tied to TensorRT-LLM {spec.version} "
-                                      "(its commit is not pinned)"))
+            out.insert(
+                0,
+                PlanWarning(
+                    "uncertain_source",
+                    ", ".join(names),
+                    f"checked against {source.cite()}, not tied to TensorRT-LLM {spec.version} (its commit is not pinned)",
+                ),
+            )
     return out
 
 
@@ -355,13 +452,19 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
     warnings: list[PlanWarning] = []
 
     if plain(sp.mode) == "medusa":
-        raise ConfigError("engine.speculative.mode", "medusa engines (Vicuna-only in 1.2.x) are not planned by trtllm-forge",
-                          "use eagle, draft_target or lookahead, or engine.target: llmapi")
+        raise ConfigError(
+            "engine.speculative.mode",
+            "medusa engines (Vicuna-only in 1.2.x) are not planned by trtllm-forge",
+            "use eagle, draft_target or lookahead, or engine.target: llmapi",
+        )
     if sp.mode == "eagle":
         choice = _eagle_choice(config, family, choice, dtype, warnings)
     if choice.tool == "quantize.py" and config.parallel.moe_ep is not None:
-        raise ConfigError("parallel.moe_ep", "quantize.py (ModelOpt) cannot set expert parallelism",
-                          "drop moe_ep/moe_tp for quantized MoE models, or use quantization.algorithm none / int8_wo / int4_wo")
+        raise ConfigError(
+            "parallel.moe_ep",
+            "quantize.py (ModelOpt) cannot set expert parallelism",
+            "drop moe_ep/moe_tp for quantized MoE models, or use quantization.algorithm none / int8_wo / int4_wo",
+        )
 
     flags = plugin_flags(config, is_moe=bool(shape and shape.is_moe))
     if plain(sp.mode) == "prompt_lookup":
@@ -379,15 +482,33 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
         if plugin.kind == "source":
             name = Path(plugin.library).parent.parent.name
             build_dir = f"plugins/{name}/cmake-build"
-            steps.append(Step(f"plugin-{name}-configure", "cmake",
-                              ["cmake", "-S", plugin.path, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release", f"-DPLUGIN_NAME={name}"],
-                              [build_dir], f"configure the custom TensorRT plugin {name} (its CMake recipe)"))
-            steps.append(Step(f"plugin-{name}-build", "cmake", ["cmake", "--build", build_dir, "-j", "2"],
-                              [plugin.library], f"compile the custom TensorRT plugin {name}"))
+            steps.append(
+                Step(
+                    f"plugin-{name}-configure",
+                    "cmake",
+                    ["cmake", "-S", plugin.path, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release", f"-DPLUGIN_NAME={name}"],
+                    [build_dir],
+                    f"configure the custom TensorRT plugin {name} (its CMake recipe)",
+                )
+            )
+            steps.append(
+                Step(
+                    f"plugin-{name}-build",
+                    "cmake",
+                    ["cmake", "--build", build_dir, "-j", "2"],
+                    [plugin.library],
+                    f"compile the custom TensorRT plugin {name}",
+                )
+            )
         files[plugin.library] = "custom TensorRT plugin library (LD_PRELOAD in build and serving)"
         if plugin.sha256 is None and plugin.kind == "library":
-            warnings.append(PlanWarning("custom_plugin_not_here", "engine.plugins.custom_libraries",
-                                        f"{plugin.path} is not on this machine; its sha256 is recorded when the build runs"))
+            warnings.append(
+                PlanWarning(
+                    "custom_plugin_not_here",
+                    "engine.plugins.custom_libraries",
+                    f"{plugin.path} is not on this machine; its sha256 is recorded when the build runs",
+                )
+            )
 
     calib_step, calib_source = _calibration_step(config, choice, warnings)
     if calib_step:
@@ -406,8 +527,11 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
 
     build_argv = _build_argv(config, spec, ckpt, "engine", flags)
     build_env = {"LD_PRELOAD": preload_value(plugins)} if plugins else {}
-    steps.append(Step("build", "trtllm-build", build_argv, ["engine/config.json", "engine/rank*.engine"],
-                      "build the TensorRT engines", env=build_env))
+    steps.append(
+        Step(
+            "build", "trtllm-build", build_argv, ["engine/config.json", "engine/rank*.engine"], "build the TensorRT engines", env=build_env
+        )
+    )
     files["engine/config.json"] = "engine config (version, pretrained_config, build_config)"
     for rank in range(config.parallel.world_size):
         files[f"engine/rank{rank}.engine"] = f"serialized TensorRT engine, rank {rank}"
@@ -420,8 +544,16 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
         draft_flags = draft_plugin_flags(config, is_moe=False)
         draft_flags["--use_paged_context_fmha"] = "enable"
         steps.append(_convert_step(config, family, None, draft_dir, dtype, "draft/checkpoint", spec, name="convert-draft"))
-        steps.append(Step("build-draft", "trtllm-build", _build_argv(config, spec, "draft/checkpoint", "draft/engine", draft_flags, True),
-                          ["draft/engine/config.json"], "build the draft model's engines", env=build_env))
+        steps.append(
+            Step(
+                "build-draft",
+                "trtllm-build",
+                _build_argv(config, spec, "draft/checkpoint", "draft/engine", draft_flags, True),
+                ["draft/engine/config.json"],
+                "build the draft model's engines",
+                env=build_env,
+            )
+        )
         files["draft/engine/config.json"] = "draft engine config"
         draft = {"model_dir": draft_dir, "engine_dir": "draft/engine", "max_draft_len": sp.max_draft_len}
 
@@ -468,15 +600,28 @@ def _prompt_lookup_rules(config: ForgeConfig, spec: Spec, flags: dict[str, str],
     """What NVIDIA's n-gram (prompt lookup) engine workflow needs beyond the build mode (spec speculative_build_modes)."""
     needs = spec.data["speculative_build_modes"]["prompt_lookup"]
     if config.engine.max_beam_width > needs["max_beam_width"]:
-        raise ConfigError("engine.max_beam_width", f"prompt lookup on the engine target supports beam width 1 (got {config.engine.max_beam_width})",
-                          "set engine.max_beam_width: 1")
+        raise ConfigError(
+            "engine.max_beam_width",
+            f"prompt lookup on the engine target supports beam width 1 (got {config.engine.max_beam_width})",
+            "set engine.max_beam_width: 1",
+        )
     if flags.get("--use_paged_context_fmha") != needs["use_paged_context_fmha"]:
-        warnings.append(PlanWarning("prompt_lookup_forces_paged_context_fmha", "engine.plugins.paged_context_fmha",
-                                    "prompt lookup reuses KV-cache blocks, which needs paged context FMHA: built with it on"))
+        warnings.append(
+            PlanWarning(
+                "prompt_lookup_forces_paged_context_fmha",
+                "engine.plugins.paged_context_fmha",
+                "prompt lookup reuses KV-cache blocks, which needs paged context FMHA: built with it on",
+            )
+        )
         flags["--use_paged_context_fmha"] = needs["use_paged_context_fmha"]
     if needs["needs_kv_cache_reuse"] and not config.runtime.enable_kv_cache_reuse:
-        warnings.append(PlanWarning("prompt_lookup_needs_kv_reuse", "runtime.enable_kv_cache_reuse",
-                                    "NVIDIA's n-gram workflow runs with KV-cache block reuse; set runtime.enable_kv_cache_reuse: true"))
+        warnings.append(
+            PlanWarning(
+                "prompt_lookup_needs_kv_reuse",
+                "runtime.enable_kv_cache_reuse",
+                "NVIDIA's n-gram workflow runs with KV-cache block reuse; set runtime.enable_kv_cache_reuse: true",
+            )
+        )
 
 
 def _eagle_choice(config: ForgeConfig, family: str, choice: QuantChoice, dtype: str, warnings: list[PlanWarning]) -> QuantChoice:
@@ -486,19 +631,29 @@ def _eagle_choice(config: ForgeConfig, family: str, choice: QuantChoice, dtype: 
             "engine.speculative.mode",
             f"eagle on the engine target reads the base model as a LlamaConfig (TensorRT-LLM 1.2.x examples/eagle/convert_checkpoint.py), "
             f"which a {family} model is not",
-            "use engine.target: llmapi for EAGLE with this model, or another speculative mode (draft_target, lookahead)")
+            "use engine.target: llmapi for EAGLE with this model, or another speculative mode (draft_target, lookahead)",
+        )
     if config.parallel.pp > 1:
-        raise ConfigError("parallel.pp", f"NVIDIA's EAGLE converter asserts pp_size == 1 (got {config.parallel.pp})",
-                          "use tensor parallelism only (pp: 1) with eagle")
+        raise ConfigError(
+            "parallel.pp",
+            f"NVIDIA's EAGLE converter asserts pp_size == 1 (got {config.parallel.pp})",
+            "use tensor parallelism only (pp: 1) with eagle",
+        )
     if choice.quant_algo is not None and choice.algorithm not in EAGLE_WEIGHT_ONLY:
         raise ConfigError(
             "quantization.algorithm",
             f"NVIDIA's EAGLE converter quantizes only weight-only int8/int4 without calibration; {choice.algorithm} cannot be applied",
-            f"one of none, {', '.join(EAGLE_WEIGHT_ONLY)}, or engine.target: llmapi with a pre-quantized checkpoint")
+            f"one of none, {', '.join(EAGLE_WEIGHT_ONLY)}, or engine.target: llmapi with a pre-quantized checkpoint",
+        )
     if config.quantization.kv_cache != "none":
-        warnings.append(PlanWarning("eagle_kv_quantization_dropped", "quantization.kv_cache",
-                                    f"{config.quantization.kv_cache} KV cache is not baked into the EAGLE checkpoint (its converter "
-                                    f"only offers --int8_kv_cache, which needs calibration); the KV cache stays {dtype}"))
+        warnings.append(
+            PlanWarning(
+                "eagle_kv_quantization_dropped",
+                "quantization.kv_cache",
+                f"{config.quantization.kv_cache} KV cache is not baked into the EAGLE checkpoint (its converter "
+                f"only offers --int8_kv_cache, which needs calibration); the KV cache stays {dtype}",
+            )
+        )
     return QuantChoice(choice.algorithm, "none", choice.quant_algo, None, "eagle/convert_checkpoint.py", None, False)
 
 
@@ -508,11 +663,15 @@ def serving_route_warnings(spec: Spec) -> list[PlanWarning]:
     if route.how != "pinned-install":
         return []
     base = images.describe_image(route.base_image)
-    return [PlanWarning(
-        "uncertain_source", "serving image",
-        f"no NGC Triton image ships TensorRT-LLM {spec.version}: built and served in {route.image} (docker/Dockerfile on "
-        f"{route.base_image}, whose tensorrtllm backend was built for TensorRT-LLM {base.tensorrt_llm if base else 'another version'}; "
-        "not yet tried on a GPU)")]
+    return [
+        PlanWarning(
+            "uncertain_source",
+            "serving image",
+            f"no NGC Triton image ships TensorRT-LLM {spec.version}: built and served in {route.image} (docker/Dockerfile on "
+            f"{route.base_image}, whose tensorrtllm backend was built for TensorRT-LLM {base.tensorrt_llm if base else 'another version'}; "
+            "not yet tried on a GPU)",
+        )
+    ]
 
 
 def fact_warnings(config: ForgeConfig) -> list[PlanWarning]:
@@ -543,17 +702,32 @@ def plan_llmapi(config: ForgeConfig, checkpoint_dir: Path | None, spec: Spec) ->
     if note:
         warnings.append(PlanWarning("pytorch_prequantized_checkpoint", "quantization.algorithm", note))
     if config.engine.plugins.custom_libraries:
-        warnings.append(PlanWarning("custom_plugins_pytorch", "engine.plugins.custom_libraries",
-                                    "the PyTorch backend builds no TensorRT network: custom TensorRT plugins are only preloaded"))
+        warnings.append(
+            PlanWarning(
+                "custom_plugins_pytorch",
+                "engine.plugins.custom_libraries",
+                "the PyTorch backend builds no TensorRT network: custom TensorRT plugins are only preloaded",
+            )
+        )
     options = llmapi.llm_api_options(config)
     yaml_body = llmapi.model_yaml(config, str(model_dir))
     options_file = f"{LLMAPI_DIR}/extra_llm_api_options.yaml"
     serve = llmapi.serve_argv(config, str(model_dir), options_file)
     steps = [
-        Step("write-model-yaml", "internal", ["trtllm-forge:write-yaml", f"{LLMAPI_DIR}/model.yaml"], [f"{LLMAPI_DIR}/model.yaml"],
-             "the Triton llmapi model's model.yaml (LLM() arguments + triton_config)"),
-        Step("write-llm-api-options", "internal", ["trtllm-forge:write-yaml", options_file], [options_file],
-             "--extra_llm_api_options for trtllm-serve / trtllm-bench"),
+        Step(
+            "write-model-yaml",
+            "internal",
+            ["trtllm-forge:write-yaml", f"{LLMAPI_DIR}/model.yaml"],
+            [f"{LLMAPI_DIR}/model.yaml"],
+            "the Triton llmapi model's model.yaml (LLM() arguments + triton_config)",
+        ),
+        Step(
+            "write-llm-api-options",
+            "internal",
+            ["trtllm-forge:write-yaml", options_file],
+            [options_file],
+            "--extra_llm_api_options for trtllm-serve / trtllm-bench",
+        ),
     ]
     files = {
         f"{LLMAPI_DIR}/model.yaml": "Triton llmapi model.yaml",
@@ -563,10 +737,26 @@ def plan_llmapi(config: ForgeConfig, checkpoint_dir: Path | None, spec: Spec) ->
     plugins = custom_plugins(config)
     choice = choose(config.quantization.algorithm, config.quantization.kv_cache, spec)
     return BuildPlan(
-        config_name=config.name or "default", target="llmapi", trtllm_version=spec.version,
-        container_image=spec.container_image, gpu=device.name, sm=sm_of(device.compute_capability),
-        architecture=spec.architectures[family], dtype=resolve_model_dtype(config, model_dir), model_dir=str(model_dir),
-        tp=config.parallel.tp, pp=config.parallel.pp, quant=choice, steps=steps, files=files, warnings=warnings,
-        effective=None, requested={}, build_flags={}, custom_plugins=plugins, calibration_source=None,
-        llmapi={"model_yaml": yaml_body, "extra_llm_api_options": options, "serve_argv": serve}, shape=shape,
+        config_name=config.name or "default",
+        target="llmapi",
+        trtllm_version=spec.version,
+        container_image=spec.container_image,
+        gpu=device.name,
+        sm=sm_of(device.compute_capability),
+        architecture=spec.architectures[family],
+        dtype=resolve_model_dtype(config, model_dir),
+        model_dir=str(model_dir),
+        tp=config.parallel.tp,
+        pp=config.parallel.pp,
+        quant=choice,
+        steps=steps,
+        files=files,
+        warnings=warnings,
+        effective=None,
+        requested={},
+        build_flags={},
+        custom_plugins=plugins,
+        calibration_source=None,
+        llmapi={"model_yaml": yaml_body, "extra_llm_api_options": options, "serve_argv": serve},
+        shape=shape,
     )

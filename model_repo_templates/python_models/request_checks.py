@@ -26,26 +26,46 @@ class InvalidInput(ValueError):
 # rule -> the input's name at each model (the same rule has different names in each tensor contract)
 INPUT_NAMES: dict[str, dict[str, str]] = {
     "preprocessing": {
-        "output_len": "REQUEST_OUTPUT_LEN", "end_id": "END_ID", "pad_id": "PAD_ID",
-        "bias_words": "EMBEDDING_BIAS_WORDS", "bias_weights": "EMBEDDING_BIAS_WEIGHTS",
+        "output_len": "REQUEST_OUTPUT_LEN",
+        "end_id": "END_ID",
+        "pad_id": "PAD_ID",
+        "bias_words": "EMBEDDING_BIAS_WORDS",
+        "bias_weights": "EMBEDDING_BIAS_WEIGHTS",
     },
     "tensorrt_llm_bls": {
-        "output_len": "max_tokens", "end_id": "end_id", "pad_id": "pad_id", "temperature": "temperature",
-        "top_p": "top_p", "top_k": "top_k", "repetition_penalty": "repetition_penalty",
-        "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
-        "length_penalty": "length_penalty", "min_tokens": "min_tokens", "seed": "seed",
-        "bias_words": "embedding_bias_words", "bias_weights": "embedding_bias_weights",
+        "output_len": "max_tokens",
+        "end_id": "end_id",
+        "pad_id": "pad_id",
+        "temperature": "temperature",
+        "top_p": "top_p",
+        "top_k": "top_k",
+        "repetition_penalty": "repetition_penalty",
+        "presence_penalty": "presence_penalty",
+        "frequency_penalty": "frequency_penalty",
+        "length_penalty": "length_penalty",
+        "min_tokens": "min_tokens",
+        "seed": "seed",
+        "bias_words": "embedding_bias_words",
+        "bias_weights": "embedding_bias_weights",
     },
     "tensorrt_llm": {
-        "output_len": "request_output_len", "end_id": "end_id", "pad_id": "pad_id", "temperature": "temperature",
-        "top_p": "runtime_top_p", "top_k": "runtime_top_k", "repetition_penalty": "repetition_penalty",
-        "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
-        "length_penalty": "len_penalty", "min_tokens": "min_tokens", "seed": "seed", "embedding_bias": "embedding_bias",
+        "output_len": "request_output_len",
+        "end_id": "end_id",
+        "pad_id": "pad_id",
+        "temperature": "temperature",
+        "top_p": "runtime_top_p",
+        "top_k": "runtime_top_k",
+        "repetition_penalty": "repetition_penalty",
+        "presence_penalty": "presence_penalty",
+        "frequency_penalty": "frequency_penalty",
+        "length_penalty": "len_penalty",
+        "min_tokens": "min_tokens",
+        "seed": "seed",
+        "embedding_bias": "embedding_bias",
     },
 }
 # What a client of the ensemble calls the engine model's inputs (the ensemble maps them through unchanged).
-ENSEMBLE_NAMES = {"runtime_top_p": "top_p", "runtime_top_k": "top_k", "request_output_len": "max_tokens",
-                  "len_penalty": "length_penalty"}
+ENSEMBLE_NAMES = {"runtime_top_p": "top_p", "runtime_top_k": "top_k", "request_output_len": "max_tokens", "len_penalty": "length_penalty"}
 
 
 def _shown(name: str) -> str:

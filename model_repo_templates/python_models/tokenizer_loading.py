@@ -40,8 +40,18 @@ def as_bool(params: dict[str, str], key: str, default: bool) -> bool:
 
 def clean_up_spaces(text: str) -> str:
     """The space clean-up transformers applies after decoding when clean_up_tokenization_spaces is set."""
-    for before, after in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
-                          (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+    for before, after in (
+        (" .", "."),
+        (" ?", "?"),
+        (" !", "!"),
+        (" ,", ","),
+        (" ' ", "'"),
+        (" n't", "n't"),
+        (" 'm", "'m"),
+        (" 's", "'s"),
+        (" 've", "'ve"),
+        (" 're", "'re"),
+    ):
         text = text.replace(before, after)
     return text
 

@@ -13,7 +13,16 @@ from rich.table import Table
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.ui import console
 
-COLUMNS = ("ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "itl_ms_p50", "e2e_ms_p50", "request_throughput_per_s", "output_token_throughput_per_s", "failed")
+COLUMNS = (
+    "ttft_ms_p50",
+    "ttft_ms_p99",
+    "tpot_ms_p50",
+    "itl_ms_p50",
+    "e2e_ms_p50",
+    "request_throughput_per_s",
+    "output_token_throughput_per_s",
+    "failed",
+)
 
 
 def load_points(run_dir: Path) -> list[dict]:
@@ -27,8 +36,11 @@ def load_points(run_dir: Path) -> list[dict]:
     try:
         return [point.summary for point in import_export(run_dir)]
     except UnknownExport:
-        raise ConfigError("RUN_DIR", f"{run_dir} holds no summary.json, sweep.json or known export",
-                          "give directories written by `trtllm-forge bench`, `bench import` or perf_analyzer/GenAI-Perf/AIPerf exports") from None
+        raise ConfigError(
+            "RUN_DIR",
+            f"{run_dir} holds no summary.json, sweep.json or known export",
+            "give directories written by `trtllm-forge bench`, `bench import` or perf_analyzer/GenAI-Perf/AIPerf exports",
+        ) from None
 
 
 def _row(run_dir: Path, point: dict) -> dict:
@@ -40,9 +52,14 @@ def _row(run_dir: Path, point: dict) -> dict:
     load = point.get("load") or {}
     label = {"concurrency": "c={}", "rate": "rate={}"}.get(load.get("mode"), "{}").format(load.get("value", "?"))
     return {
-        "run": str(run_dir), "load": label, "source": point.get("source", "trtllm-forge"),
-        "ttft_ms_p50": get("ttft_ms", "p50"), "ttft_ms_p99": get("ttft_ms", "p99"), "tpot_ms_p50": get("tpot_ms", "p50"),
-        "itl_ms_p50": get("itl_ms", "p50"), "e2e_ms_p50": get("e2e_ms", "p50"),
+        "run": str(run_dir),
+        "load": label,
+        "source": point.get("source", "trtllm-forge"),
+        "ttft_ms_p50": get("ttft_ms", "p50"),
+        "ttft_ms_p99": get("ttft_ms", "p99"),
+        "tpot_ms_p50": get("tpot_ms", "p50"),
+        "itl_ms_p50": get("itl_ms", "p50"),
+        "e2e_ms_p50": get("e2e_ms", "p50"),
         "request_throughput_per_s": get("request_throughput_per_s", "avg"),
         "output_token_throughput_per_s": get("output_token_throughput_per_s", "avg"),
         "per_user_tokens_per_s_p50": get("per_user_output_tokens_per_s", "p50"),
@@ -59,7 +76,12 @@ def compare_runs(run_dirs: list[Path], out: Path | None) -> dict:
     for col in COLUMNS:
         table.add_column(col.replace("_per_s", "/s").replace("_", " "), justify="right")
     for row in rows:
-        table.add_row(Path(row["run"]).name, row["source"], row["load"], *("-" if row[c] is None else f"{row[c]:,.2f}" if isinstance(row[c], float) else str(row[c]) for c in COLUMNS))
+        table.add_row(
+            Path(row["run"]).name,
+            row["source"],
+            row["load"],
+            *("-" if row[c] is None else f"{row[c]:,.2f}" if isinstance(row[c], float) else str(row[c]) for c in COLUMNS),
+        )
     console.print(table)
     document = {"schema": "trtllm-forge.bench-compare/1", "runs": rows}
     if out is not None:

@@ -20,7 +20,9 @@ def merge_options(flags: dict, load_flags: dict, base: dict | None = None) -> di
     return merged
 
 
-def options_from_config(config: ForgeConfig, wd: Path, flags: dict, load_flags: dict, out: Path | None, config_label: str = "CONFIG") -> list:
+def options_from_config(
+    config: ForgeConfig, wd: Path, flags: dict, load_flags: dict, out: Path | None, config_label: str = "CONFIG"
+) -> list:
     """One BenchOptions per workload of the config's bench section; flags given on the command line win."""
     from trtllm_forge.bench.run import BenchOptions
     from trtllm_forge.bench.workload import LengthSpec
@@ -52,7 +54,9 @@ def options_from_config(config: ForgeConfig, wd: Path, flags: dict, load_flags: 
                 run_flags["url"] = f"127.0.0.1:{t.grpc_port}" if grpc else f"http://127.0.0.1:{t.http_port}"
                 run_flags["http_url"] = f"http://127.0.0.1:{t.http_port}"
             else:
-                raise StepError("bench", f"no running deployment in {wd}", f"run `trtllm-forge deploy {config_label}` first, or pass --url and --model")
+                raise StepError(
+                    "bench", f"no running deployment in {wd}", f"run `trtllm-forge deploy {config_label}` first, or pass --url and --model"
+                )
         if not run_flags.get("model") and target == "openai":
             from trtllm_forge.deploy.trtllm_serve import served_model
 
@@ -68,9 +72,14 @@ def options_from_config(config: ForgeConfig, wd: Path, flags: dict, load_flags: 
             where = f"bench.workloads[{name}]"
             rates_only = workload.request_rate and "concurrency" not in workload.model_fields_set
             base.update(
-                concurrency=[] if rates_only else list(workload.concurrency), request_rate=list(workload.request_rate),
-                arrival=workload.arrival, num_requests=workload.num_requests, duration_s=workload.duration_s,
-                warmup_requests=workload.warmup_requests, seed=workload.seed, slo=dict(workload.slo_ms),
+                concurrency=[] if rates_only else list(workload.concurrency),
+                request_rate=list(workload.request_rate),
+                arrival=workload.arrival,
+                num_requests=workload.num_requests,
+                duration_s=workload.duration_s,
+                warmup_requests=workload.warmup_requests,
+                seed=workload.seed,
+                slo=dict(workload.slo_ms),
                 input_len=LengthSpec.parse(workload.input_len, f"{where}.input_len"),
                 output_len=LengthSpec.parse(workload.output_len, f"{where}.output_len"),
                 output_len_given="output_len" in workload.model_fields_set,
@@ -96,4 +105,8 @@ def fail_on_errors(documents: list[dict]) -> None:
             for k, v in p["requests"]["errors_by_kind"].items():
                 kinds[k] = kinds.get(k, 0) + v
         detail = ", ".join(f"{k}: {v}" for k, v in kinds.items())
-        raise StepError("bench", f"{failed} of {sent} requests failed ({detail})", f"records and summary of what completed are in {points[-1]['out_dir']}")
+        raise StepError(
+            "bench",
+            f"{failed} of {sent} requests failed ({detail})",
+            f"records and summary of what completed are in {points[-1]['out_dir']}",
+        )

@@ -32,24 +32,55 @@ from trtllm_forge.bench.records import RequestRecord
 from trtllm_forge.bench.stats import describe, scalar
 from trtllm_forge.errors import ConfigError
 
-KNOWN_FORMATS = ("perf_analyzer profile_export.json", "AIPerf profile_export_aiperf.json/.csv (both schemas)",
-                 "AIPerf profile_export.jsonl", "GenAI-Perf profile_export_genai_perf.json/.csv",
-                 "GenAI-Perf analyze_export_genai_perf.csv")
+KNOWN_FORMATS = (
+    "perf_analyzer profile_export.json",
+    "AIPerf profile_export_aiperf.json/.csv (both schemas)",
+    "AIPerf profile_export.jsonl",
+    "GenAI-Perf profile_export_genai_perf.json/.csv",
+    "GenAI-Perf analyze_export_genai_perf.csv",
+)
 # Looked for, in this order, inside a directory given instead of a file.
-EXPORT_NAMES = ("profile_export_aiperf.json", "profile_export_genai_perf.json", "profile_export.jsonl",
-                "profile_export_genai_perf.csv", "profile_export_aiperf.csv", "analyze_export_genai_perf.csv",
-                "profile_export.json")
+EXPORT_NAMES = (
+    "profile_export_aiperf.json",
+    "profile_export_genai_perf.json",
+    "profile_export.jsonl",
+    "profile_export_genai_perf.csv",
+    "profile_export_aiperf.csv",
+    "analyze_export_genai_perf.csv",
+    "profile_export.json",
+)
 
 _STAT_NAMES = {
-    "time_to_first_token": "ttft_ms", "ttft": "ttft_ms", "time_to_second_token": "ttst_ms", "ttst": "ttst_ms",
-    "inter_token_latency": "tpot_ms", "inter_chunk_latency": "itl_ms", "request_latency": "e2e_ms",
-    "output_sequence_length": "output_tokens", "input_sequence_length": "input_tokens",
+    "time_to_first_token": "ttft_ms",
+    "ttft": "ttft_ms",
+    "time_to_second_token": "ttst_ms",
+    "ttst": "ttst_ms",
+    "inter_token_latency": "tpot_ms",
+    "inter_chunk_latency": "itl_ms",
+    "request_latency": "e2e_ms",
+    "output_sequence_length": "output_tokens",
+    "input_sequence_length": "input_tokens",
     "output_token_throughput_per_user": "per_user_output_tokens_per_s",
 }
-_SYSTEM_NAMES = {"output_token_throughput": "output_token_throughput_per_s", "request_throughput": "request_throughput_per_s",
-                 "goodput": "goodput_per_s", "request_goodput": "goodput_per_s"}
-_SUMMARY_METRICS = ("ttft_ms", "ttst_ms", "tpot_ms", "itl_ms", "e2e_ms", "output_tokens", "input_tokens",
-                    "per_user_output_tokens_per_s", "output_token_throughput_per_s", "request_throughput_per_s", "goodput_per_s")
+_SYSTEM_NAMES = {
+    "output_token_throughput": "output_token_throughput_per_s",
+    "request_throughput": "request_throughput_per_s",
+    "goodput": "goodput_per_s",
+    "request_goodput": "goodput_per_s",
+}
+_SUMMARY_METRICS = (
+    "ttft_ms",
+    "ttst_ms",
+    "tpot_ms",
+    "itl_ms",
+    "e2e_ms",
+    "output_tokens",
+    "input_tokens",
+    "per_user_output_tokens_per_s",
+    "output_token_throughput_per_s",
+    "request_throughput_per_s",
+    "goodput_per_s",
+)
 
 
 class UnknownExport(ConfigError):
@@ -127,9 +158,14 @@ def _looks_like_jsonl(text: str) -> bool:
 
 
 def empty_summary(source: str, path: Path) -> dict:
-    return {"schema": "trtllm-forge.bench/1", "source": source, "imported_from": str(path),
-            "metrics": {n: describe([], "ms") for n in _SUMMARY_METRICS},
-            "requests": {"sent": None, "completed": None, "failed": None}, "load": {}}
+    return {
+        "schema": "trtllm-forge.bench/1",
+        "source": source,
+        "imported_from": str(path),
+        "metrics": {n: describe([], "ms") for n in _SUMMARY_METRICS},
+        "requests": {"sent": None, "completed": None, "failed": None},
+        "load": {},
+    }
 
 
 def _number(value) -> float | None:
@@ -178,8 +214,11 @@ def _load_from_config(config: dict) -> dict:
     """The concurrency or rate of GenAI-Perf's (`perf_analyzer.stimulus`, flat) or AIPerf's (`loadgen`) input config."""
     if not isinstance(config, dict):
         return {}
-    for section in (config.get("perf_analyzer", {}).get("stimulus") if isinstance(config.get("perf_analyzer"), dict) else None,
-                    config.get("loadgen"), config):
+    for section in (
+        config.get("perf_analyzer", {}).get("stimulus") if isinstance(config.get("perf_analyzer"), dict) else None,
+        config.get("loadgen"),
+        config,
+    ):
         if not isinstance(section, dict):
             continue
         if _number(section.get("concurrency")):
@@ -230,9 +269,12 @@ def _unit(cell: str) -> str:
 
 
 _ANALYZE_COLUMNS = {  # analyze CSV column (normalised) -> (our metric, statistic)
-    "p99_time_to_first_token": ("ttft_ms", "p99"), "p99_inter_token_latency": ("tpot_ms", "p99"),
-    "p99_request_latency": ("e2e_ms", "p99"), "p99_output_sequence_length": ("output_tokens", "p99"),
-    "p99_input_sequence_length": ("input_tokens", "p99"), "p99_time_to_second_token": ("ttst_ms", "p99"),
+    "p99_time_to_first_token": ("ttft_ms", "p99"),
+    "p99_inter_token_latency": ("tpot_ms", "p99"),
+    "p99_request_latency": ("e2e_ms", "p99"),
+    "p99_output_sequence_length": ("output_tokens", "p99"),
+    "p99_input_sequence_length": ("input_tokens", "p99"),
+    "p99_time_to_second_token": ("ttst_ms", "p99"),
     "avg._output_token_throughput": ("output_token_throughput_per_s", "avg"),
     "request_throughput": ("request_throughput_per_s", "avg"),
 }

@@ -73,10 +73,26 @@ def perf_analyzer_argv(binary: str, workload: ToolWorkload, inputs: Path, load: 
     if load.mode == "rate" and load.arrival not in PA_ARRIVALS:
         raise ConfigError("--arrival", f"perf_analyzer has no {load.arrival!r} arrivals", "use --arrival poisson or constant")
     if count < load.value:  # perf_analyzer refuses a request count below the concurrency or the rate
-        raise ConfigError("--num-requests", f"perf_analyzer needs at least {load.value:g} requests at {load.label}",
-                          f"give --num-requests {int(-(-load.value // 1))} or more")
-    argv = [binary, "-m", workload.model, "-u", host_port(workload.grpc_url), "-i", "grpc", "--async", "--streaming",
-            "--input-data", str(inputs), "--request-count", str(count)]
+        raise ConfigError(
+            "--num-requests",
+            f"perf_analyzer needs at least {load.value:g} requests at {load.label}",
+            f"give --num-requests {int(-(-load.value // 1))} or more",
+        )
+    argv = [
+        binary,
+        "-m",
+        workload.model,
+        "-u",
+        host_port(workload.grpc_url),
+        "-i",
+        "grpc",
+        "--async",
+        "--streaming",
+        "--input-data",
+        str(inputs),
+        "--request-count",
+        str(count),
+    ]
     if load.mode == "concurrency":
         argv += ["--concurrency-range", str(int(load.value))]
     else:
@@ -101,17 +117,42 @@ def _pa_warmup(warmup: int, load: LoadSpec) -> int:
     return max(warmup, int(load.value)) if warmup and load.mode == "concurrency" else warmup
 
 
-def genai_perf_argv(executable: str, workload: ToolWorkload, prompts: Path, load: LoadSpec, count: int, artifact_dir: Path,
-                    warmup: int = 0) -> list[str]:
+def genai_perf_argv(
+    executable: str, workload: ToolWorkload, prompts: Path, load: LoadSpec, count: int, artifact_dir: Path, warmup: int = 0
+) -> list[str]:
     lengths = {r.output_tokens for r in workload.requests}
     if len(lengths) != 1:
-        raise ConfigError("--output-len", "GenAI-Perf sends one forced output length for every request", "give a fixed --output-len N for genai-perf")
+        raise ConfigError(
+            "--output-len", "GenAI-Perf sends one forced output length for every request", "give a fixed --output-len N for genai-perf"
+        )
     osl = lengths.pop()
-    argv = [executable, "profile", "-m", workload.model, "--endpoint-type", "kserve", "--backend", "tensorrtllm",
-            "-u", host_port(workload.grpc_url), "--streaming", "--input-file", str(prompts),
-            "--num-dataset-entries", str(len(workload.requests)), "--output-tokens-mean", str(osl),
-            "--request-count", str(count), "--warmup-request-count", str(_pa_warmup(warmup, load)), "--random-seed", str(workload.seed),
-            "--artifact-dir", str(artifact_dir)]
+    argv = [
+        executable,
+        "profile",
+        "-m",
+        workload.model,
+        "--endpoint-type",
+        "kserve",
+        "--backend",
+        "tensorrtllm",
+        "-u",
+        host_port(workload.grpc_url),
+        "--streaming",
+        "--input-file",
+        str(prompts),
+        "--num-dataset-entries",
+        str(len(workload.requests)),
+        "--output-tokens-mean",
+        str(osl),
+        "--request-count",
+        str(count),
+        "--warmup-request-count",
+        str(_pa_warmup(warmup, load)),
+        "--random-seed",
+        str(workload.seed),
+        "--artifact-dir",
+        str(artifact_dir),
+    ]
     for name in ("min_tokens", "min_length"):
         if name in workload.names():
             argv += ["--extra-inputs", f"{name}:{osl}"]
@@ -146,11 +187,33 @@ def aiperf_argv(executable: str, workload: ToolWorkload, prompts: Path, load: Lo
     # In a file: AIPerf splits an inline --extra-inputs value at its commas.
     template = prompts.with_name(prompts.stem + "_payload.jinja")
     template.write_text("{" + ", ".join(f'"{k}": {v}' for k, v in fields.items()) + "}\n")
-    argv = [executable, "profile", "--model", workload.model, "--url", http, "--endpoint-type", "template",
-            "--custom-endpoint", f"/v2/models/{workload.model}/generate_stream", "--streaming",
-            "--extra-inputs", f"payload_template:{template}", "--extra-inputs", "response_field:text_output",
-            "--input-file", str(prompts), "--custom-dataset-type", "single_turn",
-            "--request-count", str(count), "--random-seed", str(workload.seed), "--artifact-dir", str(artifact_dir)]
+    argv = [
+        executable,
+        "profile",
+        "--model",
+        workload.model,
+        "--url",
+        http,
+        "--endpoint-type",
+        "template",
+        "--custom-endpoint",
+        f"/v2/models/{workload.model}/generate_stream",
+        "--streaming",
+        "--extra-inputs",
+        f"payload_template:{template}",
+        "--extra-inputs",
+        "response_field:text_output",
+        "--input-file",
+        str(prompts),
+        "--custom-dataset-type",
+        "single_turn",
+        "--request-count",
+        str(count),
+        "--random-seed",
+        str(workload.seed),
+        "--artifact-dir",
+        str(artifact_dir),
+    ]
     if workload.tokenizer is not None:
         argv += ["--tokenizer", str(workload.tokenizer)]
     argv += ["--concurrency", str(int(load.value))] if load.mode == "concurrency" else ["--request-rate", f"{load.value:g}"]
@@ -175,8 +238,7 @@ def emit(kind: str, workload: ToolWorkload, loads: list[LoadSpec], count: int, o
         commands = [aiperf_argv("aiperf", workload, path, load, count, out / f"aiperf_{_label(load)}") for load in loads]
     script = out / f"run_{kind.replace('-', '_')}.sh"
     notes = "".join(f"# {note}\n" for note in workload.notes)
-    header = ("#!/bin/sh\n# Same workload as trtllm-forge bench (`bench --tool` runs these and imports the exports).\n"
-              f"{notes}set -e\n")
+    header = f"#!/bin/sh\n# Same workload as trtllm-forge bench (`bench --tool` runs these and imports the exports).\n{notes}set -e\n"
     script.write_text(header + "".join(shlex.join(c) + "\n" for c in commands))
     script.chmod(0o755)
     return {"tool": kind, "files": [str(path), str(script)], "commands": [shlex.join(c) for c in commands], "argv": commands}

@@ -28,8 +28,15 @@ TIMING_MODEL_DIR = Path(__file__).parent / "timing_model"
 HOST = "127.0.0.1"
 
 
-def render_timing_model(repository: Path, name: str = "ensemble", ttft_ms: float = 20.0, gap_ms: float = 10.0,
-                        max_batch_size: int = 256, contract: str = "text", instances: int = 1) -> Path:
+def render_timing_model(
+    repository: Path,
+    name: str = "ensemble",
+    ttft_ms: float = 20.0,
+    gap_ms: float = 10.0,
+    max_batch_size: int = 256,
+    contract: str = "text",
+    instances: int = 1,
+) -> Path:
     """Write the timing model as `<repository>/<name>/` and return its directory.
 
     contract "text" is the ensemble's (text_input/max_tokens → text_output); "tokens" is the tensorrt_llm
@@ -37,10 +44,20 @@ def render_timing_model(repository: Path, name: str = "ensemble", ttft_ms: float
     model_dir = repository / name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     (model_dir / "1" / "model.py").write_text((TIMING_MODEL_DIR / "model.py").read_text())
-    template = jinja2.Template((TIMING_MODEL_DIR / ("config_tokens.pbtxt" if contract == "tokens" else "config.pbtxt")).read_text(), undefined=jinja2.StrictUndefined)
-    (model_dir / "config.pbtxt").write_text(template.render(
-        name=name, ttft_ms=ttft_ms, gap_ms=gap_ms, max_batch_size=max_batch_size, env_path=project_env(), instances=instances,
-    ))
+    template = jinja2.Template(
+        (TIMING_MODEL_DIR / ("config_tokens.pbtxt" if contract == "tokens" else "config.pbtxt")).read_text(),
+        undefined=jinja2.StrictUndefined,
+    )
+    (model_dir / "config.pbtxt").write_text(
+        template.render(
+            name=name,
+            ttft_ms=ttft_ms,
+            gap_ms=gap_ms,
+            max_batch_size=max_batch_size,
+            env_path=project_env(),
+            instances=instances,
+        )
+    )
     return model_dir
 
 
@@ -71,8 +88,14 @@ def start_triton(repository: Path, workdir: Path, ready_timeout: float = 120.0) 
     argv = server_argv(install.binary, repository, ports, backends)
     log_path = workdir / "tritonserver.log"
     with log_path.open("wb") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env={**os.environ, **server_environment(install)}, start_new_session=True)
+        process = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **server_environment(install)},
+            start_new_session=True,
+        )
     server = LocalTriton(process, ports, log_path)
     deadline = time.monotonic() + ready_timeout
     while time.monotonic() < deadline:

@@ -115,8 +115,11 @@ def summarize(result: RunResult, slo: dict[str, float] | None = None, context: d
             client_minus_server.append(ttft[-1] - s_ttft)
             if "first_scheduled_time_ns" in perf:
                 server_queue.append((perf["first_scheduled_time_ns"] - perf["arrival_time_ns"]) / MS)
-        meets = (ttft[-1] <= slo.get("ttft", float("inf")) and e2e[-1] <= slo.get("e2e", float("inf"))
-                 and (r_tpot or 0.0) <= slo.get("tpot", float("inf")))
+        meets = (
+            ttft[-1] <= slo.get("ttft", float("inf"))
+            and e2e[-1] <= slo.get("e2e", float("inf"))
+            and (r_tpot or 0.0) <= slo.get("tpot", float("inf"))
+        )
         good += meets
 
     window = None
@@ -175,8 +178,10 @@ def summarize(result: RunResult, slo: dict[str, float] | None = None, context: d
     }
     warnings = []
     if result.load.mode == "rate" and checks["late_share"] > LATE_WARN_SHARE:
-        warnings.append(f"{checks['late_share']:.1%} of requests were sent more than 1 ms after their schedule: "
-                        "the client fell behind; see *_from_intended_ms")
+        warnings.append(
+            f"{checks['late_share']:.1%} of requests were sent more than 1 ms after their schedule: "
+            "the client fell behind; see *_from_intended_ms"
+        )
     if cpu_share is not None and cpu_share > CPU_WARN_SHARE:
         warnings.append(f"the client used {cpu_share:.0%} of a CPU core: its own overhead may affect the timings")
     if osl_mismatch:
@@ -191,16 +196,31 @@ def summarize(result: RunResult, slo: dict[str, float] | None = None, context: d
     errors = Counter(r.error_kind for r in failed)
     return {
         "schema": "trtllm-forge.bench/1",
-        "load": {"mode": result.load.mode, "value": result.load.value, "arrival": result.load.arrival if result.load.mode == "rate" else None,
-                 "max_concurrency": result.load.max_concurrency, "num_requests": result.load.num_requests,
-                 "duration_s": result.load.duration_s, "warmup_requests": result.load.warmup_requests},
-        "requests": {"sent": len(measured), "completed": len(done), "failed": len(failed),
-                     "errors_by_kind": dict(errors), "warmup": len(result.records) - len(measured),
-                     "retried": sum(1 for r in measured if r.retries), "retries": sum(r.retries for r in measured)},
+        "load": {
+            "mode": result.load.mode,
+            "value": result.load.value,
+            "arrival": result.load.arrival if result.load.mode == "rate" else None,
+            "max_concurrency": result.load.max_concurrency,
+            "num_requests": result.load.num_requests,
+            "duration_s": result.load.duration_s,
+            "warmup_requests": result.load.warmup_requests,
+        },
+        "requests": {
+            "sent": len(measured),
+            "completed": len(done),
+            "failed": len(failed),
+            "errors_by_kind": dict(errors),
+            "warmup": len(result.records) - len(measured),
+            "retried": sum(1 for r in measured if r.retries),
+            "retries": sum(r.retries for r in measured),
+        },
         "metrics": metrics,
         "windows": {
             "benchmark": {"definition": "first send -> last token-bearing response (measured requests)", "seconds": window_s},
-            "steady_state": {"definition": "in flight == target concurrency (closed loop); first completion -> last send (open loop)", "seconds": steady_s},
+            "steady_state": {
+                "definition": "in flight == target concurrency (closed loop); first completion -> last send (open loop)",
+                "seconds": steady_s,
+            },
             "run_wall_s": wall_s,
             "wall_clock_start_ns": result.wall_start_ns,
         },

@@ -33,8 +33,9 @@ def points_from_profile_export(data: dict, path: Path, tokenizer=None) -> list:
             continue
         mode = "rate" if spec.get("mode") == "request_rate" else "concurrency"
         value = spec.get("value", 0)
-        load = LoadSpec(mode, int(value) if mode == "concurrency" else float(value), arrival="as sent by perf_analyzer",
-                        num_requests=len(requests))
+        load = LoadSpec(
+            mode, int(value) if mode == "concurrency" else float(value), arrival="as sent by perf_analyzer", num_requests=len(requests)
+        )
         try:
             records = [_record(f"{index}-{k}", request, data.get("service_kind", ""), tokenizer) for k, request in enumerate(requests)]
         except (KeyError, TypeError, ValueError) as exc:
@@ -42,14 +43,20 @@ def points_from_profile_export(data: dict, path: Path, tokenizer=None) -> list:
         stamps = [r.sent_ns for r in records] + [t for r in records for t in r.recv_ns]
         result = RunResult(load, records, min(stamps), max(stamps), min(stamps), 0.0)
         context = {
-            "target": {"kind": f"perf_analyzer {data.get('service_kind', '?')}", "endpoint": data.get("endpoint") or None,
-                       "output_tokens_source": _sources(records)},
+            "target": {
+                "kind": f"perf_analyzer {data.get('service_kind', '?')}",
+                "endpoint": data.get("endpoint") or None,
+                "output_tokens_source": _sources(records),
+            },
             "versions": {"perf_analyzer": data.get("version")},
         }
         summary = summarize(result, None, context)
-        summary.update(source="perf_analyzer", imported_from=str(path),
-                       window_boundaries=experiment.get("window_boundaries"),
-                       timing_rule="perf_analyzer timestamps; responses without tokens are counted, never timing points")
+        summary.update(
+            source="perf_analyzer",
+            imported_from=str(path),
+            window_boundaries=experiment.get("window_boundaries"),
+            timing_rule="perf_analyzer timestamps; responses without tokens are counted, never timing points",
+        )
         points.append(ImportedPoint(summary, records))
     if not points:
         raise UnknownExport(path, "has no experiment with requests")
@@ -81,8 +88,9 @@ def _record(request_id: str, request: dict, service_kind: str, tokenizer) -> Req
     prompt = _prompt(inputs, payload)
     input_tokens, input_source = _input_tokens(inputs, prompt, tokenizer)
     requested = _requested_output(inputs, payload)
-    record = RequestRecord(request_id, "measure", int(request["timestamp"]), input_tokens, input_source,
-                           requested or 0, sent_ns=int(request["timestamp"]))
+    record = RequestRecord(
+        request_id, "measure", int(request["timestamp"]), input_tokens, input_source, requested or 0, sent_ns=int(request["timestamp"])
+    )
     stamps = request.get("response_timestamps") or []
     outputs = request.get("response_outputs") or [{} for _ in stamps]
     source = "responses"
@@ -151,8 +159,13 @@ def _input_tokens(inputs: dict, prompt: str | None, tokenizer) -> tuple[int, str
 
 
 def _requested_output(inputs: dict, payload: dict) -> int | None:
-    for value in (inputs.get("max_tokens"), inputs.get("request_output_len"), payload.get("max_tokens"),
-                  payload.get("max_completion_tokens"), (payload.get("parameters") or {}).get("max_new_tokens")):
+    for value in (
+        inputs.get("max_tokens"),
+        inputs.get("request_output_len"),
+        payload.get("max_tokens"),
+        payload.get("max_completion_tokens"),
+        (payload.get("parameters") or {}).get("max_new_tokens"),
+    ):
         value = _first(value)
         if value is not None:
             return int(value)

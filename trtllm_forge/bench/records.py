@@ -41,8 +41,7 @@ class RequestRecord:
     def output_tokens(self) -> int:
         return sum(self.tokens)
 
-    def add_response(self, stamp: int, tokens: int, text: str | None = None, final: bool = False,
-                     server_ns: int | None = None) -> None:
+    def add_response(self, stamp: int, tokens: int, text: str | None = None, final: bool = False, server_ns: int | None = None) -> None:
         """Record one response as it arrived: receive stamp, token count, empty/final flags, server stamp."""
         self.recv_ns.append(stamp)
         self.tokens.append(tokens)
@@ -61,8 +60,7 @@ class RequestRecord:
             "intended_ns": self.intended_ns,
             "sent_ns": self.sent_ns,
             "responses": [
-                {"recv_ns": r, "tokens": t, "empty": e, "final": f}
-                for r, t, e, f in zip(self.recv_ns, self.tokens, self.empty, self.final)
+                {"recv_ns": r, "tokens": t, "empty": e, "final": f} for r, t, e, f in zip(self.recv_ns, self.tokens, self.empty, self.final)
             ],
             "server_send_ns": self.server_send_ns or None,
             "input_tokens": self.input_tokens,
@@ -81,13 +79,25 @@ class RequestRecord:
         responses = data.get("responses") or []
         error = data.get("error") or {}
         return cls(
-            id=data["id"], phase=data["phase"], intended_ns=data["intended_ns"],
-            input_tokens=data["input_tokens"], input_tokens_source=data["input_tokens_source"],
-            requested_output_tokens=data["requested_output_tokens"], sent_ns=data["sent_ns"],
-            recv_ns=[r["recv_ns"] for r in responses], tokens=[r["tokens"] for r in responses],
-            empty=[r["empty"] for r in responses], final=[r["final"] for r in responses],
-            server_send_ns=data.get("server_send_ns") or [], output_tokens_source=data["output_tokens_source"],
-            usage_tokens=data.get("usage_output_tokens"), server_perf=data.get("server_perf"), error_kind=error.get("kind"), error_message=error.get("message"), worker=data.get("worker", 0), retries=data.get("retries", 0),
+            id=data["id"],
+            phase=data["phase"],
+            intended_ns=data["intended_ns"],
+            input_tokens=data["input_tokens"],
+            input_tokens_source=data["input_tokens_source"],
+            requested_output_tokens=data["requested_output_tokens"],
+            sent_ns=data["sent_ns"],
+            recv_ns=[r["recv_ns"] for r in responses],
+            tokens=[r["tokens"] for r in responses],
+            empty=[r["empty"] for r in responses],
+            final=[r["final"] for r in responses],
+            server_send_ns=data.get("server_send_ns") or [],
+            output_tokens_source=data["output_tokens_source"],
+            usage_tokens=data.get("usage_output_tokens"),
+            server_perf=data.get("server_perf"),
+            error_kind=error.get("kind"),
+            error_message=error.get("message"),
+            worker=data.get("worker", 0),
+            retries=data.get("retries", 0),
         )
 
 

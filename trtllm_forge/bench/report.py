@@ -15,8 +15,14 @@ from trtllm_forge.ui import console
 
 CSV_STATS = ("avg", "min", "max", "p99", "p95", "p90", "p75", "p50", "p25", "p10", "p5", "p1")
 TABLE_METRICS = ("ttft_ms", "ttst_ms", "tpot_ms", "itl_ms", "e2e_ms", "e2e_from_intended_ms", "output_tokens", "dispatch_lag_ms")
-SYSTEM_METRICS = ("request_throughput_per_s", "output_token_throughput_per_s", "steady_request_throughput_per_s",
-                  "steady_output_token_throughput_per_s", "goodput_per_s", "achieved_concurrency")
+SYSTEM_METRICS = (
+    "request_throughput_per_s",
+    "output_token_throughput_per_s",
+    "steady_request_throughput_per_s",
+    "steady_output_token_throughput_per_s",
+    "goodput_per_s",
+    "achieved_concurrency",
+)
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -76,7 +82,11 @@ def print_point(summary: dict, title: str) -> None:
         + (f" ({', '.join(f'{k}: {v}' for k, v in req['errors_by_kind'].items())})" if req["failed"] else "")
         + f"; throughput {_num(m['request_throughput_per_s']['avg'])} req/s, {_num(m['output_token_throughput_per_s']['avg'], 1)} tok/s"
         + f" over {_num(summary['windows']['benchmark']['seconds'])} s (first send -> last token)"
-        + (f"; steady {_num(m['steady_output_token_throughput_per_s']['avg'], 1)} tok/s" if m["steady_output_token_throughput_per_s"]["avg"] else "")
+        + (
+            f"; steady {_num(m['steady_output_token_throughput_per_s']['avg'], 1)} tok/s"
+            if m["steady_output_token_throughput_per_s"]["avg"]
+            else ""
+        )
         + f"; achieved concurrency {_num(m['achieved_concurrency']['avg'])}"
         + (f"; goodput {_num(m['goodput_per_s']['avg'])} req/s" if m["goodput_per_s"]["avg"] is not None else "")
     )
@@ -87,8 +97,10 @@ def print_point(summary: dict, title: str) -> None:
         f"empty responses {checks['empty_responses']}, output-length mismatches {checks['osl_mismatch_count']}"
     )
     if m["client_minus_server_ttft_ms"]["count"]:
-        console.print(f"client vs server TTFT (return_perf_metrics): server TTFT p50 {_num(m['server_ttft_ms']['p50'])} ms, "
-                      f"client − server p50 {_num(m['client_minus_server_ttft_ms']['p50'])} ms, p99 {_num(m['client_minus_server_ttft_ms']['p99'])} ms")
+        console.print(
+            f"client vs server TTFT (return_perf_metrics): server TTFT p50 {_num(m['server_ttft_ms']['p50'])} ms, "
+            f"client − server p50 {_num(m['client_minus_server_ttft_ms']['p50'])} ms, p99 {_num(m['client_minus_server_ttft_ms']['p99'])} ms"
+        )
     for warning in summary["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {warning}")
 
@@ -103,7 +115,15 @@ def print_sweep(points: list[dict]) -> None:
         m = s["metrics"]
         load = s["load"]
         label = f"c={int(load['value'])}" if load["mode"] == "concurrency" else f"rate={load['value']:g}"
-        table.add_row(label, _num(m["request_throughput_per_s"]["avg"]), _num(m["output_token_throughput_per_s"]["avg"], 1),
-                      _num(m["ttft_ms"]["p50"]), _num(m["ttft_ms"]["p99"]), _num(m["tpot_ms"]["p50"]), _num(m["itl_ms"]["p50"]),
-                      _num(m["e2e_ms"]["p50"]), str(s["requests"]["failed"]))
+        table.add_row(
+            label,
+            _num(m["request_throughput_per_s"]["avg"]),
+            _num(m["output_token_throughput_per_s"]["avg"], 1),
+            _num(m["ttft_ms"]["p50"]),
+            _num(m["ttft_ms"]["p99"]),
+            _num(m["tpot_ms"]["p50"]),
+            _num(m["itl_ms"]["p50"]),
+            _num(m["e2e_ms"]["p50"]),
+            str(s["requests"]["failed"]),
+        )
     console.print(table)

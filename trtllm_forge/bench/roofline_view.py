@@ -31,15 +31,17 @@ def roofline_rows(config: ForgeConfig, documents: list[dict]) -> list[dict]:
             if measured is None or (point.get("load") or {}).get("mode") != "concurrency":
                 continue
             batch = max(1, round(achieved or point["load"]["value"]))
-            rows.append({
-                "workload": workload.name,
-                "concurrency": point["load"]["value"],
-                "batch": batch,
-                "output_tokens_per_s": measured,
-                "roofline_tokens_per_s": plan.decode_tokens_per_s(batch),
-                "percent_of_roofline": plan.percent_of_roofline(measured, batch),
-                "hardware": plan.device.name if getattr(plan, "device", None) else config.hardware.gpu,
-            })
+            rows.append(
+                {
+                    "workload": workload.name,
+                    "concurrency": point["load"]["value"],
+                    "batch": batch,
+                    "output_tokens_per_s": measured,
+                    "roofline_tokens_per_s": plan.decode_tokens_per_s(batch),
+                    "percent_of_roofline": plan.percent_of_roofline(measured, batch),
+                    "hardware": plan.device.name if getattr(plan, "device", None) else config.hardware.gpu,
+                }
+            )
     return rows
 
 
@@ -50,6 +52,11 @@ def roofline_table(rows: list[dict]) -> Table:
     for row in rows:
         limit = row["roofline_tokens_per_s"]
         percent = row["percent_of_roofline"]
-        table.add_row(row["workload"], str(row["concurrency"]), f"{row['output_tokens_per_s']:.1f}",
-                      f"{limit:.1f}" if limit else "-", f"{percent:.0f}%" if percent is not None else "-")
+        table.add_row(
+            row["workload"],
+            str(row["concurrency"]),
+            f"{row['output_tokens_per_s']:.1f}",
+            f"{limit:.1f}" if limit else "-",
+            f"{percent:.0f}%" if percent is not None else "-",
+        )
     return table

@@ -117,10 +117,20 @@ async def _run_all(options: BenchOptions, tokenizer) -> list[tuple[LoadSpec, dic
         for index, load in enumerate(options.loads()):
             rng = np.random.default_rng([options.seed, index])
             # Without a duration every point sends exactly num_requests; with one, enough to never run dry.
-            n = options.num_requests if load.duration_s is None else max(options.num_requests, int(load.duration_s * (load.value if load.mode == "rate" else 200) * 2) + 16)
+            n = (
+                options.num_requests
+                if load.duration_s is None
+                else max(options.num_requests, int(load.duration_s * (load.value if load.mode == "rate" else 200) * 2) + 16)
+            )
             requests = build_requests(options, tokenizer, n, rng)
-            warmup = build_requests(options, tokenizer, options.warmup_requests, np.random.default_rng([options.seed, index, 1])) if options.warmup_requests else []
-            info(f"bench {options.target} {options.model}: {load.label} ({len(requests) if load.duration_s is None else f'{load.duration_s:g} s'}), warm-up {len(warmup)}")
+            warmup = (
+                build_requests(options, tokenizer, options.warmup_requests, np.random.default_rng([options.seed, index, 1]))
+                if options.warmup_requests
+                else []
+            )
+            info(
+                f"bench {options.target} {options.model}: {load.label} ({len(requests) if load.duration_s is None else f'{load.duration_s:g} s'}), warm-up {len(warmup)}"
+            )
             before = server_metrics.scrape(options.metrics_url)
             with server_metrics.Sampler(options.metrics_url) as sampler:
                 if options.workers > 1:
@@ -157,7 +167,7 @@ def _shard_main(options: BenchOptions, load: LoadSpec, requests, warmup, shard: 
             return await loop.run_in_executor(None, start_queue.get)
 
         try:
-            mine = warmup[shard::options.workers]
+            mine = warmup[shard :: options.workers]
             return await run_load(target, requests, mine, load, options.seed, (shard, options.workers), start_at, options.stall_timeout_s)
         finally:
             await target.close()
@@ -176,8 +186,10 @@ def run_sharded(options: BenchOptions, load: LoadSpec, requests, warmup) -> RunR
     ctx = mp.get_context("spawn")
     ready, results = ctx.Queue(), ctx.Queue()
     starts = [ctx.Queue() for _ in range(options.workers)]
-    procs = [ctx.Process(target=_shard_main, args=(options, load, requests, warmup, k, ready, starts[k], results), daemon=True)
-             for k in range(options.workers)]
+    procs = [
+        ctx.Process(target=_shard_main, args=(options, load, requests, warmup, k, ready, starts[k], results), daemon=True)
+        for k in range(options.workers)
+    ]
     for proc in procs:
         proc.start()
     for _ in procs:
@@ -193,8 +205,13 @@ def run_sharded(options: BenchOptions, load: LoadSpec, requests, warmup) -> RunR
         raise StepError("bench --workers", f"a client process failed: {failures[0]}", "rerun with --workers 1 to see the error directly")
     runs: list[RunResult] = [parts[k] for k in sorted(parts)]
     return RunResult(
-        load, [r for run in runs for r in run.records], min(r.start_ns for r in runs), max(r.end_ns for r in runs),
-        min(r.wall_start_ns for r in runs), max(r.cpu_seconds for r in runs), [x for r in runs for x in r.loop_lag_ns],
+        load,
+        [r for run in runs for r in run.records],
+        min(r.start_ns for r in runs),
+        max(r.end_ns for r in runs),
+        min(r.wall_start_ns for r in runs),
+        max(r.cpu_seconds for r in runs),
+        [x for r in runs for x in r.loop_lag_ns],
         next((r.aborted for r in runs if r.aborted), None),
     )
 

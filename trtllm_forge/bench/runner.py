@@ -88,8 +88,12 @@ async def _sleep_until(target_ns: int) -> None:
 
 def _record(request: BenchRequest, index: int, phase: str, intended_ns: int) -> RequestRecord:
     return RequestRecord(
-        id=f"{phase[0]}{index}", phase=phase, intended_ns=intended_ns, input_tokens=request.input_tokens,
-        input_tokens_source=request.input_tokens_source, requested_output_tokens=request.output_tokens,
+        id=f"{phase[0]}{index}",
+        phase=phase,
+        intended_ns=intended_ns,
+        input_tokens=request.input_tokens,
+        input_tokens_source=request.input_tokens_source,
+        requested_output_tokens=request.output_tokens,
     )
 
 
@@ -112,9 +116,16 @@ def shard_share(total: int, shard: int, shards: int) -> int:
     return total // shards + (1 if shard < total % shards else 0)
 
 
-async def run_load(target: Target, requests: list[BenchRequest], warmup: list[BenchRequest], load: LoadSpec, seed: int = 0,
-                   shard: tuple[int, int] = (0, 1), start_at: Callable[[], Awaitable[int]] | None = None,
-                   stall_s: float = 60.0) -> RunResult:
+async def run_load(
+    target: Target,
+    requests: list[BenchRequest],
+    warmup: list[BenchRequest],
+    load: LoadSpec,
+    seed: int = 0,
+    shard: tuple[int, int] = (0, 1),
+    start_at: Callable[[], Awaitable[int]] | None = None,
+    stall_s: float = 60.0,
+) -> RunResult:
     """Run one sweep point. With `shard` = (k, n) this process sends only the requests whose index is k mod n
     (and k's share of the concurrency); `start_at` then returns the common start time of all shards.
     When no request in flight has received anything for `stall_s` seconds (a server that stopped answering

@@ -9,7 +9,7 @@ import time
 import urllib.request
 from collections import defaultdict
 
-_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+([-+0-9.eE]+|NaN|\+Inf|-Inf)\s*$')
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+([-+0-9.eE]+|NaN|\+Inf|-Inf)\s*$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 COUNTERS = {
@@ -89,14 +89,18 @@ def report(before: dict | None, after: dict | None, samples: list[tuple[float, d
         if n <= 0:
             continue
         models[model] = {
-            "requests": int(n), "failures": int(c.get("request_failure", 0)),
+            "requests": int(n),
+            "failures": int(c.get("request_failure", 0)),
             "executions": int(c.get("exec_count", 0)),
             "avg_queue_ms": c.get("queue_duration_us", 0) / n / 1e3,
             "avg_compute_infer_ms": c.get("compute_infer_duration_us", 0) / n / 1e3,
             "avg_request_ms": c.get("request_duration_us", 0) / n / 1e3,
         }
-    kv = {f"{name}{{{','.join(f'{k}={v}' for k, v in labels)}}}": value
-          for (name, labels), value in after.items() if name.startswith("nv_trt_llm_kv_cache")}
+    kv = {
+        f"{name}{{{','.join(f'{k}={v}' for k, v in labels)}}}": value
+        for (name, labels), value in after.items()
+        if name.startswith("nv_trt_llm_kv_cache")
+    }
     pending = defaultdict(list)
     for _, data in samples or []:
         for (name, labels), value in data.items():

@@ -38,7 +38,7 @@ def _first_bytes(raw: bytes) -> bytes:
     if len(raw) < 4:
         return b""
     (length,) = struct.unpack_from("<I", raw, 0)
-    return raw[4:4 + length]
+    return raw[4 : 4 + length]
 
 
 class _Stream:
@@ -120,7 +120,11 @@ class TritonGrpcTarget(Target):
             config = await self.stub.ModelConfig(pb.ModelConfigRequest(name=self.model), timeout=10)
             metadata = await self.stub.ServerMetadata(pb.ServerMetadataRequest(), timeout=10)
         except grpc.aio.AioRpcError as exc:
-            raise StepError("--url", f"cannot read model {self.model!r} at {self.url}: {exc.details()}", "check --url, --model and that the server is up") from None
+            raise StepError(
+                "--url",
+                f"cannot read model {self.model!r} at {self.url}: {exc.details()}",
+                "check --url, --model and that the server is up",
+            ) from None
         self.info.server_version = metadata.version
         data = MessageToDict(config.config, preserving_proto_field_name=True)
         self.batched = int(data.get("max_batch_size", 0)) > 0
@@ -132,15 +136,20 @@ class TritonGrpcTarget(Target):
             self.info.notes.append("server timestamps requested (return_perf_metrics)")
         # One channel (own TCP connection) per stream: Triton writes the responses of one stream one at a
         # time, so a single stream carrying many requests backs up inside the server.
-        self.extra_channels = [grpc.aio.insecure_channel(self.url, options=_CHANNEL_OPTIONS + [("grpc.use_local_subchannel_pool", 1)])
-                               for _ in range(self.n_streams - 1)]
+        self.extra_channels = [
+            grpc.aio.insecure_channel(self.url, options=_CHANNEL_OPTIONS + [("grpc.use_local_subchannel_pool", 1)])
+            for _ in range(self.n_streams - 1)
+        ]
         self.stubs = [self.stub] + [pb_grpc.GRPCInferenceServiceStub(c) for c in self.extra_channels]
         self.streams = [_Stream(self, stub) for stub in self.stubs]
         self.info.notes.append(f"{self.n_streams} gRPC stream(s), one connection each")
 
     # NVIDIA's llmapi model names the same inputs differently and streams the whole text so far in each response.
-    LLMAPI_NAMES = {"max_tokens": "sampling_param_max_tokens", "stream": "streaming",
-                    "exclude_input_in_output": "sampling_param_exclude_input_from_output"}
+    LLMAPI_NAMES = {
+        "max_tokens": "sampling_param_max_tokens",
+        "stream": "streaming",
+        "exclude_input_in_output": "sampling_param_exclude_input_from_output",
+    }
 
     def check_contract(self) -> None:
         self.llmapi = "sampling_param_max_tokens" in self.inputs and "max_tokens" not in self.inputs
@@ -150,8 +159,11 @@ class TritonGrpcTarget(Target):
             self.info.notes.append("llmapi model: sampling_param_* inputs; streamed text_output is cumulative")
         missing = [name for name in ("text_input", self.names["max_tokens"]) if name not in self.inputs]
         if missing or "text_output" not in self.outputs:
-            raise StepError("--target", f"model {self.model!r} does not speak the text contract (missing {', '.join(missing) or 'text_output'})",
-                            "use the ensemble or tensorrt_llm_bls model, or --target triton-grpc-tokens for tensorrt_llm")
+            raise StepError(
+                "--target",
+                f"model {self.model!r} does not speak the text contract (missing {', '.join(missing) or 'text_output'})",
+                "use the ensemble or tensorrt_llm_bls model, or --target triton-grpc-tokens for tensorrt_llm",
+            )
         self.length_input, self.end_id, self.info.forced_output_len = output_length_plan(self.inputs, self.force_output_len)
         self.count_server = "return_num_output_tokens" in self.inputs and "num_output_tokens" in self.outputs
         if self.force_output_len and self.info.forced_output_len is None:
@@ -162,8 +174,12 @@ class TritonGrpcTarget(Target):
         """The inputs one request sends, as (name, Triton datatype, values), only those the model declares.
         bench sends them over its own stream; `bench --tool` writes the same ones for perf_analyzer."""
         n = request.output_tokens
-        spec = [("text_input", "BYTES", [request.prompt]), (self.names["max_tokens"], "INT32", [n]),
-                (self.names["stream"], "BOOL", [True]), (self.names["exclude_input_in_output"], "BOOL", [True])]
+        spec = [
+            ("text_input", "BYTES", [request.prompt]),
+            (self.names["max_tokens"], "INT32", [n]),
+            (self.names["stream"], "BOOL", [True]),
+            (self.names["exclude_input_in_output"], "BOOL", [True]),
+        ]
         return [item for item in spec + self._common_inputs(n) if item[0] in self.inputs]
 
     def _common_inputs(self, n: int) -> list[tuple[str, str, list]]:
@@ -199,7 +215,7 @@ class TritonGrpcTarget(Target):
                 if self.llmapi:  # cumulative → the new part
                     previous = self.seen_text.get(record.id, "")
                     self.seen_text[record.id] = text
-                    text = text[len(previous):] if text.startswith(previous) else text
+                    text = text[len(previous) :] if text.startswith(previous) else text
             elif name == "num_output_tokens":
                 tokens = struct.unpack_from("<i", raw, 0)[0] if raw else 0
             elif name == "send_time_ns":
@@ -272,9 +288,14 @@ class TritonGrpcTokensTarget(TritonGrpcTarget):
     def check_contract(self) -> None:
         missing = [n for n in ("input_ids", "input_lengths", "request_output_len") if n not in self.inputs]
         if missing or "output_ids" not in self.outputs:
-            raise StepError("--target", f"model {self.model!r} does not take token ids (missing {', '.join(missing) or 'output_ids'})",
-                            "point --model at the tensorrt_llm model, or use --target triton-grpc for the ensemble")
-        self.length_input, self.end_id, self.info.forced_output_len = output_length_plan(self.inputs, self.force_output_len, "request_output_len")
+            raise StepError(
+                "--target",
+                f"model {self.model!r} does not take token ids (missing {', '.join(missing) or 'output_ids'})",
+                "point --model at the tensorrt_llm model, or use --target triton-grpc for the ensemble",
+            )
+        self.length_input, self.end_id, self.info.forced_output_len = output_length_plan(
+            self.inputs, self.force_output_len, "request_output_len"
+        )
         self.count_server = True
         self.info.output_tokens_source = "server_ids"
 
@@ -282,8 +303,13 @@ class TritonGrpcTokensTarget(TritonGrpcTarget):
         if request.input_ids is None:
             raise StepError("--tokenizer", "the token-id target needs token ids", "pass --tokenizer DIR or a dataset with input_ids")
         ids, n = list(request.input_ids), request.output_tokens
-        spec = [("input_ids", "INT32", ids), ("input_lengths", "INT32", [len(ids)]), ("request_output_len", "INT32", [n]),
-                ("streaming", "BOOL", [True]), ("exclude_input_in_output", "BOOL", [True])]
+        spec = [
+            ("input_ids", "INT32", ids),
+            ("input_lengths", "INT32", [len(ids)]),
+            ("request_output_len", "INT32", [n]),
+            ("streaming", "BOOL", [True]),
+            ("exclude_input_in_output", "BOOL", [True]),
+        ]
         # output_ids are counted directly: no return_num_output_tokens
         return [item for item in spec + self._common_inputs(n) if item[0] in self.inputs and item[0] != "return_num_output_tokens"]
 

@@ -32,7 +32,8 @@ class _SseTarget(Target):
     async def _open_session(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, force_close=False)
         self.session = aiohttp.ClientSession(
-            connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
             read_bufsize=1 << 20,  # large reads: a small buffer throttles long streams (vLLM #39963)
         )
 
@@ -114,8 +115,11 @@ class _SseTarget(Target):
     async def _fresh_session(self) -> aiohttp.ClientSession:
         """A session whose every request opens a new connection (for retries)."""
         if self.retry_session is None:
-            self.retry_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True),
-                                                       timeout=aiohttp.ClientTimeout(total=None, sock_connect=10), read_bufsize=1 << 20)
+            self.retry_session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, force_close=True),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+                read_bufsize=1 << 20,
+            )
         return self.retry_session
 
 
@@ -135,7 +139,9 @@ class TritonHttpTarget(_SseTarget):
         try:
             async with self.session.get(f"{self.url}/v2/models/{self.model}/config") as response:
                 if response.status != 200:
-                    raise StepError("--model", f"{self.model!r} not found at {self.url} (HTTP {response.status})", "check --url and --model")
+                    raise StepError(
+                        "--model", f"{self.model!r} not found at {self.url} (HTTP {response.status})", "check --url and --model"
+                    )
                 config = await response.json()
             async with self.session.get(f"{self.url}/v2") as response:
                 self.info.server_version = (await response.json()).get("version")
@@ -151,8 +157,10 @@ class TritonHttpTarget(_SseTarget):
         self.count_server = "return_num_output_tokens" in self.inputs and "num_output_tokens" in outputs
         self.perf = "return_perf_metrics" in self.inputs and "first_token_time_ns" in outputs
         self.info.output_tokens_source = "server_count" if self.count_server else ("client_tokenizer" if self.tokenizer else "responses")
-        self.info.notes.append("streams with fewer token-bearing events than requested are errors of kind short_stream "
-                               "(Triton 2.51 can end an HTTP stream early under load)")
+        self.info.notes.append(
+            "streams with fewer token-bearing events than requested are errors of kind short_stream "
+            "(Triton 2.51 can end an HTTP stream early under load)"
+        )
 
     def keeps_texts(self) -> bool:
         return self.tokenizer is not None and not self.count_server
@@ -231,14 +239,21 @@ class OpenAITarget(_SseTarget):
         if self.force_output_len:
             self.info.forced_output_len = "ignore_eos=true, min_tokens=max_tokens"
         self.info.output_tokens_source = "client_tokenizer" if self.tokenizer else "responses"
-        self.info.notes.append("usage.completion_tokens, when the server sends it, corrects the chunk count (excess goes to the last chunk)")
+        self.info.notes.append(
+            "usage.completion_tokens, when the server sends it, corrects the chunk count (excess goes to the last chunk)"
+        )
 
     def endpoint(self) -> str:
         return f"{self.url}/v1/chat/completions" if self.chat else f"{self.url}/v1/completions"
 
     def payload(self, request: BenchRequest) -> dict:
-        body = {"model": self.model, "max_tokens": request.output_tokens, "stream": True,
-                "stream_options": {"include_usage": True}, "temperature": 0.0}
+        body = {
+            "model": self.model,
+            "max_tokens": request.output_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": 0.0,
+        }
         if self.chat:
             body["messages"] = [{"role": "user", "content": request.prompt}]
         else:

@@ -25,8 +25,16 @@ import numpy as np
 
 from trtllm_forge.bench import report
 from trtllm_forge.bench.exports import import_export
-from trtllm_forge.bench.interop import (ToolWorkload, aiperf_argv, emit, genai_perf_argv, perf_analyzer_argv,
-                                        write_aiperf_inputs, write_perf_analyzer_inputs, write_prompts_jsonl)
+from trtllm_forge.bench.interop import (
+    ToolWorkload,
+    aiperf_argv,
+    emit,
+    genai_perf_argv,
+    perf_analyzer_argv,
+    write_aiperf_inputs,
+    write_perf_analyzer_inputs,
+    write_prompts_jsonl,
+)
 from trtllm_forge.bench.runner import LoadSpec
 from trtllm_forge.bench.target import output_length_plan
 from trtllm_forge.bench.workload import load_tokenizer
@@ -39,10 +47,14 @@ TOOL_TARGETS = {"perf_analyzer": GRPC_TARGETS, "genai-perf": ("triton-grpc",), "
 TOOL_ENV = {"genai-perf": "FORGE_GENAI_PERF", "aiperf": "FORGE_AIPERF"}  # path of the tool's executable
 # What the rendered ensemble / tensorrt_llm model declare: the inputs --emit assumes when no server answers.
 ASSUMED_INPUTS = {
-    "triton-grpc": ({"text_input", "max_tokens", "stream", "exclude_input_in_output", "min_tokens", "end_id", "return_num_output_tokens"},
-                    {"text_output", "num_output_tokens"}),
-    "triton-grpc-tokens": ({"input_ids", "input_lengths", "request_output_len", "streaming", "exclude_input_in_output", "min_tokens", "end_id"},
-                           {"output_ids"}),
+    "triton-grpc": (
+        {"text_input", "max_tokens", "stream", "exclude_input_in_output", "min_tokens", "end_id", "return_num_output_tokens"},
+        {"text_output", "num_output_tokens"},
+    ),
+    "triton-grpc-tokens": (
+        {"input_ids", "input_lengths", "request_output_len", "streaming", "exclude_input_in_output", "min_tokens", "end_id"},
+        {"output_ids"},
+    ),
 }
 
 
@@ -84,16 +96,20 @@ def tool_workload(options, target, requests) -> ToolWorkload:
     grpc_url = options.url
     http_url = options.http_url or (options.url if options.url.startswith("http") else None)
     notes = [f"output length forced by {target.info.forced_output_len}" if target.info.forced_output_len else "output length not forced"]
-    return ToolWorkload(options.model, grpc_url, http_url, requests, [target.request_inputs(r) for r in requests],
-                        options.tokenizer, options.seed, notes)
+    return ToolWorkload(
+        options.model, grpc_url, http_url, requests, [target.request_inputs(r) for r in requests], options.tokenizer, options.seed, notes
+    )
 
 
 def _requests(options, tokenizer, index: int):
     from trtllm_forge.bench.run import build_requests
 
     requests = build_requests(options, tokenizer, options.num_requests, np.random.default_rng([options.seed, index]))
-    warmup = (build_requests(options, tokenizer, options.warmup_requests, np.random.default_rng([options.seed, index, 1]))
-              if options.warmup_requests else [])
+    warmup = (
+        build_requests(options, tokenizer, options.warmup_requests, np.random.default_rng([options.seed, index, 1]))
+        if options.warmup_requests
+        else []
+    )
     return requests, warmup
 
 
@@ -130,7 +146,9 @@ def executable(tool: str) -> tuple[str, dict]:
         return str(pa.binary), pa.env()
     path = os.environ.get(TOOL_ENV[tool]) or shutil.which(tool)
     if not path:
-        raise StepError(tool, f"{tool} is not installed", f"install it in its own venv and set {TOOL_ENV[tool]}=/path/to/{tool} (see README)")
+        raise StepError(
+            tool, f"{tool} is not installed", f"install it in its own venv and set {TOOL_ENV[tool]}=/path/to/{tool} (see README)"
+        )
     env = pa.env() if pa else dict(os.environ)
     if pa:  # GenAI-Perf runs `perf_analyzer` from PATH: ours (the wrapper in this venv's bin) goes first
         env["PATH"] = os.pathsep.join([str(Path(sys.prefix) / "bin"), env.get("PATH", "")])
@@ -144,8 +162,9 @@ def run_logged(argv: list[str], env: dict, log: Path, timeout_s: float) -> None:
     with open(log, "wb") as handle:
         handle.write(f"$ {shlex.join(argv)}\n".encode())
         handle.flush()
-        process = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                   cwd=log.parent, start_new_session=True)
+        process = subprocess.Popen(
+            argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=log.parent, start_new_session=True
+        )
         try:
             code = process.wait(timeout_s)
         except BaseException:
@@ -173,8 +192,9 @@ def _run_point(tool: str, options, workload: ToolWorkload, warmup: ToolWorkload 
         argv = perf_analyzer_argv(binary, workload, inputs, load, options.num_requests, export)
     elif tool == "genai-perf":
         prompts = write_prompts_jsonl(workload, work / "prompts.jsonl")
-        argv = genai_perf_argv(binary, workload, prompts, load, options.num_requests, work / "artifacts",
-                               len(warmup.requests) if warmup else 0)
+        argv = genai_perf_argv(
+            binary, workload, prompts, load, options.num_requests, work / "artifacts", len(warmup.requests) if warmup else 0
+        )
         export = work / "artifacts"
     else:
         prompts = write_aiperf_inputs(workload, work / "prompts.jsonl")
@@ -202,12 +222,19 @@ def run_tool(options, tool: str) -> dict:
         warm = tool_workload(options, target, warmup) if warmup else None
         point = _run_point(tool, options, workload, warm, load, point_dir / tool.replace("-", "_"), tokenizer)
         summary = point.summary
-        summary.update(source=tool, out_dir=str(point_dir), config=options.describe(),
-                       load={**(summary.get("load") or {}), "mode": load.mode, "value": load.value, "num_requests": load.num_requests})
+        summary.update(
+            source=tool,
+            out_dir=str(point_dir),
+            config=options.describe(),
+            load={**(summary.get("load") or {}), "mode": load.mode, "value": load.value, "num_requests": load.num_requests},
+        )
         summary.setdefault("target", {})["forced_output_len"] = target.info.forced_output_len
         requests_seen = summary["requests"]
-        requests_seen.update(failed=requests_seen.get("failed") or 0, sent=requests_seen.get("sent") or options.num_requests,
-                             errors_by_kind=requests_seen.get("errors_by_kind") or {})
+        requests_seen.update(
+            failed=requests_seen.get("failed") or 0,
+            sent=requests_seen.get("sent") or options.num_requests,
+            errors_by_kind=requests_seen.get("errors_by_kind") or {},
+        )
         write_point(point_dir, summary, point.records)
         print_imported(summary, f"{tool} {options.model} {load.label}")
         summaries.append(summary)

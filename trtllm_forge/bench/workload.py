@@ -108,7 +108,9 @@ def _count(tokenizer, text: str) -> tuple[int, str]:
     return len(tokenizer.encode(text, add_special_tokens=False)), "client_tokenizer"
 
 
-def from_dataset(path: Path, tokenizer=None, output_len: LengthSpec | None = None, rng: np.random.Generator | None = None) -> list[BenchRequest]:
+def from_dataset(
+    path: Path, tokenizer=None, output_len: LengthSpec | None = None, rng: np.random.Generator | None = None
+) -> list[BenchRequest]:
     """A JSONL file of `{"prompt"|"input_ids", "output_tokens"}` lines, or a ShareGPT JSON file."""
     if not path.is_file():
         raise ConfigError("--dataset", f"{path} does not exist", "give a JSONL or ShareGPT file")
@@ -118,14 +120,18 @@ def from_dataset(path: Path, tokenizer=None, output_len: LengthSpec | None = Non
             return _sharegpt(json.loads(text), tokenizer, output_len, rng or np.random.default_rng(0))
         rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     except json.JSONDecodeError as exc:
-        raise ConfigError("--dataset", f"{path}: not JSON/JSONL ({exc.msg} at line {exc.lineno})", "one JSON object per line, or a ShareGPT list") from None
+        raise ConfigError(
+            "--dataset", f"{path}: not JSON/JSONL ({exc.msg} at line {exc.lineno})", "one JSON object per line, or a ShareGPT list"
+        ) from None
     requests = []
     for number, row in enumerate(rows, 1):
         osl = row.get("output_tokens")
         if output_len is not None:
             osl = output_len.sample(1, rng or np.random.default_rng(0))[0]
         if not isinstance(osl, int) or osl < 1:
-            raise ConfigError("--dataset", f"{path}:{number}: output_tokens missing or < 1", 'each line needs "output_tokens": N (or pass --output-len)')
+            raise ConfigError(
+                "--dataset", f"{path}:{number}: output_tokens missing or < 1", 'each line needs "output_tokens": N (or pass --output-len)'
+            )
         if "input_ids" in row:
             ids = tuple(int(i) for i in row["input_ids"])
             prompt = tokenizer.decode(ids) if tokenizer is not None else ""
@@ -151,7 +157,11 @@ def _sharegpt(data: list, tokenizer, output_len: LengthSpec | None, rng: np.rand
         osl = output_len.sample(1, rng)[0] if output_len is not None else max(1, _count(tokenizer, reply)[0])
         requests.append(BenchRequest(prompt, None, count, source, osl))
     if not requests:
-        raise ConfigError("--dataset", "no usable ShareGPT conversations", 'expects [{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", ...}]}]')
+        raise ConfigError(
+            "--dataset",
+            "no usable ShareGPT conversations",
+            'expects [{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", ...}]}]',
+        )
     return requests
 
 

@@ -71,51 +71,142 @@ def bench_group() -> None:
 @click.option("--max-concurrency", type=click.IntRange(min=1), default=None, help="Cap on requests in flight in open loop.")
 @click.option("--num-requests", type=click.IntRange(min=1), default=None, help="Measured requests per sweep point. Default 32.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, help="Stop sending after S seconds per point.")
-@click.option("--warmup", "warmup_requests", type=click.IntRange(min=0), default=None, help="Warm-up requests (distinct prompts, excluded). Default 2.")
+@click.option(
+    "--warmup",
+    "warmup_requests",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Warm-up requests (distinct prompts, excluded). Default 2.",
+)
 @click.option("--input-len", default=None, help="Prompt tokens: MEAN, MEAN:STD or LO..HI. Default 128.")
 @click.option("--output-len", default=None, help="Output tokens: MEAN, MEAN:STD or LO..HI. Default 64.")
-@click.option("--dataset", type=click.Path(dir_okay=False, path_type=Path), default=None, help="JSONL {prompt|input_ids, output_tokens} or ShareGPT JSON.")
-@click.option("--tokenizer", type=click.Path(file_okay=False, path_type=Path), default=None, help="HF tokenizer directory (exact prompt lengths, token counts).")
+@click.option(
+    "--dataset",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="JSONL {prompt|input_ids, output_tokens} or ShareGPT JSON.",
+)
+@click.option(
+    "--tokenizer",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="HF tokenizer directory (exact prompt lengths, token counts).",
+)
 @click.option("--seed", type=int, default=None, help="Seed for prompts, lengths and arrivals (0 is a real seed). Default 0.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="Output directory. Default <workdir>/bench/<workload> or ./bench-out.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Output directory. Default <workdir>/bench/<workload> or ./bench-out.",
+)
 @click.option("--slo", multiple=True, help="Goodput SLO: ttft:MS, tpot:MS or e2e:MS (repeatable).")
 @click.option("--metrics-url", default=None, help="Triton Prometheus URL to scrape. Default: the deployment's.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Client processes to shard the load over.")
-@click.option("--streams", type=click.IntRange(min=1), default=None, help="gRPC streams (one connection each) to spread requests over. Default: one per 16 requests in flight, at most 16.")
-@click.option("--stall-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
-              help="Abort a point when no request in flight has received anything for this many seconds.")
+@click.option(
+    "--streams",
+    type=click.IntRange(min=1),
+    default=None,
+    help="gRPC streams (one connection each) to spread requests over. Default: one per 16 requests in flight, at most 16.",
+)
+@click.option(
+    "--stall-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Abort a point when no request in flight has received anything for this many seconds.",
+)
 @click.option("--no-force-output-len", is_flag=True, help="Do not force the output length (min_tokens/end_id, ignore_eos).")
-@click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds per request.")
-@click.option("--emit", type=click.Choice(["perf_analyzer", "genai-perf", "aiperf"]), multiple=True,
-              help="Instead of running: write this workload's input file and exact command lines for another tool (repeatable).")
-@click.option("--tool", type=click.Choice(["perf_analyzer", "genai-perf", "aiperf"]), default=None,
-              help="Run this tool instead of our client on the same workload (gRPC streaming), import its export and "
-                   "write our summary files, for `bench compare`. perf_analyzer is installed by `make setup`; "
-                   "genai-perf/aiperf are found on PATH or via FORGE_GENAI_PERF/FORGE_AIPERF.")
+@click.option(
+    "--request-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds per request."
+)
+@click.option(
+    "--emit",
+    type=click.Choice(["perf_analyzer", "genai-perf", "aiperf"]),
+    multiple=True,
+    help="Instead of running: write this workload's input file and exact command lines for another tool (repeatable).",
+)
+@click.option(
+    "--tool",
+    type=click.Choice(["perf_analyzer", "genai-perf", "aiperf"]),
+    default=None,
+    help="Run this tool instead of our client on the same workload (gRPC streaming), import its export and "
+    "write our summary files, for `bench compare`. perf_analyzer is installed by `make setup`; "
+    "genai-perf/aiperf are found on PATH or via FORGE_GENAI_PERF/FORGE_AIPERF.",
+)
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
-@click.option("--openai-endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True, help="For --target openai.")
+@click.option(
+    "--openai-endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True, help="For --target openai."
+)
 @workdir_option
 @dry_run_option
 @json_option
-def bench_run(config_file, target, url, model, concurrency, request_rate, arrival, burstiness, max_concurrency, num_requests,
-              duration, warmup_requests, input_len, output_len, dataset, tokenizer, seed, out, slo, metrics_url, workers, streams,
-              stall_timeout, no_force_output_len, request_timeout, emit, tool, no_plots, openai_endpoint, workdir, dry_run, as_json) -> None:
+def bench_run(
+    config_file,
+    target,
+    url,
+    model,
+    concurrency,
+    request_rate,
+    arrival,
+    burstiness,
+    max_concurrency,
+    num_requests,
+    duration,
+    warmup_requests,
+    input_len,
+    output_len,
+    dataset,
+    tokenizer,
+    seed,
+    out,
+    slo,
+    metrics_url,
+    workers,
+    streams,
+    stall_timeout,
+    no_force_output_len,
+    request_timeout,
+    emit,
+    tool,
+    no_plots,
+    openai_endpoint,
+    workdir,
+    dry_run,
+    as_json,
+) -> None:
     """Run a benchmark (the default subcommand)."""
     from trtllm_forge.bench.config_runs import fail_on_errors, merge_options, options_from_config
     from trtllm_forge.bench.run import BenchOptions, run_bench
     from trtllm_forge.bench.workload import LengthSpec
 
     flags = dict(
-        target=target, url=url, model=model, arrival=arrival, burstiness=burstiness, max_concurrency=max_concurrency,
-        metrics_url=metrics_url, workers=workers, streams=streams, force_output_len=not no_force_output_len,
-        request_timeout_s=request_timeout, stall_timeout_s=stall_timeout, openai_endpoint=openai_endpoint, plots=not no_plots,
+        target=target,
+        url=url,
+        model=model,
+        arrival=arrival,
+        burstiness=burstiness,
+        max_concurrency=max_concurrency,
+        metrics_url=metrics_url,
+        workers=workers,
+        streams=streams,
+        force_output_len=not no_force_output_len,
+        request_timeout_s=request_timeout,
+        stall_timeout_s=stall_timeout,
+        openai_endpoint=openai_endpoint,
+        plots=not no_plots,
     )
     load_flags = dict(
-        concurrency=_list(concurrency, "--concurrency"), request_rate=_list(request_rate, "--request-rate", float),
-        num_requests=num_requests, duration_s=duration, warmup_requests=warmup_requests, seed=seed,
+        concurrency=_list(concurrency, "--concurrency"),
+        request_rate=_list(request_rate, "--request-rate", float),
+        num_requests=num_requests,
+        duration_s=duration,
+        warmup_requests=warmup_requests,
+        seed=seed,
         input_len=LengthSpec.parse(input_len, "--input-len") if input_len else None,
         output_len=LengthSpec.parse(output_len, "--output-len") if output_len else None,
-        dataset=dataset, tokenizer=tokenizer, slo=_slo(slo),
+        dataset=dataset,
+        tokenizer=tokenizer,
+        slo=_slo(slo),
     )
     if config_file is not None:
         flags["_emit"] = bool(emit)
@@ -129,11 +220,18 @@ def bench_run(config_file, target, url, model, concurrency, request_rate, arriva
     if dry_run:
         from trtllm_forge.ui import info
 
-        plan = [{**options.describe(), "points": [load.label for load in options.loads()],
-                 "files": [str(options.out / "<point>" / name) for name in ("summary.json", "summary.csv", "requests.jsonl", "*.png")]}
-                for options in runs]
+        plan = [
+            {
+                **options.describe(),
+                "points": [load.label for load in options.loads()],
+                "files": [str(options.out / "<point>" / name) for name in ("summary.json", "summary.csv", "requests.jsonl", "*.png")],
+            }
+            for options in runs
+        ]
         for item in plan:
-            info(f"would run {item['target']} {item['model']} at {item['url']}: points {', '.join(item['points'])}; writes into {item['out']}")
+            info(
+                f"would run {item['target']} {item['model']} at {item['url']}: points {', '.join(item['points'])}; writes into {item['out']}"
+            )
         if as_json:
             emit_json({"schema": "trtllm-forge.bench-plan/1", "dry_run": True, "runs": plan})
         return
@@ -162,9 +260,15 @@ def bench_run(config_file, target, url, model, concurrency, request_rate, arriva
 
 @bench_group.command("import")
 @click.argument("exports", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Write one run directory per export under here.")
-@click.option("--tokenizer", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="HF tokenizer directory: counts the tokens of text responses in a perf_analyzer export.")
+@click.option(
+    "--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Write one run directory per export under here."
+)
+@click.option(
+    "--tokenizer",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="HF tokenizer directory: counts the tokens of text responses in a perf_analyzer export.",
+)
 @json_option
 def bench_import(exports, out, tokenizer, as_json) -> None:
     """Convert other tools' exports into our summary files, so `bench compare` shows them beside our runs:
@@ -195,8 +299,14 @@ def bench_import(exports, out, tokenizer, as_json) -> None:
                 summaries.append(point.summary)
             run_dir.mkdir(parents=True, exist_ok=True)
             tmp = run_dir / "sweep.json.tmp"
-            tmp.write_text(json.dumps({"schema": "trtllm-forge.bench-sweep/1", "points": summaries, "source": points[0].summary["source"]},
-                                      indent=2, default=str) + "\n")
+            tmp.write_text(
+                json.dumps(
+                    {"schema": "trtllm-forge.bench-sweep/1", "points": summaries, "source": points[0].summary["source"]},
+                    indent=2,
+                    default=str,
+                )
+                + "\n"
+            )
             os.replace(tmp, run_dir / "sweep.json")
         info(f"imported {export} ({points[0].summary['source']}, {len(points)} point(s)) -> {run_dir}")
         written.append(str(run_dir))
@@ -206,7 +316,9 @@ def bench_import(exports, out, tokenizer, as_json) -> None:
 
 @bench_group.command("compare")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="Write compare.json, compare.csv and pareto.png here.")
+@click.option(
+    "--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="Write compare.json, compare.csv and pareto.png here."
+)
 @json_option
 def bench_compare(run_dirs, out, as_json) -> None:
     """Put several runs side by side: ours, `bench --tool` runs, `bench import` outputs or raw tool exports."""

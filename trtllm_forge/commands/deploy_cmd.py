@@ -44,7 +44,11 @@ def _workdir_only(config_file: Path | None, workdir: Path | None, command: str) 
     if workdir is not None:
         return workdir.resolve()
     if config_file is None:
-        raise ConfigError(f"deploy {command}", "needs CONFIG or --workdir to find the deployment", f"e.g. `trtllm-forge deploy {command} configs/smollm2-cpu.yaml`")
+        raise ConfigError(
+            f"deploy {command}",
+            "needs CONFIG or --workdir to find the deployment",
+            f"e.g. `trtllm-forge deploy {command} configs/smollm2-cpu.yaml`",
+        )
     return load(config_file, None)[1]
 
 
@@ -80,7 +84,9 @@ def deploy_group() -> None:
     default=None,
     help="Where to serve; default deploy.target. docker/kubernetes only render the command/manifest.",
 )
-@click.option("--timeout", "ready_timeout_s", type=float, default=None, help="Seconds to wait for readiness; default deploy.ready_timeout_s.")
+@click.option(
+    "--timeout", "ready_timeout_s", type=float, default=None, help="Seconds to wait for readiness; default deploy.ready_timeout_s."
+)
 @dry_run_option
 @json_option
 def start(
@@ -187,8 +193,18 @@ def status(config_file: Path | None, workdir: Path | None, as_json: bool) -> Non
     deployment = server_status(wd)
     if deployment is None:
         if as_json:
-            emit_json({"running": False, "pid": None, "grpc_url": None, "http_url": None, "metrics_url": None, "models": {},
-                       "workdir": str(wd), "leftover_pids": []})
+            emit_json(
+                {
+                    "running": False,
+                    "pid": None,
+                    "grpc_url": None,
+                    "http_url": None,
+                    "metrics_url": None,
+                    "models": {},
+                    "workdir": str(wd),
+                    "leftover_pids": [],
+                }
+            )
         else:
             info(f"not running: no deployment recorded in {wd / 'deploy' / 'state.json'}")
         sys.exit(NOT_RUNNING_EXIT)  # not click's Exit: cli.main (standalone_mode=False) would drop its code
@@ -201,8 +217,10 @@ def status(config_file: Path | None, workdir: Path | None, as_json: bool) -> Non
         for problem in problems:
             info(f"[red]unhealthy[/red]: {problem}; restart with `trtllm-forge deploy stop` and `trtllm-forge deploy`")
         if leftovers:
-            info(f"  {len(leftovers)} process(es) the dead server left running: {leftovers}; "
-                 f"`trtllm-forge deploy stop --workdir {wd}` stops them")
+            info(
+                f"  {len(leftovers)} process(es) the dead server left running: {leftovers}; "
+                f"`trtllm-forge deploy stop --workdir {wd}` stops them"
+            )
     if not deployment.running:
         sys.exit(NOT_RUNNING_EXIT)
     if problems:

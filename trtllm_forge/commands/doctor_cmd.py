@@ -32,8 +32,14 @@ def doctor(as_json: bool) -> None:
     checks = run_checks()
     ready = cpu_chain_ready(checks)
     if as_json:
-        emit_json({"trtllm-forge": __version__, "python": sys.version.split()[0], "cpu_chain_ready": ready,
-                   "checks": [c.to_dict() for c in checks]})
+        emit_json(
+            {
+                "trtllm-forge": __version__,
+                "python": sys.version.split()[0],
+                "cpu_chain_ready": ready,
+                "checks": [c.to_dict() for c in checks],
+            }
+        )
     else:
         width = max(len(c.name) for c in checks)
         for check in checks:

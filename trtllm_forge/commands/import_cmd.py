@@ -46,11 +46,20 @@ def import_model(config_file: Path, workdir: Path | None, force: bool, dry_run: 
     result = import_checkpoint(config, workdir, force=force)
     outputs = result.manifest["outputs"]
     if as_json:
-        emit_json({"stage": result.name, "skipped": result.skipped, "directory": str(result.directory),
-                   "input_hash": result.manifest.get("input_hash"), "outputs": outputs})
+        emit_json(
+            {
+                "stage": result.name,
+                "skipped": result.skipped,
+                "directory": str(result.directory),
+                "input_hash": result.manifest.get("input_hash"),
+                "outputs": outputs,
+            }
+        )
         return
     tok = outputs.get("tokenizer", {})
     info(f"  checkpoint: {outputs['checkpoint_dir']}")
-    info(f"  {outputs.get('architecture')} ({outputs.get('model_type')}), {outputs.get('num_parameters', 0) / 1e6:.1f}M "
-         f"parameters, {outputs.get('dtype')}; tokenizer bos={tok.get('bos_token_id')} eos={tok.get('eos_token_id')} "
-         f"add_bos={tok.get('add_bos_token')}")
+    info(
+        f"  {outputs.get('architecture')} ({outputs.get('model_type')}), {outputs.get('num_parameters', 0) / 1e6:.1f}M "
+        f"parameters, {outputs.get('dtype')}; tokenizer bos={tok.get('bos_token_id')} eos={tok.get('eos_token_id')} "
+        f"add_bos={tok.get('add_bos_token')}"
+    )

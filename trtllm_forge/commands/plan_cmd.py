@@ -14,19 +14,38 @@ from trtllm_forge.ui import emit_json, info, warn
 
 @click.command("plan")
 @click.argument("config_file", metavar="[CONFIG]", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--measure-host", is_flag=True,
-              help="Measure this machine's memory bandwidth and matrix throughput (a few seconds) and store them "
-              "as the 'cpu' hardware entry used by every later plan and report.")
-@click.option("--input-len", type=click.IntRange(min=1), default=None,
-              help="Prompt tokens of the workload. Default: the first bench workload, else engine.max_input_len.")
-@click.option("--output-len", type=click.IntRange(min=1), default=None,
-              help="Output tokens of the workload. Default: the first bench workload, else max_seq_len - max_input_len.")
+@click.option(
+    "--measure-host",
+    is_flag=True,
+    help="Measure this machine's memory bandwidth and matrix throughput (a few seconds) and store them "
+    "as the 'cpu' hardware entry used by every later plan and report.",
+)
+@click.option(
+    "--input-len",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Prompt tokens of the workload. Default: the first bench workload, else engine.max_input_len.",
+)
+@click.option(
+    "--output-len",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Output tokens of the workload. Default: the first bench workload, else max_seq_len - max_input_len.",
+)
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Write the roofline PNG.")
 @workdir_option
 @json_option
 @dry_run_option
-def plan(config_file: Path | None, measure_host: bool, input_len: int | None, output_len: int | None, plot: bool,
-         workdir: Path | None, as_json: bool, dry_run: bool) -> None:
+def plan(
+    config_file: Path | None,
+    measure_host: bool,
+    input_len: int | None,
+    output_len: int | None,
+    plot: bool,
+    workdir: Path | None,
+    as_json: bool,
+    dry_run: bool,
+) -> None:
     """Memory per GPU, KV-cache capacity, build limits and the roofline of CONFIG on its target hardware.
 
     \b
@@ -95,8 +114,9 @@ def _workload(config, default, input_len: int | None, output_len: int | None):
     limit = config.engine.max_seq_len
     if workload.seq_len > limit:
         flag = "--output-len" if output_len else "--input-len"
-        raise ConfigError(flag, f"input + output = {workload.seq_len} tokens exceeds engine.max_seq_len ({limit})",
-                          f"keep input + output <= {limit}")
+        raise ConfigError(
+            flag, f"input + output = {workload.seq_len} tokens exceeds engine.max_seq_len ({limit})", f"keep input + output <= {limit}"
+        )
     return workload
 
 
@@ -111,8 +131,10 @@ def _measure_host(dry_run: bool) -> dict:
     info("measuring memory bandwidth and fp32 matrix throughput (a few seconds)...")
     profile = measure_host()
     store_host_profile(profile, path)
-    info(f"cpu: {profile['memory_gb']:.1f} GiB RAM, {profile['bandwidth_gb_s']:.1f} GB/s, "
-         f"{profile['fp32_tflops'] * 1e3:.1f} GFLOP/s fp32; stored in {path}")
+    info(
+        f"cpu: {profile['memory_gb']:.1f} GiB RAM, {profile['bandwidth_gb_s']:.1f} GB/s, "
+        f"{profile['fp32_tflops'] * 1e3:.1f} GFLOP/s fp32; stored in {path}"
+    )
     return {"path": str(path), "measured": True, **profile}
 
 

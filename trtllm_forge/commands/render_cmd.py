@@ -15,14 +15,31 @@ KIND_CHOICES = ("inflight_batcher_llm", "cpu", "llmapi", "vllm")
 
 @click.command("render")
 @click.argument("config_file", metavar="[CONFIG]", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--engine-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Engine directory (its config.json). Default: <workdir>/build/engine.")
-@click.option("--kind", type=click.Choice(KIND_CHOICES), default=None,
-              help="Repository kind. Default: cpu for openvino, inflight_batcher_llm for TensorRT-LLM engines, llmapi for engine.target llmapi.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write the repository here instead of <workdir>/render/model_repository (no manifest, no launch script).")
-@click.option("--check", "check_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Only validate the repository in this directory (any repository, also hand-written ones).")
+@click.option(
+    "--engine-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Engine directory (its config.json). Default: <workdir>/build/engine.",
+)
+@click.option(
+    "--kind",
+    type=click.Choice(KIND_CHOICES),
+    default=None,
+    help="Repository kind. Default: cpu for openvino, inflight_batcher_llm for TensorRT-LLM engines, llmapi for engine.target llmapi.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write the repository here instead of <workdir>/render/model_repository (no manifest, no launch script).",
+)
+@click.option(
+    "--check",
+    "check_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Only validate the repository in this directory (any repository, also hand-written ones).",
+)
 @workdir_option
 @dry_run_option
 @json_option
@@ -67,8 +84,15 @@ def render(config_file, engine_dir, kind, out, check_dir, workdir, dry_run, as_j
             warn(message)
         info(f"[green]✓[/green] render: {rendered.kind} repository ({', '.join(rendered.models)}) → {rendered.repository}")
         if as_json:
-            emit_json({"kind": rendered.kind, "repository": str(rendered.repository), "models": rendered.models,
-                       "warnings": rendered.warnings, "problems": [p.to_dict() for p in rendered.problems]})
+            emit_json(
+                {
+                    "kind": rendered.kind,
+                    "repository": str(rendered.repository),
+                    "models": rendered.models,
+                    "warnings": rendered.warnings,
+                    "problems": [p.to_dict() for p in rendered.problems],
+                }
+            )
         return
     result = repo.render_repository(config, wd, engine_dir, kind=kind, force=force)
     outputs = result.manifest.get("outputs", {})

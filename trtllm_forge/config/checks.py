@@ -235,9 +235,7 @@ def speculative_needs_draft(ctx: CheckContext) -> Iterator[ConfigError]:
         what = "a draft model" if spec.mode == "draft_target" else f"the {spec.mode} head checkpoint"
         yield ConfigError("engine.speculative.draft_model", f"mode {spec.mode} needs {what}", "set its path")
     if spec.mode not in ("none", "prompt_lookup") and spec.max_draft_len < 1:
-        yield ConfigError(
-            "engine.speculative.max_draft_len", f"mode {spec.mode} drafts no tokens with max_draft_len 0", "set 1 or more"
-        )
+        yield ConfigError("engine.speculative.max_draft_len", f"mode {spec.mode} drafts no tokens with max_draft_len 0", "set 1 or more")
     if spec.mode == "none" and spec.draft_model:
         yield ConfigError("engine.speculative.draft_model", "is set but speculative.mode is none", "set a mode or drop it")
 
@@ -265,9 +263,7 @@ def speculative_limits(ctx: CheckContext) -> Iterator[ConfigError]:
         if cfg.engine.gather_logits.context and spec.mode == "draft_target":
             yield ConfigError("engine.gather_logits.context", "cannot be combined with draft tokens", "set false")
         if spec.mode in ("draft_target", "eagle") and not cfg.engine.plugins.paged_context_fmha:
-            yield ConfigError(
-                "engine.plugins.paged_context_fmha", f"{spec.mode} decoding needs paged context FMHA", "set true"
-            )
+            yield ConfigError("engine.plugins.paged_context_fmha", f"{spec.mode} decoding needs paged context FMHA", "set true")
     elif spec.mode == "draft_target" and cfg.engine.max_num_tokens is not None and cfg.engine.max_num_tokens < 2048:
         # OpenVINO GenAI emits wrong tokens with speculative decoding plus chunked prefill.
         yield ConfigError(
@@ -342,17 +338,13 @@ def moe_parallel_consistent(ctx: CheckContext) -> Iterator[ConfigError]:
             "choose moe_ep and moe_tp whose product is tp",
         )
     if ctx.shape and ctx.shape.num_local_experts % ep:
-        yield ConfigError(
-            "parallel.moe_ep", f"{ep} does not divide the model's {ctx.shape.num_local_experts} experts", "use a divisor"
-        )
+        yield ConfigError("parallel.moe_ep", f"{ep} does not divide the model's {ctx.shape.num_local_experts} experts", "use a divisor")
 
 
 @rule
 def streaming_needs_decoupled(ctx: CheckContext) -> Iterator[ConfigError]:
     if ctx.config.runtime.streaming and not ctx.config.triton.decoupled:
-        yield ConfigError(
-            "runtime.streaming", "streaming needs triton.decoupled: true", "set triton.decoupled: true or streaming: false"
-        )
+        yield ConfigError("runtime.streaming", "streaming needs triton.decoupled: true", "set triton.decoupled: true or streaming: false")
 
 
 @rule

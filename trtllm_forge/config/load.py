@@ -107,6 +107,8 @@ def load_config(path: str | Path) -> ForgeConfig:
     if binds_every_interface(config.triton.bind_address):
         from trtllm_forge.ui import warn
 
-        warn(f"{located(ConfigError('triton.bind_address', '')).source}: triton.bind_address {config.triton.bind_address} "
-             "listens on every interface: anyone who can reach this machine can use the server (127.0.0.1 keeps it local)")
+        warn(
+            f"{located(ConfigError('triton.bind_address', '')).source}: triton.bind_address {config.triton.bind_address} "
+            "listens on every interface: anyone who can reach this machine can use the server (127.0.0.1 keeps it local)"
+        )
     return config

@@ -40,8 +40,10 @@ def check_name(value: str) -> str:
 
 def check_image_reference(value: str) -> str:
     if len(value) > MAX_IMAGE_REFERENCE or not IMAGE_REFERENCE.fullmatch(value):
-        raise ValueError("not an image reference such as nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3 "
-                         "([registry/]repository[:tag][@sha256:digest]; lower-case repository, no spaces or leading '-')")
+        raise ValueError(
+            "not an image reference such as nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3 "
+            "([registry/]repository[:tag][@sha256:digest]; lower-case repository, no spaces or leading '-')"
+        )
     return value
 
 
@@ -58,8 +60,9 @@ def check_bind_address(value: str) -> str:
     except ValueError:
         pass
     if not value or not is_host_name(value):
-        raise ValueError("not an IP address or host name; use 127.0.0.1 (this machine only), a host name, "
-                         "or 0.0.0.0 to listen on every interface")
+        raise ValueError(
+            "not an IP address or host name; use 127.0.0.1 (this machine only), a host name, or 0.0.0.0 to listen on every interface"
+        )
     return value
 
 

@@ -19,9 +19,7 @@ class Section(BaseModel):
     # allow_inf_nan=False: YAML's .inf/.nan and 1e400 are never a valid count, fraction or timeout.
     # validate_default=True: defaults pass through validation too, so an enum default is its plain value
     # ("none"), like a value read from the file (an unset quantization section once printed "QuantAlgorithm.none").
-    model_config = ConfigDict(
-        extra="forbid", validate_assignment=True, use_enum_values=True, allow_inf_nan=False, validate_default=True
-    )
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=True, allow_inf_nan=False, validate_default=True)
 
 
 # A path on this machine (also `~/x`); a single file or directory name (workdir, Triton model directory).
@@ -57,16 +55,13 @@ class ModelConfig(Section):
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
         default="auto", description="Activation/weight dtype of the unquantized parts. auto = the checkpoint's."
     )
-    tokenizer: LocalPath | None = Field(
-        default=None, description="Tokenizer directory; defaults to the checkpoint's own tokenizer."
-    )
+    tokenizer: LocalPath | None = Field(default=None, description="Tokenizer directory; defaults to the checkpoint's own tokenizer.")
     trust_remote_code: bool = Field(
         default=False, description="Allow the checkpoint's own Python code (tokenizer or model). Off by default."
     )
     rope_scaling: dict | None = Field(
         default=None,
-        description="RoPE scaling the checkpoint declares or you add; allows max_seq_len beyond "
-        "max_position_embeddings.",
+        description="RoPE scaling the checkpoint declares or you add; allows max_seq_len beyond max_position_embeddings.",
     )
 
 
@@ -247,9 +242,9 @@ class RuntimeConfig(Section):
     enable_kv_cache_reuse: bool = Field(default=False, description="Reuse KV blocks of shared prefixes.")
     enable_chunked_context: bool = Field(default=False, description="Split long prompts across steps.")
     exclude_input_in_output: bool = Field(default=True, description="Return only the generated tokens.")
-    decoding_mode: Literal[
-        "auto", "top_k", "top_p", "top_k_top_p", "beam_search", "medusa", "redrafter", "lookahead", "eagle"
-    ] = Field(default="auto", description="Decoding mode; auto = top_k_top_p, or beam_search when beam width > 1.")
+    decoding_mode: Literal["auto", "top_k", "top_p", "top_k_top_p", "beam_search", "medusa", "redrafter", "lookahead", "eagle"] = Field(
+        default="auto", description="Decoding mode; auto = top_k_top_p, or beam_search when beam width > 1."
+    )
     streaming: bool = Field(default=True, description="Stream tokens by default.")
 
 
@@ -320,7 +315,8 @@ class BenchWorkload(Section):
     )
     concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1], description="Closed-loop concurrencies to sweep.")
     request_rate: list[Annotated[float, Field(gt=0)]] = Field(
-        default_factory=list, description="Open-loop request rates (requests/s) to sweep; used instead of concurrency when concurrency is empty."
+        default_factory=list,
+        description="Open-loop request rates (requests/s) to sweep; used instead of concurrency when concurrency is empty.",
     )
     arrival: Literal["constant", "poisson", "gamma"] = Field(default="poisson", description="Open-loop arrival process.")
     num_requests: int = Field(default=32, ge=1, description="Measured requests per sweep point.")
@@ -328,7 +324,9 @@ class BenchWorkload(Section):
     warmup_requests: int = Field(default=2, ge=0, description="Warm-up requests (distinct prompts), excluded from the results.")
     input_len: int | str = Field(default=128, description="Prompt tokens: MEAN, 'MEAN:STD' or 'LO..HI'.")
     output_len: int | str = Field(default=64, description="Output tokens: MEAN, 'MEAN:STD' or 'LO..HI'.")
-    dataset: LocalPath | None = Field(default=None, description="JSONL {prompt|input_ids, output_tokens} or ShareGPT file instead of synthetic prompts.")
+    dataset: LocalPath | None = Field(
+        default=None, description="JSONL {prompt|input_ids, output_tokens} or ShareGPT file instead of synthetic prompts."
+    )
     seed: int = Field(default=0, description="Seed for prompts, lengths and arrivals.")
     slo_ms: dict[Literal["ttft", "tpot", "e2e"], float] = Field(default_factory=dict, description="Goodput SLOs in ms.")
 

@@ -89,8 +89,12 @@ class _Walk:
     def visit(self, node: Node, field: str, depth: int) -> None:
         self.count += 1
         if self.count > MAX_NODES:
-            self.fail(node, field, f"expands to more than {MAX_NODES:,} values (aliases repeating aliases?)",
-                      "write the values out, or use fewer nested aliases")
+            self.fail(
+                node,
+                field,
+                f"expands to more than {MAX_NODES:,} values (aliases repeating aliases?)",
+                "write the values out, or use fewer nested aliases",
+            )
         if depth > MAX_DEPTH:
             self.fail(node, field, f"nested deeper than {MAX_DEPTH} levels (through aliases)", "flatten the value")
         if id(node) in self.active:
@@ -139,8 +143,12 @@ def _decode(raw: bytes, where: str) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise ConfigError("(file)", f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
-                          "save the file as UTF-8", source=f"{where}:{line}") from None
+        raise ConfigError(
+            "(file)",
+            f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+            "save the file as UTF-8",
+            source=f"{where}:{line}",
+        ) from None
 
 
 def _yaml_problem(exc: yaml.YAMLError, where: str) -> ConfigError:
@@ -170,8 +178,12 @@ def read_yaml_document(path: Path) -> YamlDocument:
         walk.visit(node, "", 0)
         if not isinstance(node, MappingNode):
             kind = {ScalarNode: "single value", SequenceNode: "list"}.get(type(node), "value")
-            raise ConfigError("", f"top level is a {kind}", "it must be a mapping of sections (model:, engine:, ...)",
-                              source=f"{where}:{node.start_mark.line + 1}")
+            raise ConfigError(
+                "",
+                f"top level is a {kind}",
+                "it must be a mapping of sections (model:, engine:, ...)",
+                source=f"{where}:{node.start_mark.line + 1}",
+            )
         data = loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise _yaml_problem(exc, where) from None

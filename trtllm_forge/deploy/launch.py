@@ -144,8 +144,7 @@ def check_stub_env_paths(repository: Path, models: list[str], install: TritonIns
             if any(Path(env_path).glob("lib/python*/site-packages/numpy-2*.dist-info")):
                 raise ConfigError(
                     f"{repository / name / 'config.pbtxt'}",
-                    f"EXECUTION_ENV_PATH={env_path} gives the nvidia-pytriton python stub NumPy 2, with which it "
-                    "corrupts string tensors",
+                    f"EXECUTION_ENV_PATH={env_path} gives the nvidia-pytriton python stub NumPy 2, with which it corrupts string tensors",
                     "point it at an environment with numpy<2, such as trtllm-forge's own",
                 )
 

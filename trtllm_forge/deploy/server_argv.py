@@ -25,8 +25,15 @@ def bind_address(config: ForgeConfig, in_container: bool) -> str:
     return CONTAINER_BIND_ADDRESS if in_container else (config.triton.bind_address or "0.0.0.0")
 
 
-def tritonserver_args(repository: Path | str, ports: Mapping[str, int | str], address: str, *,
-                      backend_dir: Path | str | None = None, rank: int = 0, engine_model: str | None = None) -> list[str]:
+def tritonserver_args(
+    repository: Path | str,
+    ports: Mapping[str, int | str],
+    address: str,
+    *,
+    backend_dir: Path | str | None = None,
+    rank: int = 0,
+    engine_model: str | None = None,
+) -> list[str]:
     """The flags after the binary. `rank` > 0 with `engine_model`: an MPI leader-mode rank that loads only the
     engine model and serves no requests (NVIDIA's scripts/launch_triton_server.py does the same)."""
     args = [f"--model-repository={repository}"]
@@ -48,7 +55,14 @@ def tritonserver_args(repository: Path | str, ports: Mapping[str, int | str], ad
     return args
 
 
-def tritonserver_argv(binary: Path | str, repository: Path | str, ports: Mapping[str, int | str], address: str, *,
-                      backend_dir: Path | str | None = None, rank: int = 0, engine_model: str | None = None) -> list[str]:
-    return [str(binary), *tritonserver_args(repository, ports, address, backend_dir=backend_dir, rank=rank,
-                                            engine_model=engine_model)]
+def tritonserver_argv(
+    binary: Path | str,
+    repository: Path | str,
+    ports: Mapping[str, int | str],
+    address: str,
+    *,
+    backend_dir: Path | str | None = None,
+    rank: int = 0,
+    engine_model: str | None = None,
+) -> list[str]:
+    return [str(binary), *tritonserver_args(repository, ports, address, backend_dir=backend_dir, rank=rank, engine_model=engine_model)]

@@ -144,8 +144,11 @@ def _service(config: ForgeConfig, selector: dict[str, str]) -> dict:
 def gpus_per_pod(config: ForgeConfig) -> int:
     nodes, world = config.parallel.nodes, config.parallel.world_size
     if world % nodes or world // nodes > config.parallel.gpus_per_node:
-        raise ConfigError("parallel.nodes", f"tp x pp = {world} ranks cannot be spread evenly over {nodes} nodes of "
-                          f"{config.parallel.gpus_per_node} GPUs", "nodes must divide tp x pp, with tp x pp / nodes <= gpus_per_node")
+        raise ConfigError(
+            "parallel.nodes",
+            f"tp x pp = {world} ranks cannot be spread evenly over {nodes} nodes of {config.parallel.gpus_per_node} GPUs",
+            "nodes must divide tp x pp, with tp x pp / nodes <= gpus_per_node",
+        )
     return world // nodes
 
 
@@ -153,8 +156,11 @@ def leader_script(launch: list[str]) -> str:
     """The LWS leader's shell: mpirun over the group's pods, addressed by the names LWS gives them
     (leader `<set>-<group>.<set>.<ns>` in LWS_LEADER_ADDRESS, worker i `<set>-<group>-<i>.<set>.<ns>`)."""
     if launch[:2] != ["mpirun", "--allow-run-as-root"]:
-        raise ConfigError("parallel.nodes", "multi-node serving needs the MPI leader-mode launch command from `trtllm-forge render`",
-                          "render with tp x pp > 1 first")
+        raise ConfigError(
+            "parallel.nodes",
+            "multi-node serving needs the MPI leader-mode launch command from `trtllm-forge render`",
+            "render with tp x pp > 1 first",
+        )
     return (
         'hosts="$LWS_LEADER_ADDRESS"; i=1; '
         'while [ "$i" -lt "$LWS_GROUP_SIZE" ]; do hosts="$hosts,${LWS_LEADER_ADDRESS%%.*}-$i.${LWS_LEADER_ADDRESS#*.}"; i=$((i+1)); done; '
@@ -173,8 +179,10 @@ def kubernetes_documents(config: ForgeConfig, workdir: Path, repository: Path) -
             "spec": {
                 "replicas": 1,
                 "selector": {"matchLabels": labels},
-                "template": {"metadata": {"labels": labels},
-                             "spec": _pod_spec(config, workdir, container_command(config, workdir, repository), _gpus(config), True)},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": _pod_spec(config, workdir, container_command(config, workdir, repository), _gpus(config), True),
+                },
             },
         }
         return [deployment, _service(config, labels)]
@@ -191,10 +199,14 @@ def kubernetes_documents(config: ForgeConfig, workdir: Path, repository: Path) -
             "replicas": 1,
             "leaderWorkerTemplate": {
                 "size": config.parallel.nodes,
-                "leaderTemplate": {"metadata": {"labels": leader_labels},
-                                   "spec": _pod_spec(config, workdir, ["/bin/sh", "-c", leader_script(launch)], gpus, True)},
-                "workerTemplate": {"metadata": {"labels": {**labels, "trtllm-forge/role": "worker"}},
-                                   "spec": _pod_spec(config, workdir, ["/usr/sbin/sshd", "-D"], gpus, False)},
+                "leaderTemplate": {
+                    "metadata": {"labels": leader_labels},
+                    "spec": _pod_spec(config, workdir, ["/bin/sh", "-c", leader_script(launch)], gpus, True),
+                },
+                "workerTemplate": {
+                    "metadata": {"labels": {**labels, "trtllm-forge/role": "worker"}},
+                    "spec": _pod_spec(config, workdir, ["/usr/sbin/sshd", "-D"], gpus, False),
+                },
             },
         },
     }
@@ -212,6 +224,10 @@ def render_target(config: ForgeConfig, workdir: Path, repository: Path, target: 
     if target == "docker" and image is not None:
         check_host_driver(image, field="deploy.image")  # the container runs on this host's driver
     if target == "docker":
-        text = "#!/bin/sh\n# Rendered by trtllm-forge deploy --target docker\nexec " + shlex.join(docker_argv(config, workdir, repository)) + "\n"
+        text = (
+            "#!/bin/sh\n# Rendered by trtllm-forge deploy --target docker\nexec "
+            + shlex.join(docker_argv(config, workdir, repository))
+            + "\n"
+        )
         return workdir / "deploy" / "docker-run.sh", text
     return workdir / "deploy" / "kubernetes.yaml", kubernetes_manifest(config, workdir, repository)

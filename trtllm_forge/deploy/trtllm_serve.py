@@ -64,8 +64,22 @@ def docker_argv(config: ForgeConfig, model: str, options: str) -> list[str]:
     inside = serve_argv(config, model, options, host="0.0.0.0", port=CONTAINER_PORT)
     host_port = config.triton.http_port or ""
     gpus = config.deploy.resources.gpus if config.deploy.resources.gpus is not None else config.parallel.world_size
-    argv = ["docker", "run", "--detach", "--name", _name(config), "--ipc=host", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864",
-            "--gpus", str(gpus), "-p", f"{config.triton.bind_address}:{host_port}:{CONTAINER_PORT}"]
+    argv = [
+        "docker",
+        "run",
+        "--detach",
+        "--name",
+        _name(config),
+        "--ipc=host",
+        "--ulimit",
+        "memlock=-1",
+        "--ulimit",
+        "stack=67108864",
+        "--gpus",
+        str(gpus),
+        "-p",
+        f"{config.triton.bind_address}:{host_port}:{CONTAINER_PORT}",
+    ]
     for path in sorted({str(Path(model)), str(Path(options).parent)}):
         argv += ["-v", f"{path}:{path}:ro"]
     return argv + [image_for(config), *inside]
@@ -84,14 +98,26 @@ def kubernetes_manifest(config: ForgeConfig, model: str, options: str) -> str:
         "readinessProbe": {"httpGet": {"path": "/health", "port": CONTAINER_PORT}, "periodSeconds": 10},
         "volumeMounts": [{"name": "model", "mountPath": str(Path(model))}, {"name": "options", "mountPath": str(Path(options).parent)}],
     }
-    volumes = [{"name": "model", "hostPath": {"path": str(Path(model))}},
-               {"name": "options", "hostPath": {"path": str(Path(options).parent)}}]
-    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
-                  "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                           "template": {"metadata": {"labels": labels},
-                                        "spec": {"containers": [container], "volumes": volumes}}}}
-    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
-               "spec": {"selector": labels, "ports": [{"name": "http", "port": CONTAINER_PORT, "targetPort": CONTAINER_PORT}]}}
+    volumes = [
+        {"name": "model", "hostPath": {"path": str(Path(model))}},
+        {"name": "options", "hostPath": {"path": str(Path(options).parent)}},
+    ]
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container], "volumes": volumes}},
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"selector": labels, "ports": [{"name": "http", "port": CONTAINER_PORT, "targetPort": CONTAINER_PORT}]},
+    }
     return yaml.safe_dump_all([deployment, service], sort_keys=False)
 
 
@@ -153,8 +179,11 @@ def _built(workdir: Path) -> tuple[str, Path]:
     manifest = read_manifest(workdir / "build")
     built = BuildResult.from_stage(StageResult("build", workdir / "build", True, manifest)) if manifest else None
     if built is None or built.model_yaml is None or not built.model_yaml.is_file():
-        raise ConfigError("deploy.server", f"trtllm-serve serves the llmapi build and {workdir / 'build'} has none",
-                          "set engine.target: llmapi and run `trtllm-forge build-engine CONFIG` first")
+        raise ConfigError(
+            "deploy.server",
+            f"trtllm-serve serves the llmapi build and {workdir / 'build'} has none",
+            "set engine.target: llmapi and run `trtllm-forge build-engine CONFIG` first",
+        )
     model = (yaml.safe_load(built.model_yaml.read_text()) or {}).get("model")
     return str(model), options_file_for(built.llmapi_dir)
 

@@ -51,8 +51,7 @@ def convert_model(gguf_path: Path, out: Path, dtype: str, info: GGUFInfo):
     load_s = time.monotonic() - started
 
     config = loaded.config
-    for attr, value in (("bos_token_id", info.bos_token_id), ("eos_token_id", info.eos_token_id),
-                        ("pad_token_id", info.pad_token_id)):
+    for attr, value in (("bos_token_id", info.bos_token_id), ("eos_token_id", info.eos_token_id), ("pad_token_id", info.pad_token_id)):
         if value is not None:
             setattr(config, attr, value)
     config._name_or_path = info.name or gguf_path.stem
@@ -64,8 +63,7 @@ def convert_model(gguf_path: Path, out: Path, dtype: str, info: GGUFInfo):
     fresh = fresh.to(_torch_dtype(dtype))
     fresh.config.dtype = dtype
     generation = fresh.generation_config
-    for attr, value in (("bos_token_id", info.bos_token_id), ("eos_token_id", info.eos_token_id),
-                        ("pad_token_id", info.pad_token_id)):
+    for attr, value in (("bos_token_id", info.bos_token_id), ("eos_token_id", info.eos_token_id), ("pad_token_id", info.pad_token_id)):
         if value is not None:
             setattr(generation, attr, value)
     fresh.save_pretrained(str(out), safe_serialization=True)
@@ -150,10 +148,15 @@ def check_model(out: Path, loaded, probe_ids: list[int], dtype: str) -> dict:
         raise ConversionError(f"saved checkpoint's logits differ from the GGUF model's by {max_diff:.3g}")
     if dtype == "float32" and not argmax_equal:
         raise ConversionError("saved checkpoint predicts different next tokens than the GGUF model")
-    return {"probe_tokens": len(probe_ids), "max_abs_logit_diff": max_diff, "argmax_equal": argmax_equal,
-            "model_type": saved.config.model_type,
-            "architecture": (saved.config.architectures or [type(saved).__name__])[0],
-            "num_parameters": int(saved.num_parameters()), "dtype": dtype}
+    return {
+        "probe_tokens": len(probe_ids),
+        "max_abs_logit_diff": max_diff,
+        "argmax_equal": argmax_equal,
+        "model_type": saved.config.model_type,
+        "architecture": (saved.config.architectures or [type(saved).__name__])[0],
+        "num_parameters": int(saved.num_parameters()),
+        "dtype": dtype,
+    }
 
 
 def convert(gguf_path: Path, out: Path, dtype: str) -> dict:

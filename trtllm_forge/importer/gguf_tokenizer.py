@@ -88,8 +88,12 @@ def fallback_tokenizer(gguf_path: Path, info: GGUFInfo):
 
     tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     vocab_size = len(tokenizer)
-    for attr, index in (("bos_token", info.bos_token_id), ("eos_token", info.eos_token_id),
-                        ("pad_token", info.pad_token_id), ("unk_token", info.unk_token_id)):
+    for attr, index in (
+        ("bos_token", info.bos_token_id),
+        ("eos_token", info.eos_token_id),
+        ("pad_token", info.pad_token_id),
+        ("unk_token", info.unk_token_id),
+    ):
         if index is not None and 0 <= index < vocab_size:
             setattr(tokenizer, attr, tokenizer.convert_ids_to_tokens(index))
     if hasattr(tokenizer, "add_bos_token") and info.add_bos_token is not None:

@@ -13,8 +13,18 @@ from trtllm_forge.errors import ConfigError
 # Files that define a tokenizer; one of these sets must be present.
 TOKENIZER_FILE_SETS = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"))
 SMALL_FILE_SUFFIXES = (".json", ".model", ".txt", ".jinja", ".py", ".tiktoken")
-SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I8": "int8",
-                      "U8": "uint8", "I32": "int32", "I64": "int64", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+SAFETENSORS_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I8": "int8",
+    "U8": "uint8",
+    "I32": "int32",
+    "I64": "int64",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+}
 
 
 @dataclass(frozen=True)
@@ -120,8 +130,11 @@ def fingerprint(directory: Path) -> dict:
         else:
             stat = path.stat()
             weights[path.name] = [stat.st_size, stat.st_mtime_ns]
-    return {"small_files_sha256": small.hexdigest(), "weight_files": weights,
-            "policy": "content hash of small files; size+mtime of weight files"}
+    return {
+        "small_files_sha256": small.hexdigest(),
+        "weight_files": weights,
+        "policy": "content hash of small files; size+mtime of weight files",
+    }
 
 
 def tokenizer_facts(directory: Path, trust_remote_code: bool = False) -> TokenizerFacts:

@@ -24,8 +24,14 @@ STAGE = "import"
 CHECKPOINT = "checkpoint"
 REPORT = "convert-report.json"
 STAGING = f".{STAGE}.tmp-<random>"  # how --dry-run names run_stage's temporary directory
-CONVERTED_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                   "tokenizer_config.json", "chat_template.jinja")
+CONVERTED_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+)
 CHILD_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
@@ -50,8 +56,19 @@ class ImportPlan:
         return self.stage_dir / CHECKPOINT if self.source.is_gguf else self.source.path
 
     def convert_argv(self, staging: Path) -> list[str]:
-        return [sys.executable, "-m", "trtllm_forge.importer.gguf_to_hf", "--gguf", str(self.source.path),
-                "--out", str(staging / CHECKPOINT), "--dtype", self.dtype, "--report", str(staging / REPORT)]
+        return [
+            sys.executable,
+            "-m",
+            "trtllm_forge.importer.gguf_to_hf",
+            "--gguf",
+            str(self.source.path),
+            "--out",
+            str(staging / CHECKPOINT),
+            "--dtype",
+            self.dtype,
+            "--report",
+            str(staging / REPORT),
+        ]
 
     def would_skip(self) -> bool:
         previous = read_manifest(self.stage_dir)
@@ -76,8 +93,8 @@ class ImportPlan:
             "would_skip": skip,
             "commands": [] if skip or not self.source.is_gguf else [self.convert_argv(self.workdir / STAGING)],
             "files": [] if skip else self.files(),
-            "notes": self.notes + ([] if skip else [
-                f"files are written under {self.workdir / STAGING} and renamed to {self.stage_dir} on success"]),
+            "notes": self.notes
+            + ([] if skip else [f"files are written under {self.workdir / STAGING} and renamed to {self.stage_dir} on success"]),
         }
 
 
@@ -175,8 +192,11 @@ def _hf_body(plan: ImportPlan, config: ForgeConfig):
             facts = tokenizer_facts(tokenizer_dir, config.model.trust_remote_code)
         except Exception as exc:  # noqa: BLE001 - any load failure is the checkpoint's problem
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise StepError("import.tokenizer", f"cannot load the tokenizer in {tokenizer_dir} ({first})",
-                            "fix the tokenizer files or set model.tokenizer") from None
+            raise StepError(
+                "import.tokenizer",
+                f"cannot load the tokenizer in {tokenizer_dir} ({first})",
+                "fix the tokenizer files or set model.tokenizer",
+            ) from None
         recorder.tool_versions["transformers"] = _version("transformers") or "?"
         recorder.notes.extend(plan.notes)
         stored = stored_dtype(hf_config, by_dtype)

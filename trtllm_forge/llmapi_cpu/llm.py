@@ -66,8 +66,10 @@ class LLM:
 
         self.model_dir = Path(model)
         if not (self.model_dir / "openvino_model.xml").is_file():
-            raise FileNotFoundError(f"{self.model_dir} holds no OpenVINO IR (openvino_model.xml); run `trtllm-forge build-engine` "
-                                    "for an openvino llmapi config first")
+            raise FileNotFoundError(
+                f"{self.model_dir} holds no OpenVINO IR (openvino_model.xml); run `trtllm-forge build-engine` "
+                "for an openvino llmapi config first"
+            )
         engine = json.loads((self.model_dir / "config.json").read_text())
         build = engine.get("build_config", {})
         self.args = llm_args
@@ -311,11 +313,21 @@ class LLM:
         blocks = math.ceil((len(request.prompt_ids) + len(request.tokens)) / CPU_KV_BLOCK_SIZE)
         stamp = lambda ns: timedelta(microseconds=ns / 1000)  # noqa: E731
         return SimpleNamespace(
-            kv_cache_metrics=SimpleNamespace(num_reused_blocks=0, num_missed_blocks=blocks, num_new_allocated_blocks=blocks,
-                                             num_total_allocated_blocks=blocks, kv_cache_hit_rate=0.0),
-            timing_metrics=SimpleNamespace(arrival_time=stamp(request.arrival_ns), first_scheduled_time=stamp(request.first_scheduled_ns),
-                                           first_token_time=stamp(request.first_token_ns), last_token_time=stamp(request.last_token_ns)),
-            speculative_decoding=SimpleNamespace(acceptance_rate=0.0, total_accepted_draft_tokens=0, total_draft_tokens=0))
+            kv_cache_metrics=SimpleNamespace(
+                num_reused_blocks=0,
+                num_missed_blocks=blocks,
+                num_new_allocated_blocks=blocks,
+                num_total_allocated_blocks=blocks,
+                kv_cache_hit_rate=0.0,
+            ),
+            timing_metrics=SimpleNamespace(
+                arrival_time=stamp(request.arrival_ns),
+                first_scheduled_time=stamp(request.first_scheduled_ns),
+                first_token_time=stamp(request.first_token_ns),
+                last_token_time=stamp(request.last_token_ns),
+            ),
+            speculative_decoding=SimpleNamespace(acceptance_rate=0.0, total_accepted_draft_tokens=0, total_draft_tokens=0),
+        )
 
     def _end(self, request: _Request, finish_reason: str, stop_reason, text: str | None = None) -> None:
         if self._active.pop(request.output.request_id, None) is None:

@@ -30,11 +30,11 @@ class CompletionOutput:
 
     @property
     def text_diff(self) -> str:
-        return self.text[self._last_text_len:]
+        return self.text[self._last_text_len :]
 
     @property
     def token_ids_diff(self) -> list[int]:
-        return self.token_ids[self._last_token_ids_len:]
+        return self.token_ids[self._last_token_ids_len :]
 
 
 class RequestOutput:
@@ -59,8 +59,15 @@ class RequestOutput:
             pass
 
     # -- called from the engine thread -------------------------------------------------------------
-    def _publish(self, text: str, token_ids: list[int], finish_reason: str | None, stop_reason,
-                 error: BaseException | None = None, perf_metrics: Any = None):
+    def _publish(
+        self,
+        text: str,
+        token_ids: list[int],
+        finish_reason: str | None,
+        stop_reason,
+        error: BaseException | None = None,
+        perf_metrics: Any = None,
+    ):
         snapshot = (text, list(token_ids), finish_reason, stop_reason, error, perf_metrics)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._queue.put_nowait, snapshot)

@@ -21,11 +21,28 @@ from aiohttp import web
 from trtllm_forge.llmapi_cpu import LLM, RequestError, SamplingParams
 
 # trtllm-serve's own flags that become LLM() arguments (NVIDIA/TensorRT-LLM:tensorrt_llm/commands/serve.py).
-FLAG_TO_ARG = {"tp_size": "tensor_parallel_size", "pp_size": "pipeline_parallel_size", "ep_size": "moe_expert_parallel_size",
-               "max_batch_size": "max_batch_size", "max_num_tokens": "max_num_tokens", "max_seq_len": "max_seq_len",
-               "max_beam_width": "max_beam_width"}
-SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos", "min_tokens",
-                   "presence_penalty", "frequency_penalty", "repetition_penalty")
+FLAG_TO_ARG = {
+    "tp_size": "tensor_parallel_size",
+    "pp_size": "pipeline_parallel_size",
+    "ep_size": "moe_expert_parallel_size",
+    "max_batch_size": "max_batch_size",
+    "max_num_tokens": "max_num_tokens",
+    "max_seq_len": "max_seq_len",
+    "max_beam_width": "max_beam_width",
+}
+SAMPLING_FIELDS = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "ignore_eos",
+    "min_tokens",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -64,11 +81,16 @@ class OpenAIServer:
         self.model_name = model_name
         self.started = int(time.time())
         self.app = web.Application()
-        self.app.add_routes([
-            web.get("/health", self.health), web.get("/version", self.version), web.get("/v1/models", self.models),
-            web.get("/metrics", self.metrics), web.post("/v1/completions", self.completions),
-            web.post("/v1/chat/completions", self.chat),
-        ])
+        self.app.add_routes(
+            [
+                web.get("/health", self.health),
+                web.get("/version", self.version),
+                web.get("/v1/models", self.models),
+                web.get("/metrics", self.metrics),
+                web.post("/v1/completions", self.completions),
+                web.post("/v1/chat/completions", self.chat),
+            ]
+        )
 
     async def health(self, request):
         return web.Response(status=200)
@@ -77,8 +99,12 @@ class OpenAIServer:
         return web.json_response({"version": "cpu-stand-in (not TensorRT-LLM)"})
 
     async def models(self, request):
-        return web.json_response({"object": "list", "data": [
-            {"id": self.model_name, "object": "model", "created": self.started, "owned_by": "trtllm-forge-cpu-stand-in"}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [{"id": self.model_name, "object": "model", "created": self.started, "owned_by": "trtllm-forge-cpu-stand-in"}],
+            }
+        )
 
     async def metrics(self, request):
         return web.json_response([{"timestamp": time.strftime("%m-%d-%Y %H:%M:%S"), **self.llm.stats}])
@@ -129,8 +155,16 @@ class OpenAIServer:
             out = done.outputs[0]
             choice = {"index": 0, "finish_reason": out.finish_reason, "stop_reason": out.stop_reason}
             choice.update({"message": {"role": "assistant", "content": out.text}} if chat else {"text": out.text})
-            return web.json_response({"id": rid, "object": kind, "created": int(time.time()), "model": self.model_name,
-                                      "choices": [choice], "usage": self._usage(done)})
+            return web.json_response(
+                {
+                    "id": rid,
+                    "object": kind,
+                    "created": int(time.time()),
+                    "model": self.model_name,
+                    "choices": [choice],
+                    "usage": self._usage(done),
+                }
+            )
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         kind += ".chunk" if chat else ""
@@ -145,8 +179,17 @@ class OpenAIServer:
                 if piece or out.finish_reason:
                     await self._event(response, rid, kind, {"index": 0, **delta, "finish_reason": out.finish_reason})
             if (body.get("stream_options") or {}).get("include_usage") and last is not None:
-                await self._send(response, {"id": rid, "object": kind, "created": int(time.time()), "model": self.model_name,
-                                            "choices": [], "usage": self._usage(last)})
+                await self._send(
+                    response,
+                    {
+                        "id": rid,
+                        "object": kind,
+                        "created": int(time.time()),
+                        "model": self.model_name,
+                        "choices": [],
+                        "usage": self._usage(last),
+                    },
+                )
             await response.write(b"data: [DONE]\n\n")
         except (ConnectionResetError, asyncio.CancelledError):
             result.abort()  # the client went away: stop generating for it

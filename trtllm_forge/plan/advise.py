@@ -46,8 +46,9 @@ def fitting_changes(plan: Plan) -> list[Change]:
     cap = config.runtime.max_tokens_in_paged_kv_cache
     need_tokens = plan.blocks_per_sequence * plan.kv.tokens_per_block
     if plan.kv.limited_by == "max_tokens_in_paged_kv_cache" and cap is not None:
-        trial = make_plan(with_changes(config, runtime={"max_tokens_in_paged_kv_cache": need_tokens}),
-                          plan.workload, plan.shape, plan.device)
+        trial = make_plan(
+            with_changes(config, runtime={"max_tokens_in_paged_kv_cache": need_tokens}), plan.workload, plan.shape, plan.device
+        )
         if trial.fits:
             out.append(Change("runtime.max_tokens_in_paged_kv_cache", need_tokens, "hold one full sequence"))
     if all(m.free > 0 for m in plan.memory):
@@ -86,12 +87,16 @@ def refusal(plan: Plan) -> tuple[str, str, str]:
     short = [m for m in plan.memory if m.free <= 0]
     if short:
         m = short[0]
-        problem = (f"the weights ({m.weights / GiB:.1f} GiB), activations ({m.activations / GiB:.1f} GiB) and runtime "
-                   f"({m.overhead / GiB:.1f} GiB) need more than the {m.device_bytes / GiB:.0f} GiB of one {dev}")
+        problem = (
+            f"the weights ({m.weights / GiB:.1f} GiB), activations ({m.activations / GiB:.1f} GiB) and runtime "
+            f"({m.overhead / GiB:.1f} GiB) need more than the {m.device_bytes / GiB:.0f} GiB of one {dev}"
+        )
     else:
-        problem = (f"one {plan.max_seq_len}-token sequence needs {plan.blocks_per_sequence} KV blocks of "
-                   f"{plan.kv.tokens_per_block} tokens but {dev} holds {plan.kv.blocks} "
-                   f"(max {plan.kv.max_tokens} tokens, limited by {plan.kv.limited_by})")
+        problem = (
+            f"one {plan.max_seq_len}-token sequence needs {plan.blocks_per_sequence} KV blocks of "
+            f"{plan.kv.tokens_per_block} tokens but {dev} holds {plan.kv.blocks} "
+            f"(max {plan.kv.max_tokens} tokens, limited by {plan.kv.limited_by})"
+        )
     changes = fitting_changes(plan)
     if not changes:
         return "hardware.gpu", problem, f"no single change of TP (up to {MAX_TP}), quantization or max_seq_len fits; use a larger GPU"
@@ -141,16 +146,26 @@ def recommend(plan: Plan) -> Recommendation:
     fraction = cfg.runtime.kv_cache_free_gpu_mem_fraction
     m = min(plan.memory, key=lambda r: r.blocks_from_memory)
     free = max(m.free, 1.0)
-    needed = batch * blocks_per_sequence(w.seq_len, plan.kv.tokens_per_block, plan.beam_width) \
-        * plan.kv.tokens_per_block * m.kv_bytes_per_token
+    needed = (
+        batch * blocks_per_sequence(w.seq_len, plan.kv.tokens_per_block, plan.beam_width) * plan.kv.tokens_per_block * m.kv_bytes_per_token
+    )
     wanted = math.ceil(needed / free * 20) / 20  # next 0.05
     if wanted > fraction:
         fraction, why_fraction = min(0.95, wanted), f"{batch} sequences need {needed / GiB:.1f} GiB of KV per GPU"
     else:
         why_fraction = f"already holds {batch} sequences ({needed / GiB:.1f} GiB); the rest serves KV reuse"
-    return Recommendation(batch, tokens, tpb, round(fraction, 2),
-                          {"max_batch_size": why_batch, "max_num_tokens": why_tokens,
-                           "tokens_per_block": why_tpb, "kv_cache_free_gpu_mem_fraction": why_fraction})
+    return Recommendation(
+        batch,
+        tokens,
+        tpb,
+        round(fraction, 2),
+        {
+            "max_batch_size": why_batch,
+            "max_num_tokens": why_tokens,
+            "tokens_per_block": why_tpb,
+            "kv_cache_free_gpu_mem_fraction": why_fraction,
+        },
+    )
 
 
 def quantization_comparison(plan: Plan) -> list[dict]:
@@ -158,17 +173,22 @@ def quantization_comparison(plan: Plan) -> list[dict]:
     choices = GPU_QUANT_CHOICES if plan.device.is_gpu else CPU_QUANT_CHOICES
     rows = []
     for algorithm in choices:
-        trial = plan if algorithm == plan.algorithm else make_plan(
-            with_changes(plan.config, quantization={"algorithm": algorithm}), plan.workload, plan.shape, plan.device)
+        trial = (
+            plan
+            if algorithm == plan.algorithm
+            else make_plan(with_changes(plan.config, quantization={"algorithm": algorithm}), plan.workload, plan.shape, plan.device)
+        )
         batch = max(1, min(plan.config.engine.max_batch_size, trial.max_concurrent_sequences))
-        rows.append({
-            "algorithm": algorithm,
-            "supported": algorithm == plan.algorithm or quantization_supported(plan.config, algorithm),
-            "fits": trial.fits,
-            "weights_bytes_per_gpu": round(trial.weights_bytes_per_gpu),
-            "kv_max_tokens": trial.kv.max_tokens,
-            "max_concurrent_sequences": trial.max_concurrent_sequences,
-            "batch": batch,
-            "decode_tokens_per_s": trial.decode_tokens_per_s(batch) if trial.fits else None,
-        })
+        rows.append(
+            {
+                "algorithm": algorithm,
+                "supported": algorithm == plan.algorithm or quantization_supported(plan.config, algorithm),
+                "fits": trial.fits,
+                "weights_bytes_per_gpu": round(trial.weights_bytes_per_gpu),
+                "kv_max_tokens": trial.kv.max_tokens,
+                "max_concurrent_sequences": trial.max_concurrent_sequences,
+                "batch": batch,
+                "decode_tokens_per_s": trial.decode_tokens_per_s(batch) if trial.fits else None,
+            }
+        )
     return rows

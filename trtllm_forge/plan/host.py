@@ -39,6 +39,7 @@ def measure_bandwidth(threads: int, budget_s: float = BUDGET_S) -> float:
     sources = [np.ones(chunk, dtype=np.float32) for _ in range(threads)]
     targets = [np.empty_like(a) for a in sources]
     with ThreadPoolExecutor(threads) as pool:
+
         def copy_all() -> None:
             list(pool.map(lambda i: np.copyto(targets[i], sources[i]), range(threads)))
 

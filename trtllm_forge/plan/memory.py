@@ -28,9 +28,7 @@ CPU_RUNTIME_OVERHEAD_BYTES = 1 * GiB
 LOGITS_BYTES = 4  # the last-token logits are float32
 
 
-def activation_bytes(
-    shape: ModelShape, mapping: Mapping, tokens: int, max_batch_size: int, act_bytes: int
-) -> float:
+def activation_bytes(shape: ModelShape, mapping: Mapping, tokens: int, max_batch_size: int, act_bytes: int) -> float:
     """Peak activation memory of one step, bounded by the tokens in flight (`max_num_tokens` with packed input).
 
     TensorRT reuses activation memory across layers, so the peak is one layer's live tensors per token: the

@@ -166,8 +166,7 @@ def resolve_inputs(config: ForgeConfig) -> tuple[ModelShape, Device]:
     return shape, device
 
 
-def make_plan(config: ForgeConfig, workload: Workload | None = None, shape: ModelShape | None = None,
-              device: Device | None = None) -> Plan:
+def make_plan(config: ForgeConfig, workload: Workload | None = None, shape: ModelShape | None = None, device: Device | None = None) -> Plan:
     if shape is None or device is None:
         found_shape, found_device = resolve_inputs(config)
         shape, device = shape or found_shape, device or found_device
@@ -187,8 +186,16 @@ def make_plan(config: ForgeConfig, workload: Workload | None = None, shape: Mode
     overhead = GPU_RUNTIME_OVERHEAD_BYTES if device.is_gpu else CPU_RUNTIME_OVERHEAD_BYTES
     per_token = [kv_bytes_per_token(shape, mapping, r.layers, kv_bytes) for r in weights]
     memory = [
-        rank_memory(r.stage, device.memory_gb * DEVICE_MEMORY_UNIT, r.total, activations, overhead, bpt,
-                    config.runtime.kv_cache_free_gpu_mem_fraction, eng.tokens_per_block)
+        rank_memory(
+            r.stage,
+            device.memory_gb * DEVICE_MEMORY_UNIT,
+            r.total,
+            activations,
+            overhead,
+            bpt,
+            config.runtime.kv_cache_free_gpu_mem_fraction,
+            eng.tokens_per_block,
+        )
         for r, bpt in zip(weights, per_token)
     ]
     kv = kv_cache(memory, eng.tokens_per_block, config.runtime.max_tokens_in_paged_kv_cache)
@@ -207,5 +214,21 @@ def make_plan(config: ForgeConfig, workload: Workload | None = None, shape: Mode
         notes.append("cpu memory is the table's placeholder; `plan --measure-host` measures this host")
     if eng.backend == "openvino":
         notes.append(f"KV cache assumed in {kv_bytes}-byte elements (cpu_inference_precision {eng.cpu_inference_precision})")
-    return Plan(config, shape, device, mapping, algorithm, dtype, kv_bytes, parameter_count(shape), weights,
-                memory, kv, max_seq, workload, machine, cost, notes)
+    return Plan(
+        config,
+        shape,
+        device,
+        mapping,
+        algorithm,
+        dtype,
+        kv_bytes,
+        parameter_count(shape),
+        weights,
+        memory,
+        kv,
+        max_seq,
+        workload,
+        machine,
+        cost,
+        notes,
+    )

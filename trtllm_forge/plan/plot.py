@@ -34,8 +34,10 @@ def plot_roofline(plan: Plan, path: Path) -> Path:
     ax.set_ylabel("output tokens/s")
     w = plan.workload
     weights = plan.algorithm if plan.algorithm != "none" else plan.dtype
-    ax.set_title(f"{plan.config.name}: {weights} on {plan.mapping.tp * plan.mapping.pp} x {plan.device.name}, "
-                 f"{w.input_len}+{w.output_len} tokens", fontsize=10)
+    ax.set_title(
+        f"{plan.config.name}: {weights} on {plan.mapping.tp * plan.mapping.pp} x {plan.device.name}, {w.input_len}+{w.output_len} tokens",
+        fontsize=10,
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -45,9 +45,16 @@ def plan_to_dict(plan: Plan) -> dict:
             "free_bytes_per_gpu": round(limiting.free),
             "kv_cache_bytes_per_gpu": plan.kv.max_tokens * limiting.kv_bytes_per_token,
             "per_stage": [
-                {"stage": r.stage, "layers": wt.layers, "weights_bytes": round(r.weights),
-                 "embedding_bytes": round(wt.embedding), "lm_head_bytes": round(wt.lm_head), "free_bytes": round(r.free), "kv_bytes_per_token": r.kv_bytes_per_token,
-                 "kv_blocks_from_memory": r.blocks_from_memory}
+                {
+                    "stage": r.stage,
+                    "layers": wt.layers,
+                    "weights_bytes": round(r.weights),
+                    "embedding_bytes": round(wt.embedding),
+                    "lm_head_bytes": round(wt.lm_head),
+                    "free_bytes": round(r.free),
+                    "kv_bytes_per_token": r.kv_bytes_per_token,
+                    "kv_blocks_from_memory": r.blocks_from_memory,
+                }
                 for r, wt in zip(plan.memory, plan.weights)
             ],
         },
@@ -76,9 +83,12 @@ def plan_to_dict(plan: Plan) -> dict:
 def roofline_dict(plan: Plan) -> dict:
     m = plan.machine
     if m is None:
-        return {"available": False, "decode_tokens_per_s": {},
-                "reason": f"no memory bandwidth or tensor throughput for {plan.device.name}"
-                + (": run `trtllm-forge plan --measure-host`" if not plan.device.is_gpu else "")}
+        return {
+            "available": False,
+            "decode_tokens_per_s": {},
+            "reason": f"no memory bandwidth or tensor throughput for {plan.device.name}"
+            + (": run `trtllm-forge plan --measure-host`" if not plan.device.is_gpu else ""),
+        }
     points = [plan.point(b) for b in plan.batches()]
     zero_kv = plan.cost.compute_bound_batch(m, 0.0)
     return {
@@ -136,13 +146,20 @@ def show_report(plan: Plan, data: dict) -> None:
         for col in ("batch", "tokens/s", "TPOT ms", "TTFT ms", "decode bound", "fits KV"):
             rt.add_column(col, justify="right")
         for b in roof["decode_tokens_per_s"]:
-            rt.add_row(b, f"{roof['decode_tokens_per_s'][b]:,.0f}", f"{roof['tpot_ms'][b]:.2f}", f"{roof['ttft_ms'][b]:.1f}",
-                       roof["decode_bound"][b], "no" if roof["kv_limited"][b] else "yes")
+            rt.add_row(
+                b,
+                f"{roof['decode_tokens_per_s'][b]:,.0f}",
+                f"{roof['tpot_ms'][b]:.2f}",
+                f"{roof['ttft_ms'][b]:.1f}",
+                roof["decode_bound"][b],
+                "no" if roof["kv_limited"][b] else "yes",
+            )
         console.print(rt)
         knee = roof["compute_bound_batch"]
         console.print(
-            f"decode turns compute-bound at batch {knee}" if knee else
-            "decode stays memory-bound at every batch for this context (KV reads grow as fast as FLOPs); "
+            f"decode turns compute-bound at batch {knee}"
+            if knee
+            else "decode stays memory-bound at every batch for this context (KV reads grow as fast as FLOPs); "
             f"without KV reads it would turn compute-bound at batch {roof['compute_bound_batch_without_kv']}"
         )
     if "recommendations" in data:
@@ -158,9 +175,14 @@ def show_report(plan: Plan, data: dict) -> None:
         qt.add_column(col, justify="right")
     for row in data["quantization_comparison"]:
         tps = row["decode_tokens_per_s"]
-        qt.add_row(row["algorithm"], "yes" if row["supported"] else "no", _gb(row["weights_bytes_per_gpu"]),
-                   f"{row['kv_max_tokens']:,}", str(row["max_concurrent_sequences"]),
-                   f"{tps:,.0f} @ {row['batch']}" if tps else "-")
+        qt.add_row(
+            row["algorithm"],
+            "yes" if row["supported"] else "no",
+            _gb(row["weights_bytes_per_gpu"]),
+            f"{row['kv_max_tokens']:,}",
+            str(row["max_concurrent_sequences"]),
+            f"{tps:,.0f} @ {row['batch']}" if tps else "-",
+        )
     console.print(qt)
     for note in plan.notes:
         console.print(f"note: {note}")

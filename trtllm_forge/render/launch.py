@@ -27,11 +27,16 @@ class LaunchPlan:
     world_size: int = 1
 
     def script(self) -> str:
-        lines = ["#!/usr/bin/env bash", "# Serve the rendered model repository (written by trtllm-forge render).",
-                 "# Ports can be overridden: HTTP_PORT=... GRPC_PORT=... METRICS_PORT=... ./launch.sh", "set -euo pipefail"]
+        lines = [
+            "#!/usr/bin/env bash",
+            "# Serve the rendered model repository (written by trtllm-forge render).",
+            "# Ports can be overridden: HTTP_PORT=... GRPC_PORT=... METRICS_PORT=... ./launch.sh",
+            "set -euo pipefail",
+        ]
         for key, value in self.env.items():
-            lines.append(f"export {key}={shlex.quote(value)}${{{key}:+:${key}}}" if key in SEARCH_PATHS
-                         else f"export {key}={shlex.quote(value)}")
+            lines.append(
+                f"export {key}={shlex.quote(value)}${{{key}:+:${key}}}" if key in SEARCH_PATHS else f"export {key}={shlex.quote(value)}"
+            )
         # One line per MPI rank (split at ":"), port flags overridable from the environment.
         ranks: list[list[str]] = [[]]
         for arg in self.argv:
@@ -41,15 +46,22 @@ class LaunchPlan:
             quoted = shlex.quote(arg)
             for flag, var in (("--http-port=", "HTTP_PORT"), ("--grpc-port=", "GRPC_PORT"), ("--metrics-port=", "METRICS_PORT")):
                 if arg.startswith(flag):
-                    quoted = f'{flag}"${{{var}:-{arg[len(flag):]}}}"'
+                    quoted = f'{flag}"${{{var}:-{arg[len(flag) :]}}}"'
             ranks[-1].append(quoted)
         lines.append("exec " + " \\\n  ".join(" ".join(rank) for rank in ranks))
         return "\n".join(lines) + "\n"
 
 
-def plan_launch(config: ForgeConfig, repository: Path, *, world_size: int = 1, engine_model: str | None = None,
-                backend_dir: Path | None = None, install: TritonInstall | None = None,
-                ports: tuple[int, int, int] | None = None) -> LaunchPlan:
+def plan_launch(
+    config: ForgeConfig,
+    repository: Path,
+    *,
+    world_size: int = 1,
+    engine_model: str | None = None,
+    backend_dir: Path | None = None,
+    install: TritonInstall | None = None,
+    ports: tuple[int, int, int] | None = None,
+) -> LaunchPlan:
     """`install` is the local server to name (None: the container's); its environment is given as additions,
     which the script prepends to the caller's search paths."""
     tr = config.triton

@@ -45,8 +45,11 @@ def write_llmapi_repository(config: ForgeConfig, workdir: Path, out: Path, engin
     stand_in = config.engine.backend == "openvino"
     if stand_in:
         if engine_dir is None:
-            raise ConfigError("--engine-dir", "the CPU llmapi repository serves the OpenVINO IR of the build stage, and there is none",
-                              "run `trtllm-forge build-engine CONFIG` first or pass --engine-dir DIR")
+            raise ConfigError(
+                "--engine-dir",
+                "the CPU llmapi repository serves the OpenVINO IR of the build stage, and there is none",
+                "run `trtllm-forge build-engine CONFIG` first or pass --engine-dir DIR",
+            )
         model, warnings = str(Path(engine_dir).resolve()), []
     else:
         model, warnings = checkpoint_for(config, workdir)
@@ -72,8 +75,9 @@ def write_llmapi_repository(config: ForgeConfig, workdir: Path, out: Path, engin
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
             files.append(target)
-        warnings.append("CPU rendering: `tensorrt_llm` in this repository is trtllm-forge's CPU stand-in (OpenVINO GenAI), "
-                        "not TensorRT-LLM")
+        warnings.append(
+            "CPU rendering: `tensorrt_llm` in this repository is trtllm-forge's CPU stand-in (OpenVINO GenAI), not TensorRT-LLM"
+        )
     return files, warnings
 
 
@@ -109,4 +113,5 @@ def write_vllm_repository(config: ForgeConfig, workdir: Path, out: Path) -> tupl
     config_path.write_text(render_template("vllm/model/config.pbtxt.j2", {"name": name, "decoupled": config.triton.decoupled}))
     (version / "model.json").write_text(json.dumps(vllm_engine_args(config, model), indent=2) + "\n")
     return [config_path, version / "model.json"], warnings + [
-        "the vllm kind needs Triton's vLLM backend (e.g. the nvcr.io/nvidia/tritonserver:<yy.mm>-vllm-python-py3 image)"]
+        "the vllm kind needs Triton's vLLM backend (e.g. the nvcr.io/nvidia/tritonserver:<yy.mm>-vllm-python-py3 image)"
+    ]

@@ -51,8 +51,11 @@ def resolve_engine(config: ForgeConfig, workdir: Path, engine_dir: Path | None, 
         return read_engine_config(Path(engine_dir).resolve()) if engine_dir else None
     engine_dir = engine_dir or default_engine_dir(workdir)
     if engine_dir is None:
-        raise ConfigError("--engine-dir", f"no engine given and {workdir / 'build' / 'engine'} has no config.json",
-                          "run `trtllm-forge build-engine CONFIG` first or pass --engine-dir DIR")
+        raise ConfigError(
+            "--engine-dir",
+            f"no engine given and {workdir / 'build' / 'engine'} has no config.json",
+            "run `trtllm-forge build-engine CONFIG` first or pass --engine-dir DIR",
+        )
     engine = read_engine_config(Path(engine_dir).resolve())
     if engine.backend == "tensorrt-llm":
         check_engine_for_config(config, engine.version)  # an engine loads only in an image of its own TensorRT-LLM
@@ -89,10 +92,12 @@ def wheel_server(config: ForgeConfig, kind: str) -> TritonInstall | None:
     return install if install is not None and install.stub is not None and install.stub.is_file() else None
 
 
-def launch_plan_for(config: ForgeConfig, rendered: RenderedRepository, repository: Path, install: TritonInstall | None,
-                    backend_dir: Path | None):
-    return launch_mod.plan_launch(config, repository, world_size=rendered.world_size, engine_model=rendered.engine_model,
-                                  backend_dir=backend_dir, install=install)
+def launch_plan_for(
+    config: ForgeConfig, rendered: RenderedRepository, repository: Path, install: TritonInstall | None, backend_dir: Path | None
+):
+    return launch_mod.plan_launch(
+        config, repository, world_size=rendered.world_size, engine_model=rendered.engine_model, backend_dir=backend_dir, install=install
+    )
 
 
 def stage_inputs(config: ForgeConfig, engine: EngineInfo | None, kind: str) -> tuple[dict, dict]:
@@ -104,8 +109,9 @@ def stage_inputs(config: ForgeConfig, engine: EngineInfo | None, kind: str) -> t
     return values, paths
 
 
-def render_repository(config: ForgeConfig, workdir: Path, engine_dir: Path | None, kind: str | None = None,
-                      force: bool = False) -> StageResult:
+def render_repository(
+    config: ForgeConfig, workdir: Path, engine_dir: Path | None, kind: str | None = None, force: bool = False
+) -> StageResult:
     """Render, validate and record the repository in <workdir>/render (skipped when inputs are unchanged)."""
     workdir = Path(workdir).resolve()
     kind = choose_kind(config, kind)

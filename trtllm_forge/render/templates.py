@@ -72,8 +72,10 @@ def write_engine_repository(values: RepositoryValues, out: Path) -> list[Path]:
     cpu_model = root / CPU_ENGINE_MODEL
     if values.kind == "cpu" and not cpu_model.is_file():
         raise StepError(
-            "render", f"the CPU engine model {CPU_ENGINE_MODEL} is missing from model_repo_templates/",
-            "it is written by issue #4 (the CPU engine); reinstall trtllm-forge or use --kind inflight_batcher_llm")
+            "render",
+            f"the CPU engine model {CPU_ENGINE_MODEL} is missing from model_repo_templates/",
+            "it is written by issue #4 (the CPU engine); reinstall trtllm-forge or use --kind inflight_batcher_llm",
+        )
     context = values.template_context()
     written: list[Path] = []
     for role, template_dir, python_files in ENGINE_KIND_MODELS:

@@ -141,8 +141,12 @@ class Validator:
             for number, line in enumerate(text.splitlines(), start=1):
                 if PLACEHOLDER in line and not line.lstrip().startswith("#"):
                     name = re.search(r"\$\{([^}]*)\}", line)
-                    self.add(path, number, f"unfilled template placeholder {name.group(0) if name else '${'}",
-                             "fill it with a typed value or remove the entry (trtllm-forge render never leaves one)")
+                    self.add(
+                        path,
+                        number,
+                        f"unfilled template placeholder {name.group(0) if name else '${'}",
+                        "fill it with a typed value or remove the entry (trtllm-forge render never leaves one)",
+                    )
 
     def load_models(self) -> None:
         from google.protobuf import text_format
@@ -151,8 +155,12 @@ class Validator:
         for directory in sorted(p for p in self.repository.iterdir() if p.is_dir() and not p.name.startswith(".")):
             config_path = directory / "config.pbtxt"
             if not config_path.is_file():
-                self.add(directory, 1, "model directory without config.pbtxt",
-                         "add a complete config.pbtxt (the server runs with --disable-auto-complete-config) or remove the directory")
+                self.add(
+                    directory,
+                    1,
+                    "model directory without config.pbtxt",
+                    "add a complete config.pbtxt (the server runs with --disable-auto-complete-config) or remove the directory",
+                )
                 continue
             text = config_path.read_text(errors="replace")
             config = model_config_pb2.ModelConfig()
@@ -161,14 +169,22 @@ class Validator:
             except (text_format.ParseError, ValueError, RecursionError) as exc:  # ValueError: e.g. an int32 out of range
                 numbers = re.findall(r"-?\d{6,}", str(exc))
                 line = (exc.GetLine() if isinstance(exc, text_format.ParseError) else None) or line_of(text, *numbers[:1])
-                self.add(config_path, line, f"does not parse as inference.ModelConfig: {exc}",
-                         "fix the syntax; unfilled ${...} in typed fields are the usual cause")
+                self.add(
+                    config_path,
+                    line,
+                    f"does not parse as inference.ModelConfig: {exc}",
+                    "fix the syntax; unfilled ${...} in typed fields are the usual cause",
+                )
                 self.unreadable.add(directory.name)
                 continue
             model = Model(config.name or directory.name, directory, config_path, text, config)
             if config.name and config.name != directory.name:
-                self.add(config_path, model.line_of("name:"), f"model name {config.name!r} differs from its directory {directory.name!r}",
-                         f"rename the directory or set name: \"{directory.name}\"")
+                self.add(
+                    config_path,
+                    model.line_of("name:"),
+                    f"model name {config.name!r} differs from its directory {directory.name!r}",
+                    f'rename the directory or set name: "{directory.name}"',
+                )
             self.models[directory.name] = model
             self.check_model(model)
 
@@ -187,36 +203,66 @@ class Validator:
         if cfg.backend == "python":
             env = cfg.parameters.get("EXECUTION_ENV_PATH")
             if env is not None and env.string_value and not Path(env.string_value).exists():
-                self.add(path, model.line_of("EXECUTION_ENV_PATH"), f"EXECUTION_ENV_PATH {env.string_value} does not exist here",
-                         "re-render on the serving host, or point it at the Python environment the stub should use", "warning")
+                self.add(
+                    path,
+                    model.line_of("EXECUTION_ENV_PATH"),
+                    f"EXECUTION_ENV_PATH {env.string_value} does not exist here",
+                    "re-render on the serving host, or point it at the Python environment the stub should use",
+                    "warning",
+                )
         for key, value in cfg.parameters.items():
             if value.string_value == "" and key not in EMPTY_MEANS_NONE:
-                self.add(path, model.line_of(f'"{key}"'), f"parameter {key!r} is empty",
-                         "give it a value or remove it; backends silently fall back to a default", "warning")
+                self.add(
+                    path,
+                    model.line_of(f'"{key}"'),
+                    f"parameter {key!r} is empty",
+                    "give it a value or remove it; backends silently fall back to a default",
+                    "warning",
+                )
         for kind, tensors in (("input", cfg.input), ("output", cfg.output)):
             seen: set[str] = set()
             for tensor in tensors:
                 if tensor.name in seen:
                     level = "warning" if kind == "output" else "error"
-                    self.add(path, model.line_of(f'"{tensor.name}"'), f"{kind} {tensor.name!r} is declared twice",
-                             "declare each tensor once", level)
+                    self.add(
+                        path,
+                        model.line_of(f'"{tensor.name}"'),
+                        f"{kind} {tensor.name!r} is declared twice",
+                        "declare each tensor once",
+                        level,
+                    )
                 seen.add(tensor.name)
                 if tensor.data_type == 0:
-                    self.add(path, model.line_of(f'"{tensor.name}"'), f"{kind} {tensor.name!r} has no data_type",
-                             "set data_type (e.g. TYPE_INT32)")
+                    self.add(
+                        path,
+                        model.line_of(f'"{tensor.name}"'),
+                        f"{kind} {tensor.name!r} has no data_type",
+                        "set data_type (e.g. TYPE_INT32)",
+                    )
                 elif not known_dtype(tensor.data_type):
-                    self.add(path, model.line_of(f'"{tensor.name}"'), f"{kind} {tensor.name!r} has data_type {tensor.data_type}, "
-                             "which is not a Triton data type", f"one of {dtype_choices()}")
+                    self.add(
+                        path,
+                        model.line_of(f'"{tensor.name}"'),
+                        f"{kind} {tensor.name!r} has data_type {tensor.data_type}, which is not a Triton data type",
+                        f"one of {dtype_choices()}",
+                    )
                 for field, dims in (("dims", list(tensor.dims)), ("reshape", list(tensor.reshape.shape))):
                     if bad_dims(dims):
-                        self.add(path, model.line_of(f'"{tensor.name}"'), f"{kind} {tensor.name!r} has {field} {dims}",
-                                 "each dimension is a size of at least 1, or -1 for a variable size")
+                        self.add(
+                            path,
+                            model.line_of(f'"{tensor.name}"'),
+                            f"{kind} {tensor.name!r} has {field} {dims}",
+                            "each dimension is a size of at least 1, or -1 for a variable size",
+                        )
                 if tensor.HasField("reshape"):
                     dims, shape = list(tensor.dims), list(tensor.reshape.shape)
                     if -1 not in dims and -1 not in shape and math.prod(dims) != math.prod(shape):
-                        self.add(path, model.line_of(f'"{tensor.name}"'),
-                                 f"{kind} {tensor.name!r}: reshape {shape} has a different element count than dims {dims}",
-                                 "make reshape hold as many elements as dims")
+                        self.add(
+                            path,
+                            model.line_of(f'"{tensor.name}"'),
+                            f"{kind} {tensor.name!r}: reshape {shape} has a different element count than dims {dims}",
+                            "make reshape hold as many elements as dims",
+                        )
         if model.is_ensemble and len(cfg.model_warmup):
             self.add(path, model.line_of("model_warmup"), "model_warmup is not allowed on an ensemble", "remove model_warmup")
 
@@ -241,8 +287,12 @@ class Validator:
             for key, value in step.output_map.items():
                 if key in outputs:
                     if value in producers and value not in ens_inputs:
-                        self.add(path, ens.line_of(f'value: "{value}"'), f"ensemble tensor {value!r} is produced twice "
-                                 f"({producers[value]} and {step.model_name})", "map each ensemble tensor from one output only")
+                        self.add(
+                            path,
+                            ens.line_of(f'value: "{value}"'),
+                            f"ensemble tensor {value!r} is produced twice ({producers[value]} and {step.model_name})",
+                            "map each ensemble tensor from one output only",
+                        )
                     producers[value] = step.model_name
                     available.setdefault(value, outputs[key])
         for step in steps:
@@ -256,79 +306,133 @@ class Validator:
             if step.model_name in self.unreadable:
                 continue
             if target is None:
-                self.add(path, step_line, f"step model {step.model_name!r} is not in the repository",
-                         f"add {step.model_name}/ or fix model_name")
+                self.add(
+                    path, step_line, f"step model {step.model_name!r} is not in the repository", f"add {step.model_name}/ or fix model_name"
+                )
                 continue
             if target.config.max_batch_size and ens.config.max_batch_size > target.config.max_batch_size:
-                self.add(path, ens.line_of("max_batch_size"),
-                         f"ensemble max_batch_size {ens.config.max_batch_size} is above {step.model_name}'s {target.config.max_batch_size}",
-                         f"use at most {target.config.max_batch_size}")
+                self.add(
+                    path,
+                    ens.line_of("max_batch_size"),
+                    f"ensemble max_batch_size {ens.config.max_batch_size} is above {step.model_name}'s {target.config.max_batch_size}",
+                    f"use at most {target.config.max_batch_size}",
+                )
             inputs, outputs = target.inputs(), target.outputs()
             origins: set[str] = set()
             for key, value in step.input_map.items():
                 line = ens.line_of(f'key: "{key}" value: "{value}"', f'"{key}"')
                 if key not in inputs:
-                    self.add(path, line, f"step {step.model_name}: {key!r} is not an input of {step.model_name}",
-                             f"inputs are: {', '.join(sorted(inputs)) or 'none'}")
+                    self.add(
+                        path,
+                        line,
+                        f"step {step.model_name}: {key!r} is not an input of {step.model_name}",
+                        f"inputs are: {', '.join(sorted(inputs)) or 'none'}",
+                    )
                     continue
                 source = available.get(value)
                 if source is None and producers.get(value) in self.unreadable:
                     fed.add(value)  # made by a model whose config.pbtxt did not parse: reported there, not here
                     continue
                 if source is None:
-                    self.add(path, line, f"step {step.model_name}: {value!r} is neither an ensemble input nor produced by a step",
-                             "map an ensemble input or an output of another step")
+                    self.add(
+                        path,
+                        line,
+                        f"step {step.model_name}: {value!r} is neither an ensemble input nor produced by a step",
+                        "map an ensemble input or an output of another step",
+                    )
                     continue
                 fed.add(value)
                 origins |= decoupled_origin.get(value, set())
                 want = inputs[key]
                 if want.data_type != source.data_type:
-                    self.add(path, line, f"step {step.model_name}: {value!r} is {dtype_name(source.data_type)} but input {key!r} "
-                             f"is {dtype_name(want.data_type)}", "make the data types equal")
+                    self.add(
+                        path,
+                        line,
+                        f"step {step.model_name}: {value!r} is {dtype_name(source.data_type)} but input {key!r} "
+                        f"is {dtype_name(want.data_type)}",
+                        "make the data types equal",
+                    )
                 elif not dims_compatible(want.dims, source.dims):
-                    self.add(path, line, f"step {step.model_name}: {value!r} has dims {source.dims} but input {key!r} "
-                             f"has dims {want.dims}", "make the dims agree (-1 matches any size)")
+                    self.add(
+                        path,
+                        line,
+                        f"step {step.model_name}: {value!r} has dims {source.dims} but input {key!r} has dims {want.dims}",
+                        "make the dims agree (-1 matches any size)",
+                    )
                 if key in STREAM_TENSORS and not target.decoupled:
                     # A repository that is decoupled nowhere is a valid non-streaming deployment (warning); one
                     # where other models are decoupled means streaming clients, which this step rejects (error).
                     streaming_elsewhere = sorted(m.name for m in self.models.values() if m.decoupled and m is not target)
-                    self.add(path, line, f"streaming is wired to {step.model_name}, which is not decoupled; streamed requests "
-                             "fail with 'Streaming is only supported if model is deployed using decoupled mode'"
-                             + (f" (while {', '.join(streaming_elsewhere)} is decoupled)" if streaming_elsewhere else ""),
-                             f"set model_transaction_policy {{ decoupled: true }} in {step.model_name}, or do not map {key!r}",
-                             "error" if streaming_elsewhere else "warning")
+                    self.add(
+                        path,
+                        line,
+                        f"streaming is wired to {step.model_name}, which is not decoupled; streamed requests "
+                        "fail with 'Streaming is only supported if model is deployed using decoupled mode'"
+                        + (f" (while {', '.join(streaming_elsewhere)} is decoupled)" if streaming_elsewhere else ""),
+                        f"set model_transaction_policy {{ decoupled: true }} in {step.model_name}, or do not map {key!r}",
+                        "error" if streaming_elsewhere else "warning",
+                    )
             if len(origins) > 1:
-                self.add(path, step_line, f"step {step.model_name} receives inputs from different decoupled models "
-                         f"({', '.join(sorted(origins))})", "feed a step from at most one decoupled model")
+                self.add(
+                    path,
+                    step_line,
+                    f"step {step.model_name} receives inputs from different decoupled models ({', '.join(sorted(origins))})",
+                    "feed a step from at most one decoupled model",
+                )
             mapped = set(step.input_map.keys())
             for name, tensor in inputs.items():
                 if not tensor.optional and name not in mapped:
-                    self.add(path, step_line, f"step {step.model_name}: required input {name!r} is not mapped",
-                             f"add input_map {{ key: \"{name}\" value: \"...\" }}")
+                    self.add(
+                        path,
+                        step_line,
+                        f"step {step.model_name}: required input {name!r} is not mapped",
+                        f'add input_map {{ key: "{name}" value: "..." }}',
+                    )
             for key, value in step.output_map.items():
                 line = ens.line_of(f'key: "{key}" value: "{value}"', f'"{key}"')
                 if key not in outputs:
-                    self.add(path, line, f"step {step.model_name}: {key!r} is not an output of {step.model_name}",
-                             f"outputs are: {', '.join(sorted(outputs)) or 'none'}")
+                    self.add(
+                        path,
+                        line,
+                        f"step {step.model_name}: {key!r} is not an output of {step.model_name}",
+                        f"outputs are: {', '.join(sorted(outputs)) or 'none'}",
+                    )
                     continue
                 origin = {step.model_name} if target.decoupled else origins
                 decoupled_origin[value] = set(origin)
                 if value in ens_outputs:
                     want = ens_outputs[value]
                     if want.data_type != outputs[key].data_type:
-                        self.add(path, line, f"ensemble output {value!r} is {dtype_name(want.data_type)} but {step.model_name} "
-                                 f"produces {dtype_name(outputs[key].data_type)}", "make the data types equal")
+                        self.add(
+                            path,
+                            line,
+                            f"ensemble output {value!r} is {dtype_name(want.data_type)} but {step.model_name} "
+                            f"produces {dtype_name(outputs[key].data_type)}",
+                            "make the data types equal",
+                        )
                     elif not dims_compatible(want.dims, outputs[key].dims):
-                        self.add(path, line, f"ensemble output {value!r} has dims {want.dims} but {step.model_name}.{key} has "
-                                 f"{outputs[key].dims}", "make the dims agree")
+                        self.add(
+                            path,
+                            line,
+                            f"ensemble output {value!r} has dims {want.dims} but {step.model_name}.{key} has {outputs[key].dims}",
+                            "make the dims agree",
+                        )
         for name in ens_inputs:
             if name not in fed:
-                self.add(path, ens.line_of(f'name: "{name}"'), f"ensemble input {name!r} feeds no step",
-                         "map it in a step's input_map or remove it")
+                self.add(
+                    path,
+                    ens.line_of(f'name: "{name}"'),
+                    f"ensemble input {name!r} feeds no step",
+                    "map it in a step's input_map or remove it",
+                )
         for name in ens_outputs:
             if name not in producers:
-                self.add(path, ens.line_of(f'name: "{name}"'), f"ensemble output {name!r} is produced by no step",
-                         "map a step output to it or remove it")
+                self.add(
+                    path,
+                    ens.line_of(f'name: "{name}"'),
+                    f"ensemble output {name!r} is produced by no step",
+                    "map a step output to it or remove it",
+                )
 
     def check_decoupled_pairs(self) -> None:
         for model in self.models.values():
@@ -339,25 +443,36 @@ class Validator:
                 continue
             engine = self.models.get(engine_name.string_value)
             if engine is None:
-                self.add(model.config_path, model.line_of("tensorrt_llm_model_name"),
-                         f"tensorrt_llm_model_name {engine_name.string_value!r} is not in the repository", "fix the parameter")
+                self.add(
+                    model.config_path,
+                    model.line_of("tensorrt_llm_model_name"),
+                    f"tensorrt_llm_model_name {engine_name.string_value!r} is not in the repository",
+                    "fix the parameter",
+                )
                 continue
             if model.decoupled and not engine.decoupled:
-                self.add(model.config_path, model.line_of("decoupled"),
-                         f"{model.name} is decoupled but {engine.name} is not; its streamed calls to the engine fail",
-                         f"set decoupled: true in {engine.name} too (or false in {model.name})")
+                self.add(
+                    model.config_path,
+                    model.line_of("decoupled"),
+                    f"{model.name} is decoupled but {engine.name} is not; its streamed calls to the engine fail",
+                    f"set decoupled: true in {engine.name} too (or false in {model.name})",
+                )
             if "stream" in model.inputs() and not model.decoupled and engine.decoupled:
-                self.add(model.config_path, model.line_of("decoupled"),
-                         f"{engine.name} is decoupled but {model.name} is not; streamed requests to {model.name} fail",
-                         f"set decoupled: true in {model.name}")
+                self.add(
+                    model.config_path,
+                    model.line_of("decoupled"),
+                    f"{engine.name} is decoupled but {model.name} is not; streamed requests to {model.name} fail",
+                    f"set decoupled: true in {model.name}",
+                )
 
     def run(self) -> list[Problem]:
         try:
             self.repository.stat()
         except OSError as exc:  # a symlink loop, no permission, a name too long
             if not isinstance(exc, FileNotFoundError):
-                self.add(self.repository, 1, f"cannot be read ({exc.strerror or exc})",
-                         "pass a readable directory holding the model folders")
+                self.add(
+                    self.repository, 1, f"cannot be read ({exc.strerror or exc})", "pass a readable directory holding the model folders"
+                )
                 return self.problems
         if not self.repository.is_dir():
             self.add(self.repository, 1, "repository directory does not exist", "pass the directory holding the model folders")

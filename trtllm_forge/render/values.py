@@ -91,60 +91,107 @@ def refusals(config: ForgeConfig, engine: EngineInfo, kind: str) -> list[ConfigE
     problems: list[ConfigError] = []
     rt, eng, tr = config.runtime, config.engine, config.triton
     if rt.streaming and not tr.decoupled:
-        problems.append(ConfigError(
-            "triton.decoupled", "runtime.streaming is true but the models are not decoupled; Triton rejects streamed requests",
-            "set triton.decoupled: true, or runtime.streaming: false"))
+        problems.append(
+            ConfigError(
+                "triton.decoupled",
+                "runtime.streaming is true but the models are not decoupled; Triton rejects streamed requests",
+                "set triton.decoupled: true, or runtime.streaming: false",
+            )
+        )
     if kind == "cpu" and engine.backend != "openvino":
-        problems.append(ConfigError(
-            "--engine-dir", f"the cpu repository kind needs an OpenVINO engine, {engine.directory} is {engine.backend!r}",
-            "pass the engine built with engine.backend: openvino, or --kind inflight_batcher_llm"))
+        problems.append(
+            ConfigError(
+                "--engine-dir",
+                f"the cpu repository kind needs an OpenVINO engine, {engine.directory} is {engine.backend!r}",
+                "pass the engine built with engine.backend: openvino, or --kind inflight_batcher_llm",
+            )
+        )
     if kind == "inflight_batcher_llm" and engine.backend != "tensorrt-llm":
-        problems.append(ConfigError(
-            "--engine-dir", f"inflight_batcher_llm needs a TensorRT-LLM engine, {engine.directory} is {engine.backend!r}",
-            "pass a TensorRT-LLM 1.2.x engine directory, or --kind cpu for an OpenVINO engine"))
+        problems.append(
+            ConfigError(
+                "--engine-dir",
+                f"inflight_batcher_llm needs a TensorRT-LLM engine, {engine.directory} is {engine.backend!r}",
+                "pass a TensorRT-LLM 1.2.x engine directory, or --kind cpu for an OpenVINO engine",
+            )
+        )
     if eng.max_beam_width > engine.max_beam_width:
-        problems.append(ConfigError(
-            "engine.max_beam_width", f"{eng.max_beam_width} is above the engine's max_beam_width ({engine.max_beam_width})",
-            f"use at most {engine.max_beam_width}, or rebuild the engine"))
+        problems.append(
+            ConfigError(
+                "engine.max_beam_width",
+                f"{eng.max_beam_width} is above the engine's max_beam_width ({engine.max_beam_width})",
+                f"use at most {engine.max_beam_width}, or rebuild the engine",
+            )
+        )
     if rt.decoding_mode == "beam_search" and engine.max_beam_width < 2:
-        problems.append(ConfigError(
-            "runtime.decoding_mode", "beam_search needs an engine built with max_beam_width > 1 (this one has 1)",
-            "use auto/top_k/top_p/top_k_top_p, or rebuild with engine.max_beam_width > 1"))
+        problems.append(
+            ConfigError(
+                "runtime.decoding_mode",
+                "beam_search needs an engine built with max_beam_width > 1 (this one has 1)",
+                "use auto/top_k/top_p/top_k_top_p, or rebuild with engine.max_beam_width > 1",
+            )
+        )
     for flag in ("enable_kv_cache_reuse", "enable_chunked_context"):
         if getattr(rt, flag) and not engine.use_paged_context_fmha:
-            problems.append(ConfigError(
-                f"runtime.{flag}", "needs an engine built with paged context FMHA (use_paged_context_fmha is off)",
-                f"set runtime.{flag}: false, or rebuild with engine.plugins.paged_context_fmha: true"))
+            problems.append(
+                ConfigError(
+                    f"runtime.{flag}",
+                    "needs an engine built with paged context FMHA (use_paged_context_fmha is off)",
+                    f"set runtime.{flag}: false, or rebuild with engine.plugins.paged_context_fmha: true",
+                )
+            )
         if getattr(rt, flag) and not engine.paged_kv_cache:
-            problems.append(ConfigError(
-                f"runtime.{flag}", "needs a paged KV cache but the engine was built without one",
-                f"set runtime.{flag}: false, or rebuild with engine.kv_cache_type: paged"))
+            problems.append(
+                ConfigError(
+                    f"runtime.{flag}",
+                    "needs a paged KV cache but the engine was built without one",
+                    f"set runtime.{flag}: false, or rebuild with engine.kv_cache_type: paged",
+                )
+            )
     for side, built in (("context", engine.gather_context_logits), ("generation", engine.gather_generation_logits)):
         if getattr(eng.gather_logits, side) and not built:
-            problems.append(ConfigError(
-                f"engine.gather_logits.{side}", f"{side} logits are requested but the engine was built without gather_{side}_logits",
-                f"rebuild the engine with gather_{side}_logits, or set engine.gather_logits.{side}: false"))
+            problems.append(
+                ConfigError(
+                    f"engine.gather_logits.{side}",
+                    f"{side} logits are requested but the engine was built without gather_{side}_logits",
+                    f"rebuild the engine with gather_{side}_logits, or set engine.gather_logits.{side}: false",
+                )
+            )
     if config.parallel.world_size != engine.world_size:
-        problems.append(ConfigError(
-            "parallel.tp", f"tp × pp = {config.parallel.tp} × {config.parallel.pp} = {config.parallel.world_size} but the engine "
-            f"was built for tp {engine.tp_size} × pp {engine.pp_size} = {engine.world_size}",
-            "make parallel.tp/parallel.pp match the engine, or rebuild it"))
+        problems.append(
+            ConfigError(
+                "parallel.tp",
+                f"tp × pp = {config.parallel.tp} × {config.parallel.pp} = {config.parallel.world_size} but the engine "
+                f"was built for tp {engine.tp_size} × pp {engine.pp_size} = {engine.world_size}",
+                "make parallel.tp/parallel.pp match the engine, or rebuild it",
+            )
+        )
     needed = kv_tokens_for_one_sequence(max(eng.max_beam_width, 1), engine.max_seq_len, engine.tokens_per_block)
     if rt.max_tokens_in_paged_kv_cache is not None and rt.max_tokens_in_paged_kv_cache < needed:
-        problems.append(ConfigError(
-            "runtime.max_tokens_in_paged_kv_cache",
-            f"{rt.max_tokens_in_paged_kv_cache} tokens cannot hold one full sequence (beam {max(eng.max_beam_width, 1)} × "
-            f"max_seq_len {engine.max_seq_len} in blocks of {engine.tokens_per_block} = {needed})",
-            f"use at least {needed}, or lower engine.max_seq_len"))
+        problems.append(
+            ConfigError(
+                "runtime.max_tokens_in_paged_kv_cache",
+                f"{rt.max_tokens_in_paged_kv_cache} tokens cannot hold one full sequence (beam {max(eng.max_beam_width, 1)} × "
+                f"max_seq_len {engine.max_seq_len} in blocks of {engine.tokens_per_block} = {needed})",
+                f"use at least {needed}, or lower engine.max_seq_len",
+            )
+        )
     if eng.max_batch_size > engine.max_batch_size:
-        problems.append(ConfigError(
-            "engine.max_batch_size", f"{eng.max_batch_size} is above the engine's max_batch_size ({engine.max_batch_size}); the "
-            "ensemble would allow more than its composing models",
-            f"use at most {engine.max_batch_size}, or rebuild the engine"))
+        problems.append(
+            ConfigError(
+                "engine.max_batch_size",
+                f"{eng.max_batch_size} is above the engine's max_batch_size ({engine.max_batch_size}); the "
+                "ensemble would allow more than its composing models",
+                f"use at most {engine.max_batch_size}, or rebuild the engine",
+            )
+        )
     if eng.lora.enabled and not engine.lora_plugin:
-        problems.append(ConfigError(
-            "engine.lora.enabled", "LoRA is enabled but the engine was built without the LoRA plugin",
-            "rebuild with engine.lora.enabled: true, or turn it off"))
+        problems.append(
+            ConfigError(
+                "engine.lora.enabled",
+                "LoRA is enabled but the engine was built without the LoRA plugin",
+                "rebuild with engine.lora.enabled: true, or turn it off",
+            )
+        )
     return problems
 
 
@@ -184,15 +231,21 @@ def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind:
     tokenizer_dir = tokenizer_dir_for(config, workdir, kind, engine_dir)
     warnings = []
     if not tokenizer_dir.is_dir():
-        warnings.append(f"tokenizer directory {tokenizer_dir} does not exist on this machine "
-                        "(run import first, set model.tokenizer, or render on the serving host)")
+        warnings.append(
+            f"tokenizer directory {tokenizer_dir} does not exist on this machine "
+            "(run import first, set model.tokenizer, or render on the serving host)"
+        )
     if tr.instances.bls < engine.max_batch_size and tr.entrypoint == "bls":
-        warnings.append(f"triton.instances.bls is {tr.instances.bls}; each BLS instance serves requests one at a time "
-                        f"(like NVIDIA's BLS), so concurrent requests queue; consider {engine.max_batch_size}")
+        warnings.append(
+            f"triton.instances.bls is {tr.instances.bls}; each BLS instance serves requests one at a time "
+            f"(like NVIDIA's BLS), so concurrent requests queue; consider {engine.max_batch_size}"
+        )
     if config.engine.speculative.mode == "draft_target" and kind == "inflight_batcher_llm":
-        warnings.append("draft-target speculative decoding needs a second engine model for the draft "
-                        "(tensorrt_llm_draft, named by the BLS parameter tensorrt_llm_draft_model_name); render does "
-                        "not add it yet, so requests run without drafting")
+        warnings.append(
+            "draft-target speculative decoding needs a second engine model for the draft "
+            "(tensorrt_llm_draft, named by the BLS parameter tensorrt_llm_draft_model_name); render does "
+            "not add it yet, so requests run without drafting"
+        )
     names = tr.model_names.model_dump()
     python_env = str(project_env()) if config.deploy.target == "local" else None
     common_tokenizer = {

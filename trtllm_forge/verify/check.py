@@ -175,9 +175,7 @@ def run_checks(config: ForgeConfig, deployment: Any, checkpoint_dir: Path, engin
         quantized=quantized,
     )
     if report.agreement.prefix < threshold:
-        report.problems.append(
-            f"token agreement {report.agreement.prefix:.1%} is below verify.min_token_agreement {threshold:.1%}"
-        )
+        report.problems.append(f"token agreement {report.agreement.prefix:.1%} is below verify.min_token_agreement {threshold:.1%}")
     for check in checks:
         if not check.stream_matches:
             report.problems.append(f"streamed text differs from the non-streamed text for {check.prompt!r}")

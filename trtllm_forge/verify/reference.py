@@ -121,16 +121,16 @@ def default_text() -> tuple[str, str]:
 class ReferenceModel:
     """A HF checkpoint loaded with transformers on CPU, for reference outputs."""
 
-    def __init__(self, checkpoint_dir: Path | str, tokenizer_dir: Path | str | None = None,
-                 dtype: str = "float32", trust_remote_code: bool = False):
+    def __init__(
+        self, checkpoint_dir: Path | str, tokenizer_dir: Path | str | None = None, dtype: str = "float32", trust_remote_code: bool = False
+    ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.checkpoint_dir = Path(checkpoint_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir or checkpoint_dir), trust_remote_code=trust_remote_code)
         torch_dtype = getattr(torch, dtype) if dtype != "auto" else "auto"
-        self.model = AutoModelForCausalLM.from_pretrained(str(checkpoint_dir), dtype=torch_dtype,
-                                                          trust_remote_code=trust_remote_code)
+        self.model = AutoModelForCausalLM.from_pretrained(str(checkpoint_dir), dtype=torch_dtype, trust_remote_code=trust_remote_code)
         self.model.eval()
 
     def encode(self, prompt: str) -> list[int]:
@@ -159,7 +159,7 @@ class ReferenceModel:
                 top_k=None,
                 pad_token_id=pad,
             )
-        return out[0, ids.shape[1]:].tolist()
+        return out[0, ids.shape[1] :].tolist()
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int, ignore_eos: bool = False) -> list[Generation]:
         results = []
@@ -187,7 +187,7 @@ class ReferenceModel:
         windows = 0
         with torch.no_grad():
             for start in range(0, len(ids), window):
-                chunk = ids[start:start + window]
+                chunk = ids[start : start + window]
                 if len(chunk) < 2:
                     break
                 tensor = torch.tensor([chunk], dtype=torch.long)

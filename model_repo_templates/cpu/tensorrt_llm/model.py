@@ -205,9 +205,7 @@ class TritonPythonModel:
 
         max_beam_width = _param_int(params, "max_beam_width", 1)
         if max_beam_width != 1:
-            raise pb_utils.TritonModelException(
-                f"parameter max_beam_width: {max_beam_width}; the CPU engine serves beam width 1 only"
-            )
+            raise pb_utils.TritonModelException(f"parameter max_beam_width: {max_beam_width}; the CPU engine serves beam width 1 only")
         self.vocab_size = int(pretrained["vocab_size"])
         self.max_batch_size = int(build["max_batch_size"])
         self.max_input_len = int(build["max_input_len"])
@@ -364,8 +362,7 @@ class TritonPythonModel:
                 raise RequestError(f"input_lengths: {length} is longer than input_ids ({row.size})")
             if length > self.max_input_len:
                 raise RequestError(
-                    f"input_ids: the prompt has {length} tokens, more than the engine's max_input_len "
-                    f"{self.max_input_len}; shorten it"
+                    f"input_ids: the prompt has {length} tokens, more than the engine's max_input_len {self.max_input_len}; shorten it"
                 )
             prompt = [int(t) for t in row[:length]]
             if min(prompt) < 0 or max(prompt) >= self.vocab_size:
@@ -557,13 +554,15 @@ class TritonPythonModel:
                         self.active.pop(other.engine_id, None)
                 job.closed = True
                 self._release(job)
-                self.outbox.put((
-                    job.sender,
-                    pb_utils.InferenceResponse(
-                        output_tensors=[], error=pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)
-                    ),
-                    pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
-                ))
+                self.outbox.put(
+                    (
+                        job.sender,
+                        pb_utils.InferenceResponse(
+                            output_tensors=[], error=pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)
+                        ),
+                        pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                    )
+                )
 
     @staticmethod
     def _is_cancelled(job: Job) -> bool:
@@ -600,7 +599,7 @@ class TritonPythonModel:
     @staticmethod
     def _hit_stop_sequence(item: Item) -> bool:
         tail = item.tokens
-        return any(len(tail) >= len(w) and tail[-len(w):] == w for w in item.stop_sequences)
+        return any(len(tail) >= len(w) and tail[-len(w) :] == w for w in item.stop_sequences)
 
     def _finish_item(self, job: Job, item: Item, cancelled: bool = False) -> None:
         if item.done:

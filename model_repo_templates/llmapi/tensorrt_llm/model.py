@@ -24,11 +24,24 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 import yaml
 
-SAMPLING_INPUTS = ("best_of", "temperature", "top_k", "top_p", "frequency_penalty", "presence_penalty", "max_tokens",
-                   "seed", "exclude_input_from_output", "return_perf_metrics")
+SAMPLING_INPUTS = (
+    "best_of",
+    "temperature",
+    "top_k",
+    "top_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "max_tokens",
+    "seed",
+    "exclude_input_from_output",
+    "return_perf_metrics",
+)
 SAMPLING_DEFAULTS = {"best_of": 1, "exclude_input_from_output": False, "return_perf_metrics": False}
-OUTPUT_FIELDS = {"return_finish_reason": "finish_reason", "return_stop_reason": "stop_reason",
-                 "return_cumulative_logprob": "cumulative_logprob"}
+OUTPUT_FIELDS = {
+    "return_finish_reason": "finish_reason",
+    "return_stop_reason": "stop_reason",
+    "return_cumulative_logprob": "cumulative_logprob",
+}
 
 
 def scalar(request, name):
@@ -114,12 +127,15 @@ class TritonPythonModel:
         kv, timing, spec = metrics.kv_cache_metrics, metrics.timing_metrics, metrics.speculative_decoding
         ns = lambda t: int(round(t.total_seconds() * 1e9)) if hasattr(t, "total_seconds") else int(t)  # noqa: E731
         values = [
-            ("kv_cache_reused_block", np.int32, kv.num_reused_blocks), ("kv_cache_missed_block", np.int32, kv.num_missed_blocks),
+            ("kv_cache_reused_block", np.int32, kv.num_reused_blocks),
+            ("kv_cache_missed_block", np.int32, kv.num_missed_blocks),
             ("kv_cache_alloc_new_blocks", np.int32, kv.num_new_allocated_blocks),
             ("kv_cache_alloc_total_blocks", np.int32, kv.num_total_allocated_blocks),
             ("kv_cache_hit_rate", np.float32, kv.kv_cache_hit_rate),
-            ("arrival_time_ns", np.int64, ns(timing.arrival_time)), ("first_scheduled_time_ns", np.int64, ns(timing.first_scheduled_time)),
-            ("first_token_time_ns", np.int64, ns(timing.first_token_time)), ("last_token_time_ns", np.int64, ns(timing.last_token_time)),
+            ("arrival_time_ns", np.int64, ns(timing.arrival_time)),
+            ("first_scheduled_time_ns", np.int64, ns(timing.first_scheduled_time)),
+            ("first_token_time_ns", np.int64, ns(timing.first_token_time)),
+            ("last_token_time_ns", np.int64, ns(timing.last_token_time)),
             ("acceptance_rate", np.float32, spec.acceptance_rate),
             ("total_accepted_draft_tokens", np.int32, spec.total_accepted_draft_tokens),
             ("total_draft_tokens", np.int32, spec.total_draft_tokens),
@@ -128,21 +144,25 @@ class TritonPythonModel:
 
     def _error(self, message: str):
         return pb_utils.InferenceResponse(
-            output_tensors=[pb_utils.Tensor("text_output", np.asarray(["N/A"], dtype=np.object_))],
-            error=pb_utils.TritonError(message))
+            output_tensors=[pb_utils.Tensor("text_output", np.asarray(["N/A"], dtype=np.object_))], error=pb_utils.TritonError(message)
+        )
 
     def _stop(self, user_id, sender) -> None:
         if not user_id:
-            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("A request id must be provided for request cancellation")),
-                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            sender.send(
+                pb_utils.InferenceResponse(error=pb_utils.TritonError("A request id must be provided for request cancellation")),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+            )
             return
         with self.lock:
             for key, (_, output, _, uid) in list(self.in_flight.items()):
                 if uid == user_id:
                     output.abort()
                     del self.in_flight[key]
-        sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("Request cancelled by client", pb_utils.TritonError.CANCELLED)),
-                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        sender.send(
+            pb_utils.InferenceResponse(error=pb_utils.TritonError("Request cancelled by client", pb_utils.TritonError.CANCELLED)),
+            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+        )
 
     async def _serve(self, request, sender):
         if scalar(request, "stop"):
@@ -195,9 +215,12 @@ class TritonPythonModel:
                         output.abort()
                         del self.in_flight[key]
                         self.answered.add(key)
-                        sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("Request cancelled by client",
-                                                                                         pb_utils.TritonError.CANCELLED)),
-                                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                        sender.send(
+                            pb_utils.InferenceResponse(
+                                error=pb_utils.TritonError("Request cancelled by client", pb_utils.TritonError.CANCELLED)
+                            ),
+                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                        )
 
     def finalize(self):
         self.running = False

@@ -112,8 +112,8 @@ class TritonPythonModel:
         )
         end_id = optional_input(request, "END_ID")
         pad_id = optional_input(request, "PAD_ID")
-        end_ids = (np.full((batch, 1), self.end_id, np.int32) if end_id is None else end_id.astype(np.int32).reshape(batch, 1))
-        pad_ids = (np.full((batch, 1), self.pad_id, np.int32) if pad_id is None else pad_id.astype(np.int32).reshape(batch, 1))
+        end_ids = np.full((batch, 1), self.end_id, np.int32) if end_id is None else end_id.astype(np.int32).reshape(batch, 1)
+        pad_ids = np.full((batch, 1), self.pad_id, np.int32) if pad_id is None else pad_id.astype(np.int32).reshape(batch, 1)
         extra = optional_input(request, "PROMPT_TABLE_EXTRA_ID")
         if extra is None:
             extra_ids = np.zeros((batch, 0), dtype=np.uint64)

@@ -56,15 +56,37 @@ ENGINE_INPUTS = {
     "guided_decoding_guide": "guided_decoding_guide",
 }
 # Inputs declared with reshape [] in the BLS config arrive without their [1] dimension.
-SCALAR_INPUTS = {"return_log_probs", "return_context_logits", "return_generation_logits", "num_return_sequences",
-                 "use_draft_logits", "lora_task_id", "return_perf_metrics", "return_num_input_tokens",
-                 "return_num_output_tokens"}
+SCALAR_INPUTS = {
+    "return_log_probs",
+    "return_context_logits",
+    "return_generation_logits",
+    "num_return_sequences",
+    "use_draft_logits",
+    "lora_task_id",
+    "return_perf_metrics",
+    "return_num_input_tokens",
+    "return_num_output_tokens",
+}
 # Engine outputs forwarded to the client as they are.
 PASS_THROUGH_OUTPUTS = (
-    "cum_log_probs", "output_log_probs", "context_logits", "generation_logits", "batch_index", "sequence_index",
-    "kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks", "arrival_time_ns",
-    "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns", "acceptance_rate",
-    "total_accepted_draft_tokens", "total_draft_tokens", "num_input_tokens", "num_output_tokens",
+    "cum_log_probs",
+    "output_log_probs",
+    "context_logits",
+    "generation_logits",
+    "batch_index",
+    "sequence_index",
+    "kv_cache_alloc_new_blocks",
+    "kv_cache_reused_blocks",
+    "kv_cache_alloc_total_blocks",
+    "arrival_time_ns",
+    "first_scheduled_time_ns",
+    "first_token_time_ns",
+    "last_token_time_ns",
+    "acceptance_rate",
+    "total_accepted_draft_tokens",
+    "total_draft_tokens",
+    "num_input_tokens",
+    "num_output_tokens",
 )
 
 
@@ -246,8 +268,16 @@ class TritonPythonModel:
         response = pb_utils.InferenceRequest(
             model_name=self.preprocessing_model,
             inputs=inputs,
-            requested_output_names=["INPUT_ID", "REQUEST_INPUT_LEN", "REQUEST_OUTPUT_LEN", "BAD_WORDS_IDS", "STOP_WORDS_IDS",
-                                    "EMBEDDING_BIAS", "OUT_END_ID", "OUT_PAD_ID"],
+            requested_output_names=[
+                "INPUT_ID",
+                "REQUEST_INPUT_LEN",
+                "REQUEST_OUTPUT_LEN",
+                "BAD_WORDS_IDS",
+                "STOP_WORDS_IDS",
+                "EMBEDDING_BIAS",
+                "OUT_END_ID",
+                "OUT_PAD_ID",
+            ],
         ).exec()
         if response.has_error():
             reraise(pb_utils, response.error(), self.preprocessing_model)
@@ -267,7 +297,9 @@ class TritonPythonModel:
         ]
         for name in ("BAD_WORDS_IDS", "STOP_WORDS_IDS"):
             if pre[name].shape[-1] > 0:
-                tensors.append(pb_utils.Tensor("bad_words_list" if name == "BAD_WORDS_IDS" else "stop_words_list", pre[name].astype(np.int32)))
+                tensors.append(
+                    pb_utils.Tensor("bad_words_list" if name == "BAD_WORDS_IDS" else "stop_words_list", pre[name].astype(np.int32))
+                )
         if pre["EMBEDDING_BIAS"].shape[-1] > 0:
             tensors.append(pb_utils.Tensor("embedding_bias", pre["EMBEDDING_BIAS"].astype(np.float32)))
         for source, target in ENGINE_INPUTS.items():

@@ -31,8 +31,20 @@ def _optional(request, name, default):
 
 
 class _Stream:
-    __slots__ = ("sender", "total", "sent", "first_ns", "gap_ns", "stream", "count_tokens", "batched", "tokens",
-                 "perf", "arrival_ns", "first_token_ns")
+    __slots__ = (
+        "sender",
+        "total",
+        "sent",
+        "first_ns",
+        "gap_ns",
+        "stream",
+        "count_tokens",
+        "batched",
+        "tokens",
+        "perf",
+        "arrival_ns",
+        "first_token_ns",
+    )
 
     def __init__(self, sender, total, first_ns, gap_ns, stream, count_tokens, batched, tokens):
         self.sender = sender
@@ -78,8 +90,14 @@ class TritonPythonModel:
                 stream = bool(_optional(request, "stream", True))
             count_tokens = bool(_optional(request, "return_num_output_tokens", False))
             state = _Stream(
-                request.get_response_sender(), max(total, 0), now + int(ttft_ms * 1e6), int(gap_ms * 1e6),
-                stream, count_tokens, self.batched, self.tokens,
+                request.get_response_sender(),
+                max(total, 0),
+                now + int(ttft_ms * 1e6),
+                int(gap_ms * 1e6),
+                stream,
+                count_tokens,
+                self.batched,
+                self.tokens,
             )
             state.perf = bool(_optional(request, "return_perf_metrics", False))
             state.arrival_ns = now
@@ -104,8 +122,12 @@ class TritonPythonModel:
         if state.perf:
             # Like TensorRT-LLM's return_perf_metrics (the schedule starts at arrival, so first_scheduled = arrival).
             state.first_token_ns = state.first_token_ns or stamp
-            for name, value in (("arrival_time_ns", state.arrival_ns), ("first_scheduled_time_ns", state.arrival_ns),
-                                ("first_token_time_ns", state.first_token_ns), ("last_token_time_ns", stamp)):
+            for name, value in (
+                ("arrival_time_ns", state.arrival_ns),
+                ("first_scheduled_time_ns", state.arrival_ns),
+                ("first_token_time_ns", state.first_token_ns),
+                ("last_token_time_ns", stamp),
+            ):
                 outputs.append(pb_utils.Tensor(name, np.array([value], dtype=np.int64).reshape(shape)))
         outputs.append(pb_utils.Tensor("send_time_ns", np.array([stamp], dtype=np.int64).reshape(shape)))
         return pb_utils.InferenceResponse(output_tensors=outputs)
