@@ -34,7 +34,7 @@ def proc_stat(pid: int) -> tuple[str, int, int] | None:
     return fields[0], int(fields[1]), int(fields[2])
 
 
-def _pids() -> Iterable[int]:
+def all_pids() -> Iterable[int]:
     return (int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit())
 
 
@@ -49,7 +49,7 @@ def group_members(pgid: int | None) -> list[int]:
             return []
         return [pgid]
     members = []
-    for pid in _pids():
+    for pid in all_pids():
         stat = proc_stat(pid)
         if stat and stat[2] == pgid and stat[0] != "Z":
             members.append(pid)
@@ -74,7 +74,7 @@ def run_mark_of(pid: int) -> str | None:
 
 def marked_processes(run_id: str, pgid: int | None = None) -> list[int]:
     """Live processes carrying `run_id` (only those of group `pgid` when given)."""
-    candidates = group_members(pgid) if pgid else [p for p in _pids() if (proc_stat(p) or ("Z",))[0] != "Z"]
+    candidates = group_members(pgid) if pgid else [p for p in all_pids() if (proc_stat(p) or ("Z",))[0] != "Z"]
     return [pid for pid in candidates if pid != os.getpid() and run_mark_of(pid) == run_id]
 
 

@@ -19,17 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 
-HF_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "tokenizer.model",
-    "vocab.json",
-    "merges.txt",
-    "added_tokens.json",
-    "chat_template.jinja",
-    "generation_config.json",
-)
+from trtllm_forge.builders.openvino.plan import HF_TOKENIZER_FILES
 
 
 def read_samples(path: Path, limit: int) -> list[str]:

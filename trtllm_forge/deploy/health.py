@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STUB_BINARY = "triton_python_backend_stub"
-STUB_COMM = STUB_BINARY[:15]  # /proc/<pid>/comm keeps 15 characters; a dead (zombie) stub has no cmdline
+from trtllm_forge.deploy.discovery import STUB
+from trtllm_forge.processes import all_pids, cmdline, proc_stat
+
+STUB_COMM = STUB[:15]  # /proc/<pid>/comm keeps 15 characters; a dead (zombie) stub has no cmdline
 
 
 @dataclass
@@ -58,16 +60,6 @@ def python_instances(repository: Path) -> dict[str, int]:
     return counts
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, process group) from /proc/<pid>/stat, or None when the process is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rfind(")") + 2 :].split()
-    return fields[0], int(fields[2])
-
-
 def stub_processes(pgid: int) -> tuple[dict[str, int], int]:
     """(model -> live stubs, number of exited stubs) in process group `pgid`.
 
@@ -75,23 +67,21 @@ def stub_processes(pgid: int) -> tuple[dict[str, int], int]:
     """
     alive: dict[str, int] = {}
     dead = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        stat = _stat(int(entry.name))
-        if stat is None or stat[1] != pgid:
+    for pid in all_pids():
+        stat = proc_stat(pid)
+        if stat is None or stat[2] != pgid:
             continue
         try:
-            comm = (entry / "comm").read_text().strip()
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
         except OSError:
             continue
         if comm != STUB_COMM:
             continue
-        if stat[0] in ("Z", "X") or not argv[0]:
+        argv = cmdline(pid)
+        if stat[0] in ("Z", "X") or not argv:
             dead += 1
-        elif len(argv) > 1 and argv[1]:
-            model = Path(argv[1].decode(errors="replace")).parent.parent.name
+        elif len(argv) > 1:
+            model = Path(argv[1]).parent.parent.name
             alive[model] = alive.get(model, 0) + 1
     return alive, dead
 
