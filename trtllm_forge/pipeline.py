@@ -90,13 +90,9 @@ class _Stages:
 
 
 def _build(config: ForgeConfig, workdir: Path, checkpoint_dir: Path, force: bool) -> BuildResult:
-    if config.engine.backend == "openvino":
-        from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.builders.registry import build
 
-        return build_engine(config, workdir, checkpoint_dir, force=force)
-    from trtllm_forge.builders.tensorrt_llm import build
-
-    return BuildResult.from_stage(build(config=config, workdir=workdir, checkpoint_dir=checkpoint_dir, force=force))
+    return build(config, workdir, checkpoint_dir, force=force)
 
 
 def _smoke(config: ForgeConfig, deployment, report: RunReport) -> None:
@@ -273,14 +269,9 @@ def show_dry_run(config: ForgeConfig, config_file: Path, workdir: Path, as_json:
             "commands": [],
             "notes": [f"{source} is not on this machine: the import stage checks it where the build runs"],
         }
-    if config.engine.backend == "openvino":
-        from trtllm_forge.builders.openvino import plan_build
+    from trtllm_forge.builders.registry import dry_run_commands
 
-        build_plan: dict = plan_build(config, workdir, checkpoint_dir).to_json()
-    else:
-        from trtllm_forge.builders.tensorrt_llm import plan_build
-
-        build_plan = plan_build(config, checkpoint_dir).to_dict()
+    build_plan, build_commands = dry_run_commands(config, workdir, checkpoint_dir)
     later = [
         ["trtllm-forge", "render", str(config_file), "--workdir", str(workdir)],
         ["trtllm-forge", "deploy", str(config_file), "--workdir", str(workdir)],
@@ -301,10 +292,8 @@ def show_dry_run(config: ForgeConfig, config_file: Path, workdir: Path, as_json:
     info(f"[bold]run (dry run)[/bold] for {config.name} in {workdir}")
     for argv in doc["import"]["commands"] or [["(record the checkpoint", str(doc["import"]["checkpoint_dir"]) + ")"]]:
         info(f"1. import: {shlex.join(argv)}")
-    for argv in build_plan.get("commands") or [step["argv"] for step in build_plan.get("steps", [])]:
+    for argv in build_commands:
         info(f"2. build: {shlex.join(argv)}")
-    if config.engine.target == "llmapi" and config.engine.backend == "openvino":
-        info(f"2. build: write {workdir / 'build' / 'llmapi' / 'model.yaml'} (LLM() arguments for the CPU LLM-API stand-in)")
     for index, argv in enumerate(later, start=3):
         info(f"{index}. {shlex.join(argv)}")
     info("dry run: nothing was run and nothing was written")
