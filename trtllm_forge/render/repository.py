@@ -19,7 +19,7 @@ from trtllm_forge.render.other_kinds import write_llmapi_repository, write_vllm_
 from trtllm_forge.render.templates import templates_root, write_engine_repository
 from trtllm_forge.render.validate import Problem, check_repository, raise_on_errors
 from trtllm_forge.render.values import ENGINE_KINDS, choose_kind, compute_values
-from trtllm_forge.stage_results import RenderResult
+from trtllm_forge.stage_results import BuildResult, RenderResult
 from trtllm_forge.stages import replace_directory, run_stage
 
 STAGE = "render"
@@ -41,7 +41,9 @@ class RenderedRepository:
 
 
 def default_engine_dir(workdir: Path) -> Path | None:
-    candidate = workdir / "build" / "engine"
+    """The engine the workdir's build stage recorded, else <workdir>/build/engine (an engine put there by hand)."""
+    built = BuildResult.in_workdir(workdir)
+    candidate = built.engine_dir if built and built.engine_dir else workdir / "build" / "engine"
     return candidate if (candidate / "config.json").is_file() else None
 
 
