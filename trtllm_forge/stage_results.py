@@ -42,7 +42,13 @@ class TypedStageResult(StageResult):
         if isinstance(result, cls):
             return result
         outputs = dict(result.manifest.get("outputs") or {})
-        return cls(name=result.name, directory=result.directory, skipped=result.skipped, manifest=result.manifest, **cls._fields(outputs, result.directory))
+        return cls(
+            name=result.name,
+            directory=result.directory,
+            skipped=result.skipped,
+            manifest=result.manifest,
+            **cls._fields(outputs, result.directory),
+        )
 
     @classmethod
     def from_manifest(cls: type[ResultT], stage_dir: Path) -> ResultT | None:
