@@ -302,7 +302,7 @@ def show_dry_run(config: ForgeConfig, config_file: Path, workdir: Path, as_json:
         *([["trtllm-forge", "bench", str(config_file), "--workdir", str(workdir)]] if config.bench.workloads else []),
         ["trtllm-forge", "deploy", "stop", "--workdir", str(workdir)],
     ]
-    doc = {
+    doc: dict[str, Any] = {
         "dry_run": True,
         "workdir": str(workdir),
         "import": import_doc,

@@ -141,7 +141,8 @@ def build(
     from trtllm_forge.builders.registry import builder_for, report_build
 
     builder = builder_for(config)
-    plan = builder.plan(config, Path(workdir), checkpoint_dir)
+    # Without an imported checkpoint the plan reads model.source (a path that may exist only on the GPU host).
+    plan = builder.plan(config, Path(workdir), Path(checkpoint_dir) if checkpoint_dir else config.resolve_path(config.model.source))
     if dry_run:
         builder.show_dry_run(config, Path(workdir), plan, as_json)
         return plan
