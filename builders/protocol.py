@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from trtllm_forge.build_result import BuildResult
+from trtllm_forge.stage_results import BuildResult
 from trtllm_forge.config.schema import ForgeConfig
 
 PlanT = TypeVar("PlanT")

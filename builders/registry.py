@@ -11,7 +11,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from trtllm_forge.build_result import BuildResult
+from trtllm_forge.stage_results import BuildResult
 from trtllm_forge.builders.protocol import Builder
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.errors import ConfigError

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from trtllm_forge.build_result import BuildResult
+from trtllm_forge.stage_results import BuildResult
 from trtllm_forge.builders.openvino import engine_json
 from trtllm_forge.builders.openvino.plan import (
     HF_TOKENIZER_FILES,

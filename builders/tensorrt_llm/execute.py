@@ -14,7 +14,7 @@ import click
 import yaml
 from rich.markup import escape
 
-from trtllm_forge.build_result import BuildResult
+from trtllm_forge.stage_results import BuildResult
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.engine_config import ENGINE_CONFIG
 from trtllm_forge.errors import ConfigError, StepError

@@ -19,7 +19,7 @@ from trtllm_forge.llmapi_args import describe, unknown_keys
 from trtllm_forge.ui import warn
 
 if TYPE_CHECKING:
-    from trtllm_forge.build_result import BuildResult
+    from trtllm_forge.stage_results import BuildResult
     from trtllm_forge.builders.tensorrt_llm.plan import BuildPlan
 
 SCHEDULER_POLICY = {"max_utilization": "MAX_UTILIZATION", "guaranteed_no_evict": "GUARANTEED_NO_EVICT"}
