@@ -40,13 +40,13 @@ def bench_group() -> None:
         "plots": [
             click.option(
                 "--emit",
-                type=click.Choice(["perf_analyzer", "genai-perf", "aiperf"]),
+                type=click.Choice(bench_options.TOOLS),
                 multiple=True,
                 help="Instead of running: write this workload's input file and exact command lines for another tool (repeatable).",
             ),
             click.option(
                 "--tool",
-                type=click.Choice(["perf_analyzer", "genai-perf", "aiperf"]),
+                type=click.Choice(bench_options.TOOLS),
                 default=None,
                 help="Run this tool instead of our client on the same workload (gRPC streaming), import its export and "
                 "write our summary files, for `bench compare`. perf_analyzer is installed by `make setup`; "
