@@ -93,7 +93,8 @@ class Option:
     ge: float | None = None
     gt: float | None = None
     choices: tuple[str, ...] | None = None
-    click_type: Any = None  # click's type for the flag's text, when not derived from choices/ge/gt
+    click_type: Any = None  # click's type for the flag's text, when not derived from choices/ge/gt/path
+    path: dict[str, bool] | None = None  # the flag is a click.Path with these checks (dir_okay=False, ...)
     multiple: bool = False
     negate: bool = False  # a --no-... flag that sets a default-True field to False
     from_flag: Callable[[Any, str], Any] | None = None  # (text as click gives it, flag) -> value
@@ -214,7 +215,7 @@ class BenchOptions:
     dataset: Path | None = option(
         None,
         flag="--dataset",
-        click_type=("path", dict(dir_okay=False)),
+        path=dict(dir_okay=False),
         help="JSONL {prompt|input_ids, output_tokens} or ShareGPT JSON.",
         key="dataset",
         config_type=Annotated[str, AfterValidator(_local_path)] | None,
@@ -224,7 +225,7 @@ class BenchOptions:
     tokenizer: Path | None = option(
         None,
         flag="--tokenizer",
-        click_type=("path", dict(file_okay=False)),
+        path=dict(file_okay=False),
         help="HF tokenizer directory (exact prompt lengths, token counts).",
     )
     seed: int = option(
@@ -240,7 +241,7 @@ class BenchOptions:
     out: Path = option(
         Path("bench-out"),
         flag="--out",
-        click_type=("path", dict(file_okay=False)),
+        path=dict(file_okay=False),
         help="Output directory. Default <workdir>/bench/<workload> or ./bench-out.",
     )
     slo: dict[str, float] = option(
@@ -331,8 +332,8 @@ def _click_option(name: str, spec: Option) -> Callable:
     kind = spec.click_type
     if spec.choices is not None:
         kind = click.Choice(spec.choices)
-    elif isinstance(kind, tuple):
-        kind = click.Path(path_type=Path, **kind[1])
+    elif spec.path is not None:
+        kind = click.Path(path_type=Path, **spec.path)
     elif spec.ge is not None or spec.gt is not None:
         low = spec.ge if spec.ge is not None else (spec.gt or 0)
         is_int = _annotation(name).startswith("int")
