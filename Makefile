@@ -38,10 +38,12 @@ tool-venvs:
 demo: setup
 	$(BIN)/trtllm-forge run $(CONFIG)
 
-# ruff's lint and format check first (seconds), then the suite.
+# ruff's lint and format check and mypy first (seconds to a few minutes), then the suite.
+# scripts/typecheck.py runs mypy on the package as installed (builders/, plugins/, model_repo_templates/ included).
 test: system-deps setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python scripts/typecheck.py
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:

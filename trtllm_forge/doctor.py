@@ -142,8 +142,9 @@ def check_perf_analyzer() -> Check:
     why = problem()
     if why:
         return Check("perf_analyzer", needed, False, False, "not usable here", why)
-    found = find_perf_analyzer()
-    return Check("perf_analyzer", needed, False, True, f"{found.version()}: {found.binary}")
+    analyzer = find_perf_analyzer()
+    assert analyzer is not None  # problem() is None only for a perf_analyzer it found
+    return Check("perf_analyzer", needed, False, True, f"{analyzer.version()}: {analyzer.binary}")
 
 
 def check_genai_perf() -> Check:

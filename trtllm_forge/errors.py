@@ -6,7 +6,12 @@ Messages are one line: `[<file>[:<line>]: ]<where>: <what is wrong>; <what would
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 
 # Control characters (and the separators str.splitlines() breaks on) shown escaped: an error is one line.
@@ -43,7 +48,7 @@ class ForgeError(click.ClickException):
             message = f"{source}: {message}"
         super().__init__(message)
 
-    def located(self, source: str) -> "ForgeError":
+    def located(self, source: str) -> Self:
         """The same error, naming the file (and line) its field was read from."""
         return type(self)(self.where, self.problem, self.valid, source=source)
 

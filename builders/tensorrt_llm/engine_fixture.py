@@ -19,6 +19,7 @@ NORM_EPSILON = {"qwen2": 1e-6}
 def _plugin_config(plan: "BuildPlan") -> dict:
     spec_defaults = {key: None for key in _spec(plan).engine_config["plugin_config_keys"]}
     eff = plan.effective
+    assert eff is not None  # engine-target plans always have one
     flags = plan.build_flags
     dtype = plan.dtype
     algo = plan.quant.quant_algo or ""

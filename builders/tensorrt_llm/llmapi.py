@@ -28,7 +28,7 @@ PYTORCH_SPECULATIVE = {"eagle": "Eagle", "draft_target": "DraftTarget", "prompt_
 
 def _kv_cache_config(config: ForgeConfig, pytorch: bool) -> dict:
     rt = config.runtime
-    kv = {
+    kv: dict[str, Any] = {
         "free_gpu_memory_fraction": rt.kv_cache_free_gpu_mem_fraction,
         "enable_block_reuse": rt.enable_kv_cache_reuse,
         "tokens_per_block": config.engine.tokens_per_block,
@@ -170,6 +170,7 @@ def pytorch_quantization_note(config: ForgeConfig) -> str | None:
 def engine_equivalent(config: ForgeConfig, plan: "BuildPlan") -> dict:
     """The TensorRT-engine LLM-API call that builds the same engine as the plan (for users who prefer Python)."""
     eff = plan.effective
+    assert eff is not None  # engine-target plans always have one
     build_config = {
         "max_batch_size": eff.max_batch_size,
         "max_input_len": eff.max_input_len,
@@ -221,6 +222,7 @@ def engine_equivalent(config: ForgeConfig, plan: "BuildPlan") -> dict:
         }
     sp = config.engine.speculative
     if sp.mode == "eagle":
+        assert sp.draft_model is not None  # config/checks.py requires it for this mode
         kwargs["speculative_config"] = {
             "class": "EagleDecodingConfig",
             "max_draft_len": sp.max_draft_len,

@@ -210,6 +210,7 @@ def _quantize_step(
                 f"quantize.py clamps the calibration size to {cap} for AWQ formats (asked for {size})",
             )
         )
+    assert choice.qformat is not None  # a quantize step is planned only for a format quantize.py writes
     argv = [PYTHON, _script(spec, "quantize"), "--model_dir", model_dir, "--dtype", dtype, "--qformat", choice.qformat]
     if choice.kv_cache != "none":
         argv += ["--kv_cache_dtype", choice.kv_cache]
@@ -282,6 +283,7 @@ def _convert_step(
 
 def _eagle_step(config: ForgeConfig, choice: QuantChoice, model_dir: str, dtype: str, out: str, spec: Spec) -> Step:
     par, sp = config.parallel, config.engine.speculative
+    assert sp.draft_model is not None  # config/checks.py requires it for this mode
     argv = [
         PYTHON,
         _script(spec, "eagle"),
@@ -539,6 +541,7 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
 
     draft = None
     if sp.mode == "draft_target":
+        assert sp.draft_model is not None  # config/checks.py requires it for this mode
         draft_dir = str(config.resolve_path(sp.draft_model))
         # The draft model is converted unquantized: its plugins follow its own dtype, not the FP8 target's.
         draft_flags = draft_plugin_flags(config, is_moe=False)
@@ -662,6 +665,7 @@ def serving_route_warnings(spec: Spec) -> list[PlanWarning]:
     route = images.image_for_version(spec.version)
     if route.how != "pinned-install":
         return []
+    assert route.base_image is not None  # a pinned-install route names the image it installs into
     base = images.describe_image(route.base_image)
     return [
         PlanWarning(

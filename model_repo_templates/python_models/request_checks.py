@@ -104,7 +104,7 @@ def check_request(get, model: str, vocab_size: int | None = None, max_output_len
 
     def values(rule: str) -> tuple[str, np.ndarray | None]:
         name = names.get(rule)
-        return name, (None if name is None else _numbers(name, get(name)))
+        return (name, _numbers(name, get(name))) if name is not None else ("", None)
 
     name, v = values("temperature")
     if v is not None:

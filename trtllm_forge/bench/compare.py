@@ -4,6 +4,8 @@ or a perf_analyzer / GenAI-Perf / AIPerf export (see exports)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import csv
 import json
 from pathlib import Path
@@ -50,7 +52,7 @@ def _row(run_dir: Path, point: dict) -> dict:
         return (m.get(name) or {}).get(stat)
 
     load = point.get("load") or {}
-    label = {"concurrency": "c={}", "rate": "rate={}"}.get(load.get("mode"), "{}").format(load.get("value", "?"))
+    label = {"concurrency": "c={}", "rate": "rate={}"}.get(str(load.get("mode")), "{}").format(load.get("value", "?"))
     return {
         "run": str(run_dir),
         "load": label,
@@ -83,7 +85,7 @@ def compare_runs(run_dirs: list[Path], out: Path | None) -> dict:
             *("-" if row[c] is None else f"{row[c]:,.2f}" if isinstance(row[c], float) else str(row[c]) for c in COLUMNS),
         )
     console.print(table)
-    document = {"schema": "trtllm-forge.bench-compare/1", "runs": rows}
+    document: dict[str, Any] = {"schema": "trtllm-forge.bench-compare/1", "runs": rows}
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "compare.json").write_text(json.dumps(document, indent=2) + "\n")

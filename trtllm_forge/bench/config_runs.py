@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.bench.options import BenchOptions
+from trtllm_forge.config.schema import BenchWorkload, ForgeConfig
 from trtllm_forge.errors import StepError
 from trtllm_forge.importer.stage import imported_checkpoint
 
@@ -13,13 +14,15 @@ if TYPE_CHECKING:
     from trtllm_forge.deploy.state import Deployment
 
 
-def merge_options(flags: dict, load_flags: dict, base: dict | None = None) -> dict:
+def merge_options(flags: dict, load_flags: dict | None = None, base: dict | None = None) -> dict:
+    """`base` (a workload's options) with the options given on the command line over it; not given = None or empty."""
+    given = {**flags, **(load_flags or {})}
     merged = dict(base or {})
-    for key, value in {**flags, **load_flags}.items():
+    for key, value in given.items():
         if value is None or value == [] or value == {}:
             continue
         merged[key] = value
-    if "output_len" in load_flags and load_flags["output_len"] is not None:
+    if given.get("output_len") is not None:
         merged["output_len_given"] = True
     return merged
 
@@ -28,27 +31,38 @@ def options_from_config(
     config: ForgeConfig,
     wd: Path,
     flags: dict,
-    load_flags: dict,
-    out: Path | None,
+    load_flags: dict | None = None,
+    out: Path | None = None,
     config_label: str = "CONFIG",
+    *,
+    emit: bool = False,
     deployment: Deployment | None = None,
-) -> list:
-    """One BenchOptions per workload of the config's bench section; flags given on the command line win.
+) -> list[BenchOptions]:
+    """One BenchOptions per workload of the config's bench section; options given on the command line win.
+
+    `flags` (and `load_flags`, merged with it) hold the command line's options by BenchOptions field
+    (bench/options.py `from_command_line`); `emit`: only commands are written, so no running deployment is needed.
     `deployment`: the server to measure (`run` passes the one it started); None reads the workdir's deploy state."""
-    from trtllm_forge.bench.run import BenchOptions
-    from trtllm_forge.bench.workload import LengthSpec
+    from trtllm_forge.bench.options import from_workload
     from trtllm_forge.deploy.state import read_state
 
+    flags = {**flags, **(load_flags or {})}
     state = deployment if deployment is not None else read_state(wd)
-    running = state is not None and state.running
-    emit = flags.pop("_emit", False)
     names = config.triton.model_names
     checkpoint = imported_checkpoint(wd)
-    workloads = config.bench.workloads or [None]
-    cli_load = bool(load_flags.get("concurrency") or load_flags.get("request_rate"))
+    workloads: list[BenchWorkload | None] = [*config.bench.workloads] or [None]
+    cli_load = bool(flags.get("concurrency") or flags.get("request_rate"))
     runs = []
     for workload in workloads:
-        target = flags.get("target") or (workload.target if workload is not None else "triton-grpc")
+        base: dict = {"tokenizer": checkpoint if checkpoint and (checkpoint / "tokenizer_config.json").is_file() else None}
+        name = "default"
+        if workload is not None:
+            name = workload.name
+            base.update(from_workload(workload, f"bench.workloads[{name}]"))
+            if base["request_rate"] and "concurrency" not in workload.model_fields_set:
+                base["concurrency"] = []  # rates only: the default concurrency [1] is not swept too
+            base["output_len_given"] = "output_len" in workload.model_fields_set
+        target = flags.get("target") or base.get("target") or BenchOptions.target
         run_flags = {**flags, "target": target}
         grpc = target.startswith("triton-grpc")
         if not run_flags.get("url") and target == "openai":
@@ -56,7 +70,7 @@ def options_from_config(
 
             run_flags["url"] = served_url(wd)  # a local trtllm-serve of this workdir, if one runs
         if not run_flags.get("url"):
-            if running:
+            if state is not None and state.running:
                 run_flags["url"] = state.grpc_url if grpc else state.http_url
                 run_flags["metrics_url"] = run_flags.get("metrics_url") or state.metrics_url
                 run_flags["http_url"] = state.http_url
@@ -76,29 +90,9 @@ def options_from_config(
             from trtllm_forge.entrypoint import entry_model
 
             run_flags["model"] = names.tensorrt_llm if target == "triton-grpc-tokens" else entry_model(config)
-        base: dict = {"tokenizer": checkpoint if checkpoint and (checkpoint / "tokenizer_config.json").is_file() else None}
-        name = "default"
-        if workload is not None:
-            name = workload.name
-            where = f"bench.workloads[{name}]"
-            rates_only = workload.request_rate and "concurrency" not in workload.model_fields_set
-            base.update(
-                concurrency=[] if rates_only else list(workload.concurrency),
-                request_rate=list(workload.request_rate),
-                arrival=workload.arrival,
-                num_requests=workload.num_requests,
-                duration_s=workload.duration_s,
-                warmup_requests=workload.warmup_requests,
-                seed=workload.seed,
-                slo=dict(workload.slo_ms),
-                input_len=LengthSpec.parse(workload.input_len, f"{where}.input_len"),
-                output_len=LengthSpec.parse(workload.output_len, f"{where}.output_len"),
-                output_len_given="output_len" in workload.model_fields_set,
-                dataset=Path(workload.dataset) if workload.dataset else None,
-            )
         if cli_load:  # a load given on the command line replaces the workload's whole sweep
             base["concurrency"], base["request_rate"] = [], []
-        merged = merge_options(run_flags, load_flags, base)
+        merged = merge_options(run_flags, None, base)
         runs.append(BenchOptions(**merged, out=out / name if (out and len(workloads) > 1) else (out or wd / "bench" / name)))
     return runs
 

@@ -221,8 +221,8 @@ def _load_from_config(config: dict) -> dict:
     ):
         if not isinstance(section, dict):
             continue
-        if _number(section.get("concurrency")):
-            return {"mode": "concurrency", "value": int(_number(section["concurrency"]))}
+        if concurrency := _number(section.get("concurrency")):
+            return {"mode": "concurrency", "value": int(concurrency)}
         if _number(section.get("request_rate")):
             return {"mode": "rate", "value": _number(section["request_rate"])}
     return {}

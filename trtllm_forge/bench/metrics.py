@@ -24,6 +24,7 @@ from __future__ import annotations
 import platform
 import sys
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
@@ -70,7 +71,8 @@ def summarize(result: RunResult, slo: dict[str, float] | None = None, context: d
     ttft, ttst, e2e, tpot, itl, osl, isl = [], [], [], [], [], [], []
     itl_per_token: list[float] = []
     ttft_i, e2e_i, lag, first_any, final_gap, per_user = [], [], [], [], [], []
-    delivery, zero_gaps, n_gaps = [], 0, 0
+    delivery: list[float] = []
+    zero_gaps, n_gaps = 0, 0
     server_ttft, client_minus_server, server_queue = [], [], []
     empty_responses, good = 0, 0
     osl_mismatch = 0
@@ -166,7 +168,7 @@ def summarize(result: RunResult, slo: dict[str, float] | None = None, context: d
         "server_queue_ms": describe(server_queue, "ms"),
         "client_minus_server_ttft_ms": describe(client_minus_server, "ms"),
     }
-    checks = {
+    checks: dict[str, Any] = {
         "late_share": late / len(measured) if measured else 0.0,
         "late_threshold_ms": LATE_NS / MS,
         "client_cpu_busy_share": cpu_share,

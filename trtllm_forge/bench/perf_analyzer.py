@@ -172,6 +172,7 @@ def main(argv: list[str]) -> int:
         print(why, file=sys.stderr)
         return 0 if command == "install" else 1  # installed; a missing system library is make system-deps' job
     found = find_perf_analyzer()
+    assert found is not None  # problem() is None only for a perf_analyzer it found
     print(f"perf_analyzer {found.version()} at {found.binary} (LD_LIBRARY_PATH += {', '.join(map(str, found.lib_dirs)) or '-'})")
     return 0
 

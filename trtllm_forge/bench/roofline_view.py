@@ -7,23 +7,15 @@ from rich.table import Table
 from trtllm_forge.config.schema import ForgeConfig
 
 
-def _mean(value: int | str) -> int:
-    """A workload length (MEAN, 'MEAN:STD' or 'LO..HI') as one number of tokens."""
-    text = str(value)
-    if ".." in text:
-        low, high = text.split("..")
-        return (int(low) + int(high)) // 2
-    return int(float(text.split(":")[0]))
-
-
 def roofline_rows(config: ForgeConfig, documents: list[dict]) -> list[dict]:
     """One row per closed-loop sweep point: measured output tokens/s and its share of the roofline limit
     at a batch size equal to the achieved concurrency (rounded, at least 1)."""
+    from trtllm_forge.bench.options import mean_lengths
     from trtllm_forge.plan.planner import Workload, make_plan
 
     rows = []
     for workload, document in zip(config.bench.workloads, documents):
-        plan = make_plan(config, Workload(_mean(workload.input_len), _mean(workload.output_len)))
+        plan = make_plan(config, Workload(*mean_lengths(workload)))
         for point in document.get("points") or [document]:
             metrics = point.get("metrics", {})
             measured = (metrics.get("output_token_throughput_per_s") or {}).get("avg")

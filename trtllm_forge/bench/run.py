@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -13,59 +12,13 @@ import numpy as np
 from trtllm_forge import __version__
 from trtllm_forge.bench import plots, report, server_metrics
 from trtllm_forge.bench.metrics import summarize
+from trtllm_forge.bench.options import BenchOptions
 from trtllm_forge.bench.runner import LoadSpec, RunResult, run_load
 from trtllm_forge.bench.target import now_ns
 from trtllm_forge.bench.target import Target
-from trtllm_forge.bench.workload import BenchRequest, LengthSpec, from_dataset, load_tokenizer, synthetic, take
+from trtllm_forge.bench.workload import BenchRequest, from_dataset, load_tokenizer, synthetic, take
 from trtllm_forge.errors import ConfigError, StepError
 from trtllm_forge.ui import info, warn
-
-TARGETS = ("triton-grpc", "triton-grpc-tokens", "triton-http", "openai")
-
-
-@dataclass
-class BenchOptions:
-    target: str
-    url: str
-    model: str
-    concurrency: list[int] = field(default_factory=list)
-    request_rate: list[float] = field(default_factory=list)
-    arrival: str = "poisson"
-    burstiness: float = 1.0
-    max_concurrency: int | None = None
-    num_requests: int = 32
-    duration_s: float | None = None
-    warmup_requests: int = 2
-    input_len: LengthSpec = field(default_factory=lambda: LengthSpec(128))
-    output_len: LengthSpec = field(default_factory=lambda: LengthSpec(64))
-    output_len_given: bool = False
-    dataset: Path | None = None
-    tokenizer: Path | None = None
-    seed: int = 0
-    out: Path = Path("bench-out")
-    slo: dict[str, float] = field(default_factory=dict)
-    metrics_url: str | None = None
-    streams: int | None = None  # gRPC streams (one channel each); None = auto from the concurrency
-    force_output_len: bool = True
-    request_timeout_s: float = 600.0
-    openai_endpoint: str = "completions"
-    plots: bool = True
-    workers: int = 1  # client processes the load is sharded over
-    http_url: str | None = None  # the deployment's HTTP URL (for emitted AIPerf commands)
-    stall_timeout_s: float = 60.0
-
-    def loads(self) -> list[LoadSpec]:
-        common = dict(num_requests=self.num_requests, duration_s=self.duration_s, warmup_requests=self.warmup_requests)
-        points = [LoadSpec("concurrency", c, **common) for c in self.concurrency]
-        points += [LoadSpec("rate", r, self.arrival, self.burstiness, self.max_concurrency, **common) for r in self.request_rate]
-        return points or [LoadSpec("concurrency", 1, **common)]
-
-    def describe(self) -> dict:
-        data = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
-        data["input_len"] = self.input_len.describe()
-        data["output_len"] = self.output_len.describe()
-        return data
-
 
 STREAM_SHARE = 16  # requests in flight per gRPC stream when --streams is not given
 

@@ -64,7 +64,7 @@ class _LagSampler:
         while True:
             await asyncio.sleep(LAG_PERIOD_S)
             queued = now_ns()
-            loop.call_soon(lambda q=queued: self.samples.append(now_ns() - q))
+            loop.call_soon(lambda q: self.samples.append(now_ns() - q), queued)
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run())
@@ -222,6 +222,7 @@ async def run_load(
         tasks = []
 
         async def capped(request, index, intended):
+            assert cap is not None  # used only with a cap
             async with cap:
                 await send(request, index, intended)
 

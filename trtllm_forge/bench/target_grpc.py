@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import struct
+from typing import Any
 
 import grpc
 from google.protobuf.json_format import MessageToDict
@@ -105,8 +106,8 @@ class TritonGrpcTarget(Target):
     def __init__(self, *args, streams: int = 1, **kwargs):
         super().__init__(*args, **kwargs)
         self.n_streams = max(1, streams)
-        self.channel = None
-        self.stub = None
+        self.channel: Any = None  # grpc.aio channel, after open()
+        self.stub: Any = None  # tritonclient's GRPCInferenceServiceStub (untyped), after open()
         self.streams: list[_Stream] = []
         self._next = itertools.count()
         self.inputs: dict[str, dict] = {}
@@ -174,7 +175,7 @@ class TritonGrpcTarget(Target):
         """The inputs one request sends, as (name, Triton datatype, values), only those the model declares.
         bench sends them over its own stream; `bench --tool` writes the same ones for perf_analyzer."""
         n = request.output_tokens
-        spec = [
+        spec: list[tuple[str, str, list]] = [
             ("text_input", "BYTES", [request.prompt]),
             (self.names["max_tokens"], "INT32", [n]),
             (self.names["stream"], "BOOL", [True]),
@@ -183,7 +184,7 @@ class TritonGrpcTarget(Target):
         return [item for item in spec + self._common_inputs(n) if item[0] in self.inputs]
 
     def _common_inputs(self, n: int) -> list[tuple[str, str, list]]:
-        spec = []
+        spec: list[tuple[str, str, list]] = []
         if self.count_server and "return_num_output_tokens" in self.inputs:
             spec.append(("return_num_output_tokens", "BOOL", [True]))
         if self.perf:
@@ -303,7 +304,7 @@ class TritonGrpcTokensTarget(TritonGrpcTarget):
         if request.input_ids is None:
             raise StepError("--tokenizer", "the token-id target needs token ids", "pass --tokenizer DIR or a dataset with input_ids")
         ids, n = list(request.input_ids), request.output_tokens
-        spec = [
+        spec: list[tuple[str, str, list]] = [
             ("input_ids", "INT32", ids),
             ("input_lengths", "INT32", [len(ids)]),
             ("request_output_len", "INT32", [n]),

@@ -87,6 +87,7 @@ class _SseTarget(Target):
     async def _post(self, body: str, record: RequestRecord, fresh: bool) -> None:
         """One attempt. Raises _NotAccepted when the connection failed before any response byte arrived."""
         session = await self._fresh_session() if fresh else self.session
+        assert session is not None  # open() made it
         try:
             response = await session.post(self.endpoint(), data=body, headers={"Content-Type": "application/json"})
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
@@ -136,6 +137,7 @@ class TritonHttpTarget(_SseTarget):
 
     async def open(self) -> None:
         await self._open_session()
+        assert self.session is not None
         try:
             async with self.session.get(f"{self.url}/v2/models/{self.model}/config") as response:
                 if response.status != 200:
@@ -227,6 +229,7 @@ class OpenAITarget(_SseTarget):
 
     async def open(self) -> None:
         await self._open_session()
+        assert self.session is not None
         try:
             async with self.session.get(f"{self.url}/v1/models") as response:
                 if response.status == 200:

@@ -143,6 +143,7 @@ def executable(tool: str) -> tuple[str, dict]:
         why = problem()
         if why:
             raise StepError("perf_analyzer", why)
+        assert pa is not None  # problem() is None only for a perf_analyzer it found
         return str(pa.binary), pa.env()
     path = os.environ.get(TOOL_ENV[tool]) or shutil.which(tool)
     if not path:

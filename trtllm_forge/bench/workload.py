@@ -40,7 +40,7 @@ class LengthSpec:
             raise ConfigError(flag, f"{text!r} is not a length", "use MEAN, MEAN:STD or LO..HI with lengths >= 1") from None
 
     def sample(self, n: int, rng: np.random.Generator) -> list[int]:
-        if self.low is not None:
+        if self.low is not None and self.high is not None:
             return rng.integers(self.low, self.high + 1, n).tolist()
         if self.std == 0:
             return [int(round(self.mean))] * n

@@ -6,12 +6,11 @@ from pathlib import Path
 
 import click
 
+from trtllm_forge.bench import options as bench_options
 from trtllm_forge.commands.deploy_cmd import DefaultCommandGroup
 from trtllm_forge.commands.options import dry_run_option, json_option, load, workdir_option
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.ui import emit_json
-
-TARGETS = ("triton-grpc", "triton-grpc-tokens", "triton-http", "openai")
 
 
 class BenchGroup(DefaultCommandGroup):
@@ -19,31 +18,6 @@ class BenchGroup(DefaultCommandGroup):
 
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write_usage(ctx.command_path, "[run] [CONFIG] [OPTIONS] | compare RUN_DIR... | import FILE")
-
-
-def _list(text: str | None, flag: str, kind=int) -> list:
-    if not text:
-        return []
-    try:
-        values = [kind(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(flag, f"{text!r} is not a comma-separated list of numbers", f"e.g. {flag} 1,4,16") from None
-    if any(v <= 0 for v in values):
-        raise ConfigError(flag, "values must be > 0", f"e.g. {flag} 1,4,16")
-    return values
-
-
-def _slo(items: tuple[str, ...]) -> dict[str, float]:
-    slo = {}
-    for item in items:
-        key, _, value = item.partition(":")
-        try:
-            if key not in ("ttft", "tpot", "e2e"):
-                raise ValueError
-            slo[key] = float(value)
-        except ValueError:
-            raise ConfigError("--slo", f"{item!r} is not an SLO", "use ttft:MS, tpot:MS or e2e:MS (repeatable)") from None
-    return slo
 
 
 @click.group("bench", cls=BenchGroup, invoke_without_command=False)
@@ -61,162 +35,43 @@ def bench_group() -> None:
 
 @bench_group.command("run")
 @click.argument("config_file", metavar="[CONFIG]", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--target", type=click.Choice(TARGETS), default=None, help="Endpoint kind. Default triton-grpc.")
-@click.option("--url", default=None, help="gRPC host:port, or http://host:port for the HTTP targets. Default: the workdir's deployment.")
-@click.option("--model", default=None, help="Model name (ensemble, tensorrt_llm_bls, tensorrt_llm; the served name for openai).")
-@click.option("--concurrency", default=None, help="Closed-loop concurrencies, comma-separated (a sweep).")
-@click.option("--request-rate", default=None, help="Open-loop request rates in requests/s, comma-separated (a sweep).")
-@click.option("--arrival", type=click.Choice(["constant", "poisson", "gamma"]), default=None, help="Open-loop arrivals. Default poisson.")
-@click.option("--burstiness", type=click.FloatRange(min=0, min_open=True), default=None, help="Gamma shape (1 = Poisson). Default 1.")
-@click.option("--max-concurrency", type=click.IntRange(min=1), default=None, help="Cap on requests in flight in open loop.")
-@click.option("--num-requests", type=click.IntRange(min=1), default=None, help="Measured requests per sweep point. Default 32.")
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, help="Stop sending after S seconds per point.")
-@click.option(
-    "--warmup",
-    "warmup_requests",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Warm-up requests (distinct prompts, excluded). Default 2.",
-)
-@click.option("--input-len", default=None, help="Prompt tokens: MEAN, MEAN:STD or LO..HI. Default 128.")
-@click.option("--output-len", default=None, help="Output tokens: MEAN, MEAN:STD or LO..HI. Default 64.")
-@click.option(
-    "--dataset",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="JSONL {prompt|input_ids, output_tokens} or ShareGPT JSON.",
-)
-@click.option(
-    "--tokenizer",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="HF tokenizer directory (exact prompt lengths, token counts).",
-)
-@click.option("--seed", type=int, default=None, help="Seed for prompts, lengths and arrivals (0 is a real seed). Default 0.")
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Output directory. Default <workdir>/bench/<workload> or ./bench-out.",
-)
-@click.option("--slo", multiple=True, help="Goodput SLO: ttft:MS, tpot:MS or e2e:MS (repeatable).")
-@click.option("--metrics-url", default=None, help="Triton Prometheus URL to scrape. Default: the deployment's.")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Client processes to shard the load over.")
-@click.option(
-    "--streams",
-    type=click.IntRange(min=1),
-    default=None,
-    help="gRPC streams (one connection each) to spread requests over. Default: one per 16 requests in flight, at most 16.",
-)
-@click.option(
-    "--stall-timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=60.0,
-    show_default=True,
-    help="Abort a point when no request in flight has received anything for this many seconds.",
-)
-@click.option("--no-force-output-len", is_flag=True, help="Do not force the output length (min_tokens/end_id, ignore_eos).")
-@click.option(
-    "--request-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds per request."
-)
-@click.option(
-    "--emit",
-    type=click.Choice(["perf_analyzer", "genai-perf", "aiperf"]),
-    multiple=True,
-    help="Instead of running: write this workload's input file and exact command lines for another tool (repeatable).",
-)
-@click.option(
-    "--tool",
-    type=click.Choice(["perf_analyzer", "genai-perf", "aiperf"]),
-    default=None,
-    help="Run this tool instead of our client on the same workload (gRPC streaming), import its export and "
-    "write our summary files, for `bench compare`. perf_analyzer is installed by `make setup`; "
-    "genai-perf/aiperf are found on PATH or via FORGE_GENAI_PERF/FORGE_AIPERF.",
-)
-@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
-@click.option(
-    "--openai-endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True, help="For --target openai."
+@bench_options.click_options(
+    insert_before={
+        "plots": [
+            click.option(
+                "--emit",
+                type=click.Choice(bench_options.TOOLS),
+                multiple=True,
+                help="Instead of running: write this workload's input file and exact command lines for another tool (repeatable).",
+            ),
+            click.option(
+                "--tool",
+                type=click.Choice(bench_options.TOOLS),
+                default=None,
+                help="Run this tool instead of our client on the same workload (gRPC streaming), import its export and "
+                "write our summary files, for `bench compare`. perf_analyzer is installed by `make setup`; "
+                "genai-perf/aiperf are found on PATH or via FORGE_GENAI_PERF/FORGE_AIPERF.",
+            ),
+        ]
+    }
 )
 @workdir_option
 @dry_run_option
 @json_option
-def bench_run(
-    config_file,
-    target,
-    url,
-    model,
-    concurrency,
-    request_rate,
-    arrival,
-    burstiness,
-    max_concurrency,
-    num_requests,
-    duration,
-    warmup_requests,
-    input_len,
-    output_len,
-    dataset,
-    tokenizer,
-    seed,
-    out,
-    slo,
-    metrics_url,
-    workers,
-    streams,
-    stall_timeout,
-    no_force_output_len,
-    request_timeout,
-    emit,
-    tool,
-    no_plots,
-    openai_endpoint,
-    workdir,
-    dry_run,
-    as_json,
-) -> None:
+def bench_run(config_file, emit, tool, workdir, dry_run, as_json, **flags) -> None:
     """Run a benchmark (the default subcommand)."""
     from trtllm_forge.bench.config_runs import fail_on_errors, merge_options, options_from_config
     from trtllm_forge.bench.run import BenchOptions, run_bench
-    from trtllm_forge.bench.workload import LengthSpec
 
-    flags = dict(
-        target=target,
-        url=url,
-        model=model,
-        arrival=arrival,
-        burstiness=burstiness,
-        max_concurrency=max_concurrency,
-        metrics_url=metrics_url,
-        workers=workers,
-        streams=streams,
-        force_output_len=not no_force_output_len,
-        request_timeout_s=request_timeout,
-        stall_timeout_s=stall_timeout,
-        openai_endpoint=openai_endpoint,
-        plots=not no_plots,
-    )
-    load_flags = dict(
-        concurrency=_list(concurrency, "--concurrency"),
-        request_rate=_list(request_rate, "--request-rate", float),
-        num_requests=num_requests,
-        duration_s=duration,
-        warmup_requests=warmup_requests,
-        seed=seed,
-        input_len=LengthSpec.parse(input_len, "--input-len") if input_len else None,
-        output_len=LengthSpec.parse(output_len, "--output-len") if output_len else None,
-        dataset=dataset,
-        tokenizer=tokenizer,
-        slo=_slo(slo),
-    )
+    given = bench_options.from_command_line(flags)  # the options given on the command line, by BenchOptions field
+    out = given.pop("out", None)
     if config_file is not None:
-        flags["_emit"] = bool(emit)
         config, wd = load(config_file, workdir)
-        runs = options_from_config(config, wd, flags, load_flags, out, str(config_file))
+        runs = options_from_config(config, wd, given, None, out, str(config_file), emit=bool(emit))
     else:
-        if not url or not model:
+        if not given.get("url") or not given.get("model"):
             raise ConfigError("--url/--model", "needed without CONFIG", "give CONFIG (uses its deployment) or --url and --model")
-        flags["target"] = flags["target"] or "triton-grpc"
-        runs = [BenchOptions(**merge_options(flags, load_flags), out=out or Path("bench-out"))]
+        runs = [BenchOptions(**merge_options(given, {}), out=out or Path("bench-out"))]
     if dry_run:
         from trtllm_forge.ui import info
 

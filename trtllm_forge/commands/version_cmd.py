@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from importlib import metadata
 
 import click
@@ -27,7 +29,7 @@ def installed_versions() -> dict[str, str | None]:
 @json_option
 def version(as_json: bool) -> None:
     """Print the versions of trtllm-forge and of the engines and clients it uses."""
-    data = {"trtllm-forge": __version__, "components": installed_versions()}
+    data: dict[str, Any] = {"trtllm-forge": __version__, "components": installed_versions()}
     if as_json:
         emit_json(data)
         return

@@ -29,6 +29,10 @@ class CheckContext:
     def compute_capability(self) -> float | None:
         return self.device.compute_capability if self.device else None
 
+    @property
+    def device_name(self) -> str:
+        return self.device.name if self.device else "no device"
+
 
 Rule = Callable[[CheckContext], Iterator[ConfigError]]
 RULES: dict[str, Rule] = {}
@@ -76,7 +80,7 @@ def backend_matches_hardware(ctx: CheckContext) -> Iterator[ConfigError]:
     if not ctx.is_trtllm and ctx.device.is_gpu:
         yield ConfigError(
             "engine.backend",
-            f"openvino runs on the CPU but hardware.gpu is {ctx.device.name!r}",
+            f"openvino runs on the CPU but hardware.gpu is {ctx.device_name!r}",
             "set hardware.gpu: cpu, or engine.backend: tensorrt-llm",
         )
 
@@ -144,13 +148,13 @@ def fp8_needs_ada_or_newer(ctx: CheckContext) -> Iterator[ConfigError]:
     if quant.algorithm in FP8_ACTIVATION_ALGOS and cc < 8.9:
         yield ConfigError(
             "quantization.algorithm",
-            f"{quant.algorithm} needs compute capability >= 8.9 but {ctx.device.name} is {cc}",
+            f"{quant.algorithm} needs compute capability >= 8.9 but {ctx.device_name} is {cc}",
             "use int4_awq, int8_wo or none on this GPU, or target an Ada/Hopper/Blackwell GPU",
         )
     if quant.kv_cache == "fp8" and cc < 8.9:
         yield ConfigError(
             "quantization.kv_cache",
-            f"fp8 KV cache needs compute capability >= 8.9 but {ctx.device.name} is {cc}",
+            f"fp8 KV cache needs compute capability >= 8.9 but {ctx.device_name} is {cc}",
             "use int8 or none on this GPU",
         )
 
@@ -164,13 +168,13 @@ def blackwell_rejects_int8_int4(ctx: CheckContext) -> Iterator[ConfigError]:
     if quant.algorithm in BLACKWELL_REJECTED_ALGOS:
         yield ConfigError(
             "quantization.algorithm",
-            f"{quant.algorithm} is rejected by TensorRT-LLM's engine builder on compute capability {cc} ({ctx.device.name})",
+            f"{quant.algorithm} is rejected by TensorRT-LLM's engine builder on compute capability {cc} ({ctx.device_name})",
             "use fp8 or nvfp4 on Blackwell",
         )
     if quant.kv_cache == "int8":
         yield ConfigError(
             "quantization.kv_cache",
-            f"int8 KV cache is rejected on compute capability {cc} ({ctx.device.name})",
+            f"int8 KV cache is rejected on compute capability {cc} ({ctx.device_name})",
             "use fp8 or none on Blackwell",
         )
 
@@ -181,7 +185,7 @@ def nvfp4_needs_blackwell(ctx: CheckContext) -> Iterator[ConfigError]:
     if cc is not None and ctx.config.quantization.algorithm == "nvfp4" and cc < 10.0:
         yield ConfigError(
             "quantization.algorithm",
-            f"nvfp4 needs a Blackwell GPU (compute capability >= 10.0); {ctx.device.name} is {cc}",
+            f"nvfp4 needs a Blackwell GPU (compute capability >= 10.0); {ctx.device_name} is {cc}",
             "use fp8 (compute capability >= 8.9) or int4_awq",
         )
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from trtllm_forge.config.names import NAME_RULE, binds_every_interface
 from trtllm_forge.config.schema import ForgeConfig
@@ -40,7 +41,7 @@ def _dotted(loc: tuple) -> str:
     return out or "(top level)"
 
 
-def _explain(error: dict) -> ConfigError:
+def _explain(error: ErrorDetails) -> ConfigError:
     loc = tuple(error["loc"])
     where = _dotted(loc)
     kind = error["type"]

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Any, Annotated, Literal
+from typing import TYPE_CHECKING, Any, Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
+from trtllm_forge.bench.options import workload_fields
 from trtllm_forge.config.names import check_bind_address, check_image_reference, check_local_path, check_name
 
 
@@ -308,27 +309,19 @@ class DeployConfig(Section):
     ready_timeout_s: float = Field(default=300.0, gt=0, description="Seconds to wait for every model to be ready.")
 
 
-class BenchWorkload(Section):
+class WorkloadName(Section):
+    """What a workload has besides its bench options (BenchWorkload adds those, from bench/options.py)."""
+
     name: Name = Field(description="Workload name, used in reports and as the output folder <workdir>/bench/<name>.")
-    target: Literal["triton-grpc", "triton-grpc-tokens", "triton-http", "openai"] = Field(
-        default="triton-grpc", description="Endpoint kind the workload is sent to."
-    )
-    concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1], description="Closed-loop concurrencies to sweep.")
-    request_rate: list[Annotated[float, Field(gt=0)]] = Field(
-        default_factory=list,
-        description="Open-loop request rates (requests/s) to sweep; used instead of concurrency when concurrency is empty.",
-    )
-    arrival: Literal["constant", "poisson", "gamma"] = Field(default="poisson", description="Open-loop arrival process.")
-    num_requests: int = Field(default=32, ge=1, description="Measured requests per sweep point.")
-    duration_s: float | None = Field(default=None, gt=0, description="Stop sending after this many seconds per sweep point.")
-    warmup_requests: int = Field(default=2, ge=0, description="Warm-up requests (distinct prompts), excluded from the results.")
-    input_len: int | str = Field(default=128, description="Prompt tokens: MEAN, 'MEAN:STD' or 'LO..HI'.")
-    output_len: int | str = Field(default=64, description="Output tokens: MEAN, 'MEAN:STD' or 'LO..HI'.")
-    dataset: LocalPath | None = Field(
-        default=None, description="JSONL {prompt|input_ids, output_tokens} or ShareGPT file instead of synthetic prompts."
-    )
-    seed: int = Field(default=0, description="Seed for prompts, lengths and arrivals.")
-    slo_ms: dict[Literal["ttft", "tpot", "e2e"], float] = Field(default_factory=dict, description="Goodput SLOs in ms.")
+
+
+# bench.workloads[]: a name plus every bench option that has a config key, with the type, default, range and text
+# defined once beside the option (trtllm_forge/bench/options.py). mypy sees the base class; its options are read by
+# bench/options.py's from_workload.
+if TYPE_CHECKING:
+    BenchWorkload = WorkloadName
+else:
+    BenchWorkload = create_model("BenchWorkload", __base__=WorkloadName, __module__=__name__, **workload_fields())
 
 
 class BenchConfig(Section):

@@ -102,7 +102,7 @@ def our_processes(deployment: Deployment) -> list[int]:
 
 def _is_our_server(deployment: Deployment) -> bool:
     """Guard against a recycled pid: the process must be the one this deployment started."""
-    if not pid_alive(deployment.pid):
+    if deployment.pid is None or not pid_alive(deployment.pid):
         return False
     if not Path(f"/proc/{deployment.pid}").is_dir():
         return True
@@ -143,7 +143,8 @@ def log_tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
         text = Path(log).read_text(errors="replace")
     except OSError:
         return f"(no log at {log})"
-    kept, in_options = [], False
+    kept: list[str] = []
+    in_options = False
     for line in text.splitlines():
         if line.startswith("| Option "):
             in_options = True

@@ -176,7 +176,7 @@ def _built(workdir: Path) -> tuple[str, Path]:
     from trtllm_forge.stage_results import BuildResult
 
     built = BuildResult.in_workdir(workdir)
-    if built is None or built.model_yaml is None or not built.model_yaml.is_file():
+    if built is None or built.model_yaml is None or built.llmapi_dir is None or not built.model_yaml.is_file():
         raise ConfigError(
             "deploy.server",
             f"trtllm-serve serves the llmapi build and {workdir / 'build'} has none",
@@ -219,7 +219,7 @@ def deploy(config: ForgeConfig, workdir: Path, target: str, dry_run: bool = Fals
         described = {"server": "trtllm-serve", "argv": argv, "url": f"http://{host}:{port}", "stand_in": is_stand_in(config)}
         if dry_run:
             return {**described, "dry_run": True}
-        server = start_local(argv, described["url"], workdir / "logs" / "trtllm-serve.log", config.deploy.ready_timeout_s)
+        server = start_local(argv, str(described["url"]), workdir / "logs" / "trtllm-serve.log", config.deploy.ready_timeout_s)
         described.update(pid=server.pid, log=str(server.log))
         out.mkdir(parents=True, exist_ok=True)
         (out / STATE).write_text(json.dumps(described, indent=2) + "\n")

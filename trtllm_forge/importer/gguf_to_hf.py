@@ -14,6 +14,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from trtllm_forge.importer.gguf_meta import GGUFInfo, open_reader, read_gguf_info
 from trtllm_forge.importer.gguf_tokenizer import (
@@ -71,7 +72,7 @@ def convert_model(gguf_path: Path, out: Path, dtype: str, info: GGUFInfo):
     return loaded, load_s
 
 
-def convert_tokenizer(reader, gguf_path: Path, out: Path, info: GGUFInfo) -> tuple[str, object]:
+def convert_tokenizer(reader, gguf_path: Path, out: Path, info: GGUFInfo) -> tuple[str, Any]:
     if builds_natively(info):
         tokenizer = build_bpe_tokenizer(reader, info)
         mode = "built from GGUF vocabulary"

@@ -6,6 +6,7 @@ import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.dtypes import resolve_model_dtype, stored_dtype
@@ -73,7 +74,7 @@ class ImportPlan:
 
     def would_skip(self) -> bool:
         previous = read_manifest(self.stage_dir)
-        return bool(previous) and previous.get("input_hash") == hash_inputs(self.values, self.input_paths)
+        return previous is not None and previous.get("input_hash") == hash_inputs(self.values, self.input_paths)
 
     def files(self) -> list[str]:
         out = [str(self.stage_dir / "manifest.json")]
@@ -108,7 +109,7 @@ def plan_import(config: ForgeConfig, workdir: Path) -> ImportPlan:
     dtype = resolve_model_dtype(config, source.path)
     family = config.model.family
     tokenizer_dir = config.resolve_path(config.model.tokenizer).resolve() if config.model.tokenizer else None
-    values = {
+    values: dict[str, Any] = {
         "source": source.spec,
         "source_kind": source.kind,
         "source_path": str(source.path),

@@ -13,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from trtllm_forge.llmapi_args import describe, unknown_keys
 from trtllm_forge.llmapi_cpu.outputs import RequestOutput
@@ -37,8 +38,8 @@ class _Request:
     output: RequestOutput
     params: SamplingParams
     prompt_ids: list[int]
-    config: object = None  # the GenAI GenerationConfig
-    handle: object = None
+    config: Any = None  # the GenAI GenerationConfig (openvino_genai is untyped)
+    handle: Any = None  # its GenerationHandle
     tokens: list[int] = field(default_factory=list)
     aborted: bool = False
     # Wall-clock stamps (ns) for RequestPerfMetrics.timing_metrics.

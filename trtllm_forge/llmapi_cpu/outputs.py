@@ -69,7 +69,7 @@ class RequestOutput:
         perf_metrics: Any = None,
     ):
         snapshot = (text, list(token_ids), finish_reason, stop_reason, error, perf_metrics)
-        if self._loop is not None:
+        if self._loop is not None and self._queue is not None:  # set together, in a running event loop
             self._loop.call_soon_threadsafe(self._queue.put_nowait, snapshot)
         else:
             self._apply(snapshot)
@@ -108,6 +108,8 @@ class RequestOutput:
                 return self
 
     async def aresult(self) -> "RequestOutput":
+        if self._queue is None:
+            raise TypeError("generate_async was not called from a running event loop; use result()")
         while not self.finished:
             self._apply(await self._queue.get())
         if self.error is not None:

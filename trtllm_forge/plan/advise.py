@@ -58,10 +58,10 @@ def fitting_changes(plan: Plan) -> list[Change]:
             out.append(Change("engine.max_seq_len", value, "the longest sequence the KV cache holds"))
     if config.quantization.kv_cache == "none":
         for kv in ("fp8", "int8"):
-            trial = with_changes(config, quantization={"kv_cache": kv})
-            if any(p.where.startswith("quantization.kv_cache") for p in check_config(trial)):
+            changed = with_changes(config, quantization={"kv_cache": kv})
+            if any(p.where.startswith("quantization.kv_cache") for p in check_config(changed)):
                 continue
-            if make_plan(trial, plan.workload, plan.shape, plan.device).fits:
+            if make_plan(changed, plan.workload, plan.shape, plan.device).fits:
                 out.append(Change("quantization.kv_cache", kv, "half the KV bytes"))
                 break
     for algorithm in FIT_QUANT_ORDER:
@@ -74,8 +74,8 @@ def fitting_changes(plan: Plan) -> list[Change]:
     for tp in range(config.parallel.tp + 1, MAX_TP + 1):
         if heads % tp:
             continue
-        trial = with_changes(config, parallel={"tp": tp, "moe_ep": None, "moe_tp": None})
-        if make_plan(trial, plan.workload, plan.shape, plan.device).fits:
+        changed = with_changes(config, parallel={"tp": tp, "moe_ep": None, "moe_tp": None})
+        if make_plan(changed, plan.workload, plan.shape, plan.device).fits:
             out.append(Change("parallel.tp", tp, f"{tp} GPUs"))
             break
     return out

@@ -139,8 +139,9 @@ def kv_dtype_bytes(config: ForgeConfig, dtype: str) -> int:
 
 def default_workload(config: ForgeConfig) -> Workload:
     if config.bench.workloads:
-        w = config.bench.workloads[0]
-        return Workload(w.input_len, w.output_len)
+        from trtllm_forge.bench.options import mean_lengths
+
+        return Workload(*mean_lengths(config.bench.workloads[0]))  # "LO..HI" and "MEAN:STD" are lengths too
     eng = config.engine
     return Workload(eng.max_input_len, max(1, eng.max_seq_len - eng.max_input_len))
 

@@ -15,7 +15,7 @@ def plot_roofline(plan: Plan, path: Path) -> Path:
 
     top = max(plan.config.engine.max_batch_size, plan.max_concurrent_sequences, 2)
     batches = sorted({int(round(top ** (i / 63))) for i in range(64)} | {1, top})
-    points = [plan.point(b) for b in batches]
+    points = [p for b in batches if (p := plan.point(b)) is not None]
     memory = [b / (p.decode.memory_s + p.decode.comm_s) for b, p in zip(batches, points)]
     compute = [b / (p.decode.compute_s + p.decode.comm_s) for b, p in zip(batches, points)]
     best = [p.tokens_per_s for p in points]

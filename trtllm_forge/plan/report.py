@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import asdict
 
 from rich.table import Table
@@ -16,7 +18,7 @@ GiB = 1024**3
 def plan_to_dict(plan: Plan) -> dict:
     limiting = min(plan.memory, key=lambda r: r.blocks_from_memory)
     dev, w = plan.device, plan.workload
-    data = {
+    data: dict[str, Any] = {
         "config": plan.config.name,
         "fits": plan.fits,
         "model": {
@@ -89,7 +91,7 @@ def roofline_dict(plan: Plan) -> dict:
             "reason": f"no memory bandwidth or tensor throughput for {plan.device.name}"
             + (": run `trtllm-forge plan --measure-host`" if not plan.device.is_gpu else ""),
         }
-    points = [plan.point(b) for b in plan.batches()]
+    points = [p for b in plan.batches() if (p := plan.point(b)) is not None]
     zero_kv = plan.cost.compute_bound_batch(m, 0.0)
     return {
         "available": True,

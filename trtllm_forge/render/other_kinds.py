@@ -25,6 +25,10 @@ def checkpoint_for(config: ForgeConfig, workdir: Path) -> tuple[str, list[str]]:
     if config.model.source not in BUILTIN_MODELS and source.suffix != ".gguf":
         # A Hugging Face directory on the serving host (e.g. /models/...), not necessarily on this machine.
         return str(source), [f"{source} is not on this machine; the serving host must have it"]
+    if imported is None:
+        raise ConfigError(
+            "model.source", f"{source} needs importing and {workdir} holds no imported checkpoint", "run `trtllm-forge import` first"
+        )
     warning = f"no imported checkpoint at {imported}; the repository points at it (run `trtllm-forge import` first)"
     return str(imported.resolve()), [warning]
 
@@ -50,7 +54,7 @@ def write_llmapi_repository(config: ForgeConfig, workdir: Path, out: Path, engin
                 "the CPU llmapi repository serves the OpenVINO IR of the build stage, and there is none",
                 "run `trtllm-forge build-engine CONFIG` first or pass --engine-dir DIR",
             )
-        model, warnings = str(Path(engine_dir).resolve()), []
+        model, warnings = str(Path(engine_dir).resolve()), list[str]()
     else:
         model, warnings = checkpoint_for(config, workdir)
     name = config.triton.model_names.tensorrt_llm

@@ -69,6 +69,7 @@ def write_repository(config: ForgeConfig, workdir: Path, engine: EngineInfo | No
     """Render into `out` (which must not hold another repository) and validate the result."""
     out.mkdir(parents=True, exist_ok=True)
     if kind in ENGINE_KINDS:
+        assert engine is not None  # resolve_engine() returns one for every engine kind
         values = compute_values(config, workdir, engine, kind)
         files = write_engine_repository(values, out)
         warnings, world_size = values.warnings, engine.world_size

@@ -16,6 +16,7 @@ import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from trtllm_forge.errors import ConfigError, ConfigErrors
 
@@ -56,7 +57,7 @@ class Model:
     directory: Path
     config_path: Path
     text: str
-    config: object  # inference.ModelConfig
+    config: Any  # inference.ModelConfig (tritonclient protobuf, untyped)
 
     @property
     def decoupled(self) -> bool:

@@ -36,10 +36,11 @@ def verify_summary(report: VerifyReport) -> str:
         f"token agreement {report.agreement.prefix:.1%} (positionwise {report.agreement.positionwise:.1%}); "
         f"required {report.min_token_agreement:.0%}"
     ]
-    if report.perplexity_increase is not None:
+    engine, reference = report.engine_perplexity, report.reference_perplexity
+    if report.perplexity_increase is not None and engine and reference:
         lines.append(
-            f"perplexity: engine {report.engine_perplexity.perplexity:.2f} vs reference "
-            f"{report.reference_perplexity.perplexity:.2f} ({report.perplexity_increase:+.1%}; allowed "
+            f"perplexity: engine {engine.perplexity:.2f} vs reference "
+            f"{reference.perplexity:.2f} ({report.perplexity_increase:+.1%}; allowed "
             f"+{report.max_perplexity_increase:.0%})"
         )
     lines.append("[green]verify passed[/green]" if report.passed else "[red]verify failed:[/red] " + "; ".join(report.problems))
