@@ -94,6 +94,10 @@ def _build(config: ForgeConfig, workdir: Path, checkpoint_dir: Path, force: bool
         from trtllm_forge.builders.openvino import build_engine
 
         return build_engine(config, workdir, checkpoint_dir, force=force)
+    if config.engine.backend == "onnxruntime":
+        from trtllm_forge.builders.onnxruntime import build_engine as build_onnxruntime
+
+        return build_onnxruntime(config, workdir, checkpoint_dir, force=force)
     from trtllm_forge.builders.tensorrt_llm import build
 
     return BuildResult.from_stage(build(config=config, workdir=workdir, checkpoint_dir=checkpoint_dir, force=force))
@@ -277,6 +281,10 @@ def show_dry_run(config: ForgeConfig, config_file: Path, workdir: Path, as_json:
         from trtllm_forge.builders.openvino import plan_build
 
         build_plan: dict = plan_build(config, workdir, checkpoint_dir).to_json()
+    elif config.engine.backend == "onnxruntime":
+        from trtllm_forge.builders.onnxruntime import plan_build as plan_onnxruntime
+
+        build_plan = plan_onnxruntime(config, workdir, checkpoint_dir).to_json()
     else:
         from trtllm_forge.builders.tensorrt_llm import plan_build
 

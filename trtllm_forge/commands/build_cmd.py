@@ -14,7 +14,10 @@ from trtllm_forge.ui import emit_json, info
 
 
 def _build_openvino(config, workdir: Path, checkpoint: Path, force: bool, dry_run: bool, as_json: bool) -> None:
-    from trtllm_forge.builders.openvino import build_engine, plan_build
+    if config.engine.backend == "onnxruntime":  # same entry points as the OpenVINO builder
+        from trtllm_forge.builders.onnxruntime import build_engine, plan_build
+    else:
+        from trtllm_forge.builders.openvino import build_engine, plan_build  # type: ignore[assignment]
 
     if dry_run:
         plan = plan_build(config, workdir, checkpoint)
@@ -73,7 +76,7 @@ def build_engine(config_file: Path, workdir: Path | None, checkpoint: Path | Non
 
         checkpoint = imported_checkpoint(workdir) or workdir / "import" / "checkpoint"
     checkpoint = checkpoint.resolve()
-    if config.engine.backend == "openvino":
+    if config.engine.on_cpu:
         _build_openvino(config, workdir, checkpoint, force, dry_run, as_json)
     else:
         _build_tensorrt_llm(config, workdir, checkpoint, force, dry_run, as_json)
