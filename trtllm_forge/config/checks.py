@@ -399,7 +399,9 @@ def onnxruntime_supports(cfg: ForgeConfig) -> Iterator[ConfigError]:
     if cfg.engine.speculative.mode != "none":
         yield ConfigError("engine.speculative.mode", f"{cfg.engine.speculative.mode} is not available on onnxruntime", "set none")
     if cfg.engine.target != "engine":
-        yield ConfigError("engine.target", "the CPU LLM-API stand-in serves OpenVINO IR only", "set engine.target: engine")
+        yield ConfigError(
+            "engine.target", "the CPU LLM-API stand-in serves OpenVINO IR, not an onnxruntime engine", "set engine.target: engine"
+        )
     for flag in ("enable_kv_cache_reuse", "enable_chunked_context"):
         if getattr(cfg.runtime, flag):
             yield ConfigError(f"runtime.{flag}", "the onnxruntime engine keeps a contiguous KV cache per sequence", "set false")

@@ -156,12 +156,13 @@ def _turn_options(request: Any, config: GenerationConfig) -> Any:
     return options
 
 
-def _model_eos(engine_dir: str) -> int | None:
-    try:
-        with open(os.path.join(engine_dir, "genai_config.json")) as handle:
-            eos = json.load(handle)["model"].get("eos_token_id")
-    except (OSError, ValueError, KeyError):
-        return None
+def _genai_config(engine_dir: str) -> dict:
+    with open(os.path.join(engine_dir, "genai_config.json")) as handle:
+        return json.load(handle)
+
+
+def _model_eos(genai: dict) -> int | None:
+    eos = genai.get("model", {}).get("eos_token_id")
     if isinstance(eos, list):
         return int(eos[0]) if eos else None
     return None if eos is None else int(eos)
@@ -176,16 +177,25 @@ class ContinuousBatchingPipeline:
         config = og.Config(engine_dir)
         config.clear_providers()  # the CPU execution provider
         self.model = og.Model(config)
-        self.engine = og.Engine(self.model)
-        self.buffer = self.engine.create_event_buffer(EVENT_BUFFER_CAPACITY)
-        self.max_batch_size = int(self.engine.get_capabilities().configured_max_batch_size)
-        if scheduler.max_num_seqs > self.max_batch_size:
+        genai = _genai_config(engine_dir)
+        # Absent: the engine's own default batch; the build always writes it.
+        self.max_batch_size = genai.get("engine", {}).get("static_batching", {}).get("max_batch_size")
+        if self.max_batch_size is not None and scheduler.max_num_seqs > self.max_batch_size:
             raise ValueError(
                 f"max_num_seqs {scheduler.max_num_seqs} exceeds the engine's static batch {self.max_batch_size} "
                 "(engine.static_batching.max_batch_size in genai_config.json); rebuild the engine"
             )
-        self.model_eos = _model_eos(engine_dir)
+        self.model_eos = _model_eos(genai)
         self.handles: dict[int, RequestHandle] = {}  # id(og.Request) → handle; pybind returns the same wrapper
+        self._engine: Any = None
+
+    @property
+    def engine(self) -> Any:
+        """og.Engine is bound to the thread that creates it: made on first use, by model.py's engine loop thread."""
+        if self._engine is None:
+            self._engine = og.Engine(self.model)
+            self.buffer = self._engine.create_event_buffer(EVENT_BUFFER_CAPACITY)
+        return self._engine
 
     def add_request(self, request_id: int, input_ids: Any, config: GenerationConfig) -> RequestHandle:
         ids = np.asarray(getattr(input_ids, "data", input_ids), dtype=np.int32).reshape(-1)
@@ -206,11 +216,15 @@ class ContinuousBatchingPipeline:
             handle = self.handles.get(id(event.request))
             if handle is None:
                 continue
-            flags = int(event.flags.value) if hasattr(event.flags, "value") else int(event.flags)
-            failed = bool(flags & int(og.EngineEventFlags.FAILED.value))
-            finished = bool(flags & int(og.EngineEventFlags.TURN_FINISHED.value))
-            if flags & int(og.EngineEventFlags.TOKEN.value):
+            flags = int(event.flags)
+            failed = bool(flags & int(og.EngineEventFlags.FAILED))
+            finished = bool(flags & int(og.EngineEventFlags.TURN_FINISHED))
+            if flags & int(og.EngineEventFlags.TOKEN):
                 handle.on_token(int(event.token), last=finished)
+            elif finished and event.finish_reason == og.FinishReason.EOS and self.model_eos is not None:
+                # The engine ends at the model's EOS without a token event; OpenVINO GenAI (and so this model's
+                # contract) returns the EOS token as the last output token.
+                handle.on_token(self.model_eos, last=True)
             if failed or finished:
                 handle.on_finished(failed)
                 self.handles.pop(id(event.request), None)
