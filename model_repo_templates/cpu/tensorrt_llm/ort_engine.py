@@ -128,9 +128,9 @@ class RequestHandle:
         self.unread.append(token)
         self.generated += 1
         config = self.config
-        if last or config.ignore_eos or self.generated < config.min_new_tokens:
+        if last or self.generated < config.min_new_tokens:
             return
-        if token in config.stop_token_ids or token == config.eos_token_id:
+        if token in config.stop_token_ids or (token == config.eos_token_id and not config.ignore_eos):
             self.status = GenerationStatus.FINISHED
             self.request.cancel_turn(self.turn_id)
 
