@@ -102,7 +102,7 @@ def refusals(config: ForgeConfig, engine: EngineInfo, kind: str) -> list[ConfigE
         problems.append(
             ConfigError(
                 "--engine-dir",
-                f"the cpu repository kind needs an OpenVINO or ONNX Runtime GenAI engine, {engine.directory} is {engine.backend!r}",
+                f"the cpu repository kind needs an OpenVINO engine or an ONNX Runtime GenAI engine, {engine.directory} is {engine.backend!r}",
                 "pass the engine built with engine.backend: openvino or onnxruntime, or --kind inflight_batcher_llm",
             )
         )
