@@ -3,10 +3,14 @@ then write the TensorRT-LLM-shaped engine config.json beside it. Output: <workdi
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
+
+import click
 
 from trtllm_forge.build_result import BuildResult
 from trtllm_forge.builders.onnxruntime import engine_json
@@ -16,6 +20,7 @@ from trtllm_forge.config import ForgeConfig
 from trtllm_forge.engine_config import ENGINE_CONFIG
 from trtllm_forge.errors import ConfigError, StepError
 from trtllm_forge.stages import StageRecorder, run_stage
+from trtllm_forge.ui import emit_json, info
 
 STAGE = "build"
 ENGINE_SUBDIR = "engine"
@@ -109,14 +114,45 @@ def _copy_tokenizer_files(checkpoint_dir: Path, engine_dir: Path) -> None:
             shutil.copy2(src, engine_dir / name)
 
 
+class OnnxRuntimeBuilder:
+    """The ONNX Runtime GenAI builder (engine.backend onnxruntime, engine.target engine); implements
+    builders.protocol.Builder."""
+
+    def plan(self, config: ForgeConfig, workdir: Path, checkpoint_dir: Path) -> BuildPlan:
+        if config.engine.target != "engine":
+            raise ConfigError("engine.target", f"the LLM API stand-in serves OpenVINO IR, not {BACKEND}", "use engine.target: engine")
+        return plan_build(config, Path(workdir), Path(checkpoint_dir))
+
+    def commands(self, plan: BuildPlan) -> list[list[str]]:
+        return [list(argv) for argv in plan.commands]
+
+    def describe(self, plan: BuildPlan) -> dict[str, Any]:
+        return plan.to_json()
+
+    def show_dry_run(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, as_json: bool) -> None:
+        if as_json:
+            emit_json({"dry_run": True, **plan.to_json()})
+            return
+        info("[bold]build-engine (dry run)[/bold]: would run")
+        for argv in plan.commands:
+            click.echo(shlex.join(argv), err=True)
+        info("and write:")
+        for path in plan.files:
+            click.echo(f"  {path}", err=True)
+
+    def execute(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, force: bool = False) -> BuildResult:
+        return _execute(config, Path(workdir), plan, force)
+
+
 def build_engine(config: ForgeConfig, workdir: Path, checkpoint_dir: Path, force: bool = False) -> BuildResult:
     """Export `checkpoint_dir` to <workdir>/build/engine (skipped when nothing that matters changed)."""
-    workdir = Path(workdir)
-    checkpoint_dir = Path(checkpoint_dir)
+    builder = OnnxRuntimeBuilder()
+    return builder.execute(config, workdir, builder.plan(config, workdir, checkpoint_dir), force=force)
+
+
+def _execute(config: ForgeConfig, workdir: Path, recorded: BuildPlan, force: bool) -> BuildResult:
+    checkpoint_dir = recorded.checkpoint_dir
     _check_checkpoint(checkpoint_dir)
-    recorded = plan_build(config, workdir, checkpoint_dir)
-    if config.engine.target == "llmapi":
-        raise ConfigError("engine.target", f"the LLM API stand-in serves OpenVINO IR, not {BACKEND}", "use engine.target: engine")
 
     def body(tmp: Path, recorder: StageRecorder) -> dict:
         engine_dir = tmp / ENGINE_SUBDIR
