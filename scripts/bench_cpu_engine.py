@@ -438,9 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     root = args.root.resolve()
     checkpoint = args.checkpoint
     if checkpoint is None:
-        from trtllm_forge.importer.stage import checkpoint_dir_of, import_checkpoint
+        from trtllm_forge.importer.stage import import_checkpoint
 
-        checkpoint = checkpoint_dir_of(import_checkpoint(base, root / "import"))
+        checkpoint = import_checkpoint(base, root / "import").checkpoint_dir
     checkpoint = Path(checkpoint).resolve()
 
     info(f"loading transformers from {checkpoint}")

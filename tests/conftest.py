@@ -274,10 +274,10 @@ def smollm2_checkpoint(tmp_path_factory) -> Path:
     existing = os.environ.get("FORGE_TEST_CHECKPOINT")
     if existing:
         return Path(existing)
-    from trtllm_forge.importer.stage import checkpoint_dir_of, import_checkpoint
+    from trtllm_forge.importer.stage import import_checkpoint
 
     workdir = tmp_path_factory.mktemp("import-wd")
-    return checkpoint_dir_of(import_checkpoint(cpu_test_config(), workdir))
+    return import_checkpoint(cpu_test_config(), workdir).checkpoint_dir
 
 
 @pytest.fixture(scope="session")

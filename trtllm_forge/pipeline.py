@@ -7,20 +7,27 @@ The server is always stopped at the end (errors and Ctrl-C included) unless the 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.table import Table
 
-from trtllm_forge.build_result import BuildResult
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.entrypoint import entry_model, is_llmapi
 from trtllm_forge.errors import ConfigError, StepError
+from trtllm_forge.stage_results import BuildResult
 from trtllm_forge.stages import StageResult, terminate_as_error
 from trtllm_forge.ui import console, info, plain
 
+if TYPE_CHECKING:
+    from trtllm_forge.deploy.state import Deployment
+    from trtllm_forge.verify.check import VerifyReport
+
 SMOKE_PROMPT = "The capital of France is"
+T = TypeVar("T")
 
 
 @dataclass
@@ -38,9 +45,9 @@ class RunReport:
     stages: list[StageOutcome] = field(default_factory=list)
     answer: str | None = None
     stream_matches: bool | None = None
-    verify: Any = None  # VerifyReport
+    verify: VerifyReport | None = None
     bench: dict | None = None
-    deployment: Any = None  # Deployment
+    deployment: Deployment | None = None
     kept_serving: bool = False
     paths: dict[str, str] = field(default_factory=dict)
 
@@ -69,14 +76,14 @@ class _Stages:
     def __init__(self, report: RunReport):
         self.report = report
 
-    def run(self, name: str, func, *args, **kwargs):
+    def run(self, name: str, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         started = time.monotonic()
         outcome = StageOutcome(name, "failed")
         self.report.stages.append(outcome)
         try:
             result = func(*args, **kwargs)
         except Exception as exc:
-            outcome.detail = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+            outcome.detail = _first_line(exc)
             raise
         finally:
             outcome.seconds = round(time.monotonic() - started, 2)
@@ -88,29 +95,44 @@ class _Stages:
             outcome.status, outcome.detail = "skipped", "no bench workloads in the config"
         return result
 
+    @contextmanager
+    def entered(self, name: str, context: AbstractContextManager[T], detail: Callable[[T], str]) -> Iterator[T]:
+        """A stage whose result lives for a `with` block (deploy: the server runs until the block ends); timed
+        until it is entered, like the other stages."""
+        started = time.monotonic()
+        outcome = StageOutcome(name, "failed")
+        self.report.stages.append(outcome)
+        with ExitStack() as stack:
+            try:
+                result = stack.enter_context(context)
+            except Exception as exc:
+                outcome.detail = _first_line(exc)
+                raise
+            finally:
+                outcome.seconds = round(time.monotonic() - started, 2)
+            outcome.status, outcome.detail = "done", detail(result)
+            yield result
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+
 
 def _build(config: ForgeConfig, workdir: Path, checkpoint_dir: Path, force: bool) -> BuildResult:
-    if config.engine.backend == "openvino":
-        from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.builders.registry import build
 
-        return build_engine(config, workdir, checkpoint_dir, force=force)
-    if config.engine.backend == "onnxruntime":
-        from trtllm_forge.builders.onnxruntime import build_engine as build_onnxruntime
-
-        return build_onnxruntime(config, workdir, checkpoint_dir, force=force)
-    from trtllm_forge.builders.tensorrt_llm import build
-
-    return BuildResult.from_stage(build(config=config, workdir=workdir, checkpoint_dir=checkpoint_dir, force=force))
+    return build(config, workdir, checkpoint_dir, force=force)
 
 
-def _smoke(config: ForgeConfig, deployment, report: RunReport) -> None:
-    from trtllm_forge.client import generate
+def _smoke(config: ForgeConfig, deployment: Deployment, report: RunReport) -> None:
+    from trtllm_forge.client import Generation, generate
+    from trtllm_forge.llmapi_requests import llmapi_generate
 
     entry = entry_model(config)
-    if is_llmapi(config):
-        from trtllm_forge.llmapi_requests import llmapi_generate as generate  # noqa: F811 - NVIDIA's llmapi tensors
-    whole = generate(deployment, SMOKE_PROMPT, config.verify.max_tokens, model=entry, stream=False)
-    streamed = generate(deployment, SMOKE_PROMPT, config.verify.max_tokens, model=entry, stream=True)
+    # The llmapi model takes NVIDIA's llmapi tensors; the engine ensembles take the tensorrt_llm ones.
+    send: Callable[..., Generation] = llmapi_generate if is_llmapi(config) else generate
+    whole = send(deployment, SMOKE_PROMPT, config.verify.max_tokens, model=entry, stream=False)
+    streamed = send(deployment, SMOKE_PROMPT, config.verify.max_tokens, model=entry, stream=True)
     report.answer = whole.text
     report.stream_matches = streamed.text == whole.text
     info(f"[bold]served answer[/bold] to {SMOKE_PROMPT!r}: {whole.text!r}")
@@ -118,16 +140,15 @@ def _smoke(config: ForgeConfig, deployment, report: RunReport) -> None:
         raise StepError("smoke", "the streamed text differs from the non-streamed text", f"streamed {streamed.text!r}")
 
 
-def _bench(config: ForgeConfig, workdir: Path, deployment) -> dict | None:
+def _bench(config: ForgeConfig, workdir: Path, deployment: Deployment) -> dict | None:
     if not config.bench.workloads:
         return None
     from trtllm_forge.bench.config_runs import fail_on_errors, options_from_config
+    from trtllm_forge.bench.roofline_view import roofline_rows, roofline_table
     from trtllm_forge.bench.run import run_bench
 
-    # The deployment's state.json in the workdir tells the benchmark where the server is.
-    from trtllm_forge.bench.roofline_view import roofline_rows, roofline_table
-
-    documents = [run_bench(options) for options in options_from_config(config, workdir, {}, {}, None, config.name or "CONFIG")]
+    runs = options_from_config(config, workdir, {}, {}, None, config.name or "CONFIG", deployment=deployment)
+    documents = [run_bench(options) for options in runs]
     rows = roofline_rows(config, documents)
     if rows:
         console.print(roofline_table(rows))
@@ -166,35 +187,29 @@ def run_pipeline(
 
 def _run_stages(config: ForgeConfig, workdir: Path, report: RunReport, force: bool, keep_serving: bool, run_bench: bool) -> RunReport:
     from trtllm_forge.deploy import serving
-    from trtllm_forge.importer.stage import checkpoint_dir_of, import_checkpoint
+    from trtllm_forge.importer.stage import import_checkpoint
     from trtllm_forge.render.repository import render_repository
     from trtllm_forge.verify.stage import verify_deployment
 
     stages = _Stages(report)
     try:
         imported = stages.run("import", import_checkpoint, config, workdir, force=force)
-        checkpoint_dir = checkpoint_dir_of(imported)
-        built: BuildResult = stages.run("build", _build, config, workdir, checkpoint_dir, force)
+        built = stages.run("build", _build, config, workdir, imported.checkpoint_dir, force)
         rendered = stages.run("render", render_repository, config, workdir, built.engine_dir, force=force)
-        repository = Path(rendered.manifest["outputs"]["repository"])
         report.paths = {
-            "checkpoint": str(checkpoint_dir),
+            "checkpoint": str(imported.checkpoint_dir),
             "engine": str(built.engine_dir or built.llmapi_dir),
-            "repository": str(repository),
+            "repository": str(rendered.repository),
             "logs": str(workdir / "logs"),
         }
         if run_bench:
             _measure_host_once(config)
-        deploy_outcome = StageOutcome("deploy", "failed")
-        report.stages.append(deploy_outcome)
-        started = time.monotonic()
-        with serving(config, workdir, repository, keep=keep_serving) as deployment:
-            deploy_outcome.status, deploy_outcome.seconds = "done", round(time.monotonic() - started, 2)
-            deploy_outcome.detail = f"grpc {deployment.grpc_url}, http {deployment.http_url}"
+        server = serving(config, workdir, rendered.repository, keep=keep_serving)
+        with stages.entered("deploy", server, lambda d: f"grpc {d.grpc_url}, http {d.http_url}") as deployment:
             report.deployment = deployment
             report.kept_serving = keep_serving
             stages.run("smoke", _smoke, config, deployment, report)
-            report.verify = stages.run("verify", verify_deployment, config, workdir, deployment)
+            report.verify = stages.run("verify", verify_deployment, config, workdir, deployment, imported, built)
             if run_bench:
                 report.bench = stages.run("bench", _bench, config, workdir, deployment)
     except (ConfigError, StepError, KeyboardInterrupt):
@@ -220,7 +235,7 @@ def stage_table(report: RunReport) -> Table:
     return table
 
 
-def query_examples(config: ForgeConfig, deployment) -> str:
+def query_examples(config: ForgeConfig, deployment: Deployment) -> str:
     entry = entry_model(config)
     max_tokens = "sampling_param_max_tokens" if is_llmapi(config) else "max_tokens"
     return (
@@ -277,18 +292,9 @@ def show_dry_run(config: ForgeConfig, config_file: Path, workdir: Path, as_json:
             "commands": [],
             "notes": [f"{source} is not on this machine: the import stage checks it where the build runs"],
         }
-    if config.engine.backend == "openvino":
-        from trtllm_forge.builders.openvino import plan_build
+    from trtllm_forge.builders.registry import dry_run_commands
 
-        build_plan: dict = plan_build(config, workdir, checkpoint_dir).to_json()
-    elif config.engine.backend == "onnxruntime":
-        from trtllm_forge.builders.onnxruntime import plan_build as plan_onnxruntime
-
-        build_plan = plan_onnxruntime(config, workdir, checkpoint_dir).to_json()
-    else:
-        from trtllm_forge.builders.tensorrt_llm import plan_build
-
-        build_plan = plan_build(config, checkpoint_dir).to_dict()
+    build_plan, build_commands = dry_run_commands(config, workdir, checkpoint_dir)
     later = [
         ["trtllm-forge", "render", str(config_file), "--workdir", str(workdir)],
         ["trtllm-forge", "deploy", str(config_file), "--workdir", str(workdir)],
@@ -296,7 +302,7 @@ def show_dry_run(config: ForgeConfig, config_file: Path, workdir: Path, as_json:
         *([["trtllm-forge", "bench", str(config_file), "--workdir", str(workdir)]] if config.bench.workloads else []),
         ["trtllm-forge", "deploy", "stop", "--workdir", str(workdir)],
     ]
-    doc = {
+    doc: dict[str, Any] = {
         "dry_run": True,
         "workdir": str(workdir),
         "import": import_doc,
@@ -309,10 +315,8 @@ def show_dry_run(config: ForgeConfig, config_file: Path, workdir: Path, as_json:
     info(f"[bold]run (dry run)[/bold] for {config.name} in {workdir}")
     for argv in doc["import"]["commands"] or [["(record the checkpoint", str(doc["import"]["checkpoint_dir"]) + ")"]]:
         info(f"1. import: {shlex.join(argv)}")
-    for argv in build_plan.get("commands") or [step["argv"] for step in build_plan.get("steps", [])]:
+    for argv in build_commands:
         info(f"2. build: {shlex.join(argv)}")
-    if config.engine.target == "llmapi" and config.engine.backend == "openvino":
-        info(f"2. build: write {workdir / 'build' / 'llmapi' / 'model.yaml'} (LLM() arguments for the CPU LLM-API stand-in)")
     for index, argv in enumerate(later, start=3):
         info(f"{index}. {shlex.join(argv)}")
     info("dry run: nothing was run and nothing was written")

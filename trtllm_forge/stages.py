@@ -258,12 +258,6 @@ def stage_lock(workdir: Path, name: str):
     return file_lock(workdir / ".locks" / f"{name}.lock", wait_s=0, busy=busy)
 
 
-def stage_output(workdir: Path, stage: str, key: str) -> str | None:
-    """One output a finished stage recorded in its manifest (also when a later run skipped it), or None."""
-    manifest = read_manifest(Path(workdir) / stage) or {}
-    return (manifest.get("outputs") or {}).get(key)
-
-
 def run_stage(
     workdir: Path,
     name: str,

@@ -3,10 +3,14 @@ TensorRT-LLM-shaped engine config.json beside it. Output: <workdir>/build/engine
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
+
+import click
 
 from trtllm_forge.build_result import BuildResult
 from trtllm_forge.builders.openvino import engine_json
@@ -21,6 +25,7 @@ from trtllm_forge.config import ForgeConfig
 from trtllm_forge.engine_config import ENGINE_CONFIG
 from trtllm_forge.errors import ConfigError, StepError
 from trtllm_forge.stages import StageRecorder, run_stage
+from trtllm_forge.ui import emit_json, info
 
 STAGE = "build"
 ENGINE_SUBDIR = "engine"
@@ -52,6 +57,7 @@ class BuildPlan:
     checkpoint_dir: Path
     engine_dir: Path
     export: ExportPlan
+    model_yaml: Path | None = None  # engine.target llmapi: the LLM() arguments of the CPU LLM-API stand-in
 
     @property
     def files(self) -> list[Path]:
@@ -72,7 +78,8 @@ class BuildPlan:
 
 def plan_build(config: ForgeConfig, workdir: Path, checkpoint_dir: Path) -> BuildPlan:
     engine_dir = workdir / STAGE / ENGINE_SUBDIR
-    return BuildPlan(checkpoint_dir, engine_dir, plan_export(config, checkpoint_dir, engine_dir))
+    model_yaml = workdir / STAGE / LLMAPI_SUBDIR / "model.yaml" if config.engine.target == "llmapi" else None
+    return BuildPlan(checkpoint_dir, engine_dir, plan_export(config, checkpoint_dir, engine_dir), model_yaml)
 
 
 def _hash_values(config: ForgeConfig, plan: ExportPlan) -> dict:
@@ -113,10 +120,40 @@ def _check_export(engine_dir: Path) -> None:
 def build_engine(config: ForgeConfig, workdir: Path, checkpoint_dir: Path, force: bool = False) -> BuildResult:
     """Export `checkpoint_dir` to <workdir>/build/engine (skipped when nothing that matters changed). With
     engine.target llmapi also <workdir>/build/llmapi/model.yaml, the LLM() arguments of the CPU LLM-API stand-in."""
-    workdir = Path(workdir)
-    checkpoint_dir = Path(checkpoint_dir)
+    return _execute(config, Path(workdir), plan_build(config, Path(workdir), Path(checkpoint_dir)), force)
+
+
+class OpenVINOBuilder:
+    """The CPU builder (engine.backend openvino, both targets); implements builders.protocol.Builder."""
+
+    def plan(self, config: ForgeConfig, workdir: Path, checkpoint_dir: Path) -> BuildPlan:
+        return plan_build(config, Path(workdir), Path(checkpoint_dir))
+
+    def commands(self, plan: BuildPlan) -> list[list[str]]:
+        written = [["trtllm-forge:write-yaml", str(plan.model_yaml)]] if plan.model_yaml else []
+        return [list(plan.export.argv), *written]
+
+    def describe(self, plan: BuildPlan) -> dict[str, Any]:
+        return plan.to_json()
+
+    def show_dry_run(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, as_json: bool) -> None:
+        if as_json:
+            emit_json({"dry_run": True, **plan.to_json()})
+            return
+        info("[bold]build-engine (dry run)[/bold]: would run")
+        for argv in plan.to_json()["commands"]:
+            click.echo(shlex.join(argv), err=True)
+        info("and write:")
+        for path in plan.files:
+            click.echo(f"  {path}", err=True)
+
+    def execute(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, force: bool = False) -> BuildResult:
+        return _execute(config, Path(workdir), plan, force)
+
+
+def _execute(config: ForgeConfig, workdir: Path, recorded: BuildPlan, force: bool) -> BuildResult:
+    checkpoint_dir = recorded.checkpoint_dir
     _check_checkpoint(checkpoint_dir)
-    recorded = plan_build(config, workdir, checkpoint_dir)
     input_paths = {"checkpoint": checkpoint_dir}
     if recorded.export.calibration_file:
         input_paths["calibration"] = recorded.export.calibration_file
@@ -135,12 +172,11 @@ def build_engine(config: ForgeConfig, workdir: Path, checkpoint_dir: Path, force
             recorder.notes.append("int4_awq without quantization.calibration.dataset: data-free AWQ was applied")
         size = sum(p.stat().st_size for p in engine_dir.iterdir() if p.is_file())
         llmapi_outputs = {}
-        if config.engine.target == "llmapi":
+        if recorded.model_yaml:
             from trtllm_forge.builders.tensorrt_llm.llmapi import write_model_yaml
 
             write_model_yaml(config, tmp / LLMAPI_SUBDIR, str(recorded.engine_dir))
-            final = workdir / STAGE / LLMAPI_SUBDIR
-            llmapi_outputs = {"target": "llmapi", "llmapi_dir": str(final), "model_yaml": str(final / "model.yaml")}
+            llmapi_outputs = {"target": "llmapi", "llmapi_dir": str(recorded.model_yaml.parent), "model_yaml": str(recorded.model_yaml)}
         return {
             **llmapi_outputs,
             "engine_dir": str(recorded.engine_dir),

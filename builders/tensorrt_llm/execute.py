@@ -8,11 +8,13 @@ import re
 import shlex
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 import yaml
 from rich.markup import escape
 
+from trtllm_forge.build_result import BuildResult
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.engine_config import ENGINE_CONFIG
 from trtllm_forge.errors import ConfigError, StepError
@@ -85,51 +87,73 @@ def _print_dry_run(plan: BuildPlan, workdir: Path, commands: dict, as_json: bool
     click.echo("dry run: nothing was run and nothing was written", err=True)
 
 
+class TensorRTLLMEngineBuilder:
+    """engine.target engine: trtllm-build engines in the TensorRT-LLM 1.2.x container; implements
+    builders.protocol.Builder. Without TensorRT-LLM or a GPU, `execute` refuses with the container command."""
+
+    def plan(self, config: ForgeConfig, workdir: Path, checkpoint_dir: Path | None) -> BuildPlan:
+        return plan_build(config, checkpoint_dir)
+
+    def commands(self, plan: BuildPlan) -> list[list[str]]:
+        return [list(step.argv) for step in plan.steps]
+
+    def describe(self, plan: BuildPlan) -> dict[str, Any]:
+        return plan.to_dict()
+
+    def show_dry_run(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, as_json: bool) -> None:
+        _warn(plan)
+        _print_dry_run(plan, Path(workdir), container_command(config, plan, Path(workdir)), as_json)
+
+    def execute(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, force: bool = False) -> BuildResult:
+        workdir = Path(workdir)
+        _warn(plan)
+        commands = container_command(config, plan, workdir)
+        spec = load_spec(plan.trtllm_version)
+        serving = images.image_for_version(plan.trtllm_version)
+        # Where nvidia-smi exists, the image this engine is built and served in must start on this driver.
+        driver = images.check_host_driver(serving)
+        runtime = container.probe()
+        missing = runtime.missing(plan.trtllm_version, spec.compatible_versions)
+        if missing:
+            raise ConfigError(
+                "engine.backend",
+                f"tensorrt-llm build cannot run here: {missing}",
+                f"run the same build in the serving image {spec.container_image} (docker/Dockerfile on {spec.base_image}): "
+                f"{shlex.join(commands['docker_build'])} && {shlex.join(commands['docker_run'])}",
+            )
+        return BuildResult.from_stage(_execute(config, plan, workdir, runtime, force, driver))
+
+
+def _warn(plan: BuildPlan) -> None:
+    for item in plan.warnings:
+        warn(escape(f"{item.field}: {item.message} [{item.code}]"))
+
+
 def build(
     config: ForgeConfig, workdir: Path, checkpoint_dir: Path | None, force: bool = False, dry_run: bool = False, as_json: bool = False
-) -> StageResult | BuildPlan:
-    """Plan, check and (when TensorRT-LLM 1.2.x and a GPU are here) run the build stage.
+) -> BuildResult | BuildPlan:
+    """Plan, check and (when TensorRT-LLM 1.2.x and a GPU are here) run the build stage, through the registry's
+    builder of the config's engine.target (this one or builders/tensorrt_llm/llmapi.py's LLMAPIBuilder).
 
     dry_run: print the plan (text on stderr, or one JSON document on stdout) and return it; nothing is written.
     Without TensorRT-LLM or a GPU: ConfigError (exit 2) carrying the container command; nothing is written.
     """
-    workdir = Path(workdir)
-    plan = plan_build(config, checkpoint_dir)
-    for item in plan.warnings:
-        warn(escape(f"{item.field}: {item.message} [{item.code}]"))
-    commands = container_command(config, plan, workdir)
+    from trtllm_forge.builders.registry import builder_for, report_build
+
+    builder = builder_for(config)
+    # Without an imported checkpoint the plan reads model.source (a path that may exist only on the GPU host).
+    plan = builder.plan(config, Path(workdir), Path(checkpoint_dir) if checkpoint_dir else config.resolve_path(config.model.source))
     if dry_run:
-        _print_dry_run(plan, workdir, commands, as_json)
+        builder.show_dry_run(config, Path(workdir), plan, as_json)
         return plan
-    if plan.target == "llmapi":
-        return _report(_write_llmapi(plan, workdir, force), as_json)
-
-    spec = load_spec(plan.trtllm_version)
-    serving = images.image_for_version(plan.trtllm_version)
-    # Where nvidia-smi exists, the image this engine is built and served in must start on this driver.
-    driver = images.check_host_driver(serving)
-    runtime = container.probe()
-    missing = runtime.missing(plan.trtllm_version, spec.compatible_versions)
-    if missing:
-        raise ConfigError(
-            "engine.backend",
-            f"tensorrt-llm build cannot run here: {missing}",
-            f"run the same build in the serving image {spec.container_image} (docker/Dockerfile on {spec.base_image}): "
-            f"{shlex.join(commands['docker_build'])} && {shlex.join(commands['docker_run'])}",
-        )
-    return _report(_execute(config, plan, workdir, runtime, force, driver), as_json)
-
-
-def _report(result: StageResult, as_json: bool) -> StageResult:
-    if as_json:
-        emit_json({**result.manifest, "skipped": result.skipped})
-    else:
-        outputs = result.manifest.get("outputs", {})
-        info(f"{outputs.get('target', 'engine')}: {outputs.get('engine_dir') or outputs.get('llmapi_dir')}")
+    result = builder.execute(config, Path(workdir), plan, force=force)
+    report_build(result, as_json)
     return result
 
 
-def _write_llmapi(plan: BuildPlan, workdir: Path, force: bool) -> StageResult:
+def write_llmapi(plan: BuildPlan, workdir: Path, force: bool) -> BuildResult:
+    """engine.target llmapi: the PyTorch-backend files (no engine) as the build stage."""
+
     def body(tmp: Path, recorder: StageRecorder) -> dict:
         out = tmp / "llmapi"
         out.mkdir()
@@ -147,7 +171,7 @@ def _write_llmapi(plan: BuildPlan, workdir: Path, force: bool) -> StageResult:
             "serve_argv": plan.llmapi["serve_argv"],
         }
 
-    return run_stage(workdir, STAGE, _stage_values(plan), _input_paths(plan), body, force=force)
+    return BuildResult.from_stage(run_stage(workdir, STAGE, _stage_values(plan), _input_paths(plan), body, force=force))
 
 
 def _stage_values(plan: BuildPlan) -> dict:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.errors import StepError
 from trtllm_forge.importer.stage import imported_checkpoint
+
+if TYPE_CHECKING:
+    from trtllm_forge.deploy.state import Deployment
 
 
 def merge_options(flags: dict, load_flags: dict, base: dict | None = None) -> dict:
@@ -21,14 +25,21 @@ def merge_options(flags: dict, load_flags: dict, base: dict | None = None) -> di
 
 
 def options_from_config(
-    config: ForgeConfig, wd: Path, flags: dict, load_flags: dict, out: Path | None, config_label: str = "CONFIG"
+    config: ForgeConfig,
+    wd: Path,
+    flags: dict,
+    load_flags: dict,
+    out: Path | None,
+    config_label: str = "CONFIG",
+    deployment: Deployment | None = None,
 ) -> list:
-    """One BenchOptions per workload of the config's bench section; flags given on the command line win."""
+    """One BenchOptions per workload of the config's bench section; flags given on the command line win.
+    `deployment`: the server to measure (`run` passes the one it started); None reads the workdir's deploy state."""
     from trtllm_forge.bench.run import BenchOptions
     from trtllm_forge.bench.workload import LengthSpec
     from trtllm_forge.deploy.state import read_state
 
-    state = read_state(wd)
+    state = deployment if deployment is not None else read_state(wd)
     running = state is not None and state.running
     emit = flags.pop("_emit", False)
     names = config.triton.model_names

@@ -44,7 +44,6 @@ def import_model(config_file: Path, workdir: Path | None, force: bool, dry_run: 
             click.echo(f"  note: {note}", err=True)
         return
     result = import_checkpoint(config, workdir, force=force)
-    outputs = result.manifest["outputs"]
     if as_json:
         emit_json(
             {
@@ -52,14 +51,14 @@ def import_model(config_file: Path, workdir: Path | None, force: bool, dry_run: 
                 "skipped": result.skipped,
                 "directory": str(result.directory),
                 "input_hash": result.manifest.get("input_hash"),
-                "outputs": outputs,
+                "outputs": result.manifest.get("outputs", {}),
             }
         )
         return
-    tok = outputs.get("tokenizer", {})
-    info(f"  checkpoint: {outputs['checkpoint_dir']}")
+    tok = result.tokenizer
+    info(f"  checkpoint: {result.checkpoint_dir}")
     info(
-        f"  {outputs.get('architecture')} ({outputs.get('model_type')}), {outputs.get('num_parameters', 0) / 1e6:.1f}M "
-        f"parameters, {outputs.get('dtype')}; tokenizer bos={tok.get('bos_token_id')} eos={tok.get('eos_token_id')} "
+        f"  {result.architecture} ({result.model_type}), {(result.num_parameters or 0) / 1e6:.1f}M "
+        f"parameters, {result.dtype}; tokenizer bos={tok.get('bos_token_id')} eos={tok.get('eos_token_id')} "
         f"add_bos={tok.get('add_bos_token')}"
     )

@@ -95,14 +95,13 @@ def render(config_file, engine_dir, kind, out, check_dir, workdir, dry_run, as_j
             )
         return
     result = repo.render_repository(config, wd, engine_dir, kind=kind, force=force)
-    outputs = result.manifest.get("outputs", {})
-    for message in outputs.get("warnings", []):
+    for message in result.warnings:
         warn(message)
     if as_json:
-        emit_json({"stage": "render", "skipped": result.skipped, "directory": str(result.directory), **outputs})
+        emit_json({"stage": "render", "skipped": result.skipped, "directory": str(result.directory), **result.manifest.get("outputs", {})})
     else:
-        info(f"  repository: {outputs.get('repository')}")
-        info(f"  launch: {outputs.get('launch_script')}")
+        info(f"  repository: {result.repository}")
+        info(f"  launch: {result.launch_script}")
 
 
 def _check(directory: Path, as_json: bool) -> None:

@@ -6,7 +6,6 @@ Built without side effects, so `deploy --dry-run` prints exactly what a real sta
 from __future__ import annotations
 
 import errno
-import json
 import re
 import shlex
 import socket
@@ -24,6 +23,7 @@ from trtllm_forge.deploy.discovery import (
 from trtllm_forge.deploy.server_argv import EXIT_TIMEOUT_S as EXIT_TIMEOUT_S  # re-exported: its old home
 from trtllm_forge.deploy.server_argv import PORT_NAMES, bind_address, tritonserver_argv
 from trtllm_forge.errors import ConfigError, StepError
+from trtllm_forge.stage_results import RenderResult
 
 WILDCARDS = {"0.0.0.0", "::", "", "[::]"}
 
@@ -149,21 +149,14 @@ def check_stub_env_paths(repository: Path, models: list[str], install: TritonIns
                 )
 
 
-def render_manifest(workdir: Path) -> dict:
-    path = workdir / "render" / "manifest.json"
-    try:
-        return json.loads(path.read_text()).get("outputs", {}) if path.is_file() else {}
-    except json.JSONDecodeError:
-        return {}
-
-
 def default_repository(workdir: Path) -> Path:
-    rendered = render_manifest(workdir).get("repository")
-    return Path(rendered) if rendered else workdir / "render" / "model_repository"
+    rendered = RenderResult.in_workdir(workdir)
+    return rendered.repository if rendered else workdir / "render" / "model_repository"
 
 
 def rendered_leader_command(workdir: Path, world_size: int) -> list[str]:
-    command = render_manifest(workdir).get("launch_command")
+    rendered = RenderResult.in_workdir(workdir)
+    command = rendered.launch_command if rendered else []
     if not command:
         raise ConfigError(
             "parallel",
@@ -171,7 +164,7 @@ def rendered_leader_command(workdir: Path, world_size: int) -> list[str]:
             f"(launch_command in {workdir / 'render' / 'manifest.json'}), and none is there",
             "run `trtllm-forge render CONFIG` first",
         )
-    return shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
+    return command
 
 
 def plan_launch(config: ForgeConfig, workdir: Path, repository: Path | None = None) -> LaunchPlan:

@@ -17,10 +17,11 @@ import yaml
 
 from trtllm_forge.builders.tensorrt_llm.images import check_engine_for_config, check_host_driver, describe_image, serving_image
 from trtllm_forge.config import ForgeConfig
-from trtllm_forge.deploy.launch import render_manifest, rendered_leader_command
+from trtllm_forge.deploy.launch import rendered_leader_command
 from trtllm_forge.deploy.server_argv import bind_address, tritonserver_argv
 from trtllm_forge.engine_config import read_engine_config
 from trtllm_forge.errors import ConfigError
+from trtllm_forge.stage_results import RenderResult
 
 CONTAINER_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 CONTAINER_TRITONSERVER = "tritonserver"  # on PATH in the serving images
@@ -40,10 +41,11 @@ def image_for(config: ForgeConfig) -> str:
 
 def check_rendered_engine(config: ForgeConfig, workdir: Path) -> None:
     """Refuse (exit 2) to deploy the rendered repository's TensorRT-LLM engine in an image of another version."""
-    engine_dir = render_manifest(workdir).get("engine_dir")
-    if config.engine.backend != "tensorrt-llm" or not engine_dir or not (Path(engine_dir) / "config.json").is_file():
+    rendered = RenderResult.in_workdir(workdir)
+    engine_dir = rendered.engine_dir if rendered else None
+    if config.engine.backend != "tensorrt-llm" or not engine_dir or not (engine_dir / "config.json").is_file():
         return
-    engine = read_engine_config(Path(engine_dir))
+    engine = read_engine_config(engine_dir)
     if engine.backend == "tensorrt-llm":
         check_engine_for_config(config, engine.version)
 

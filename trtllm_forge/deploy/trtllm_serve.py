@@ -172,12 +172,10 @@ STATE = "trtllm-serve.json"
 
 def _built(workdir: Path) -> tuple[str, Path]:
     """(model path, --extra_llm_api_options file) from the build stage's model.yaml."""
-    from trtllm_forge.build_result import BuildResult
     from trtllm_forge.errors import ConfigError
-    from trtllm_forge.stages import StageResult, read_manifest
+    from trtllm_forge.stage_results import BuildResult
 
-    manifest = read_manifest(workdir / "build")
-    built = BuildResult.from_stage(StageResult("build", workdir / "build", True, manifest)) if manifest else None
+    built = BuildResult.in_workdir(workdir)
     if built is None or built.model_yaml is None or not built.model_yaml.is_file():
         raise ConfigError(
             "deploy.server",

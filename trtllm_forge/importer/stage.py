@@ -9,7 +9,7 @@ from pathlib import Path
 
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.dtypes import resolve_model_dtype, stored_dtype
-from trtllm_forge.errors import ConfigError, StepError
+from trtllm_forge.errors import StepError
 from trtllm_forge.importer.gguf_to_hf import CONVERTER_VERSION
 from trtllm_forge.importer.sources import (
     ImportSource,
@@ -18,7 +18,8 @@ from trtllm_forge.importer.sources import (
     check_family_hf,
     resolve_source,
 )
-from trtllm_forge.stages import StageRecorder, StageResult, hash_inputs, read_manifest, run_stage, stage_output
+from trtllm_forge.stage_results import ImportResult
+from trtllm_forge.stages import StageRecorder, hash_inputs, read_manifest, run_stage
 
 STAGE = "import"
 CHECKPOINT = "checkpoint"
@@ -218,23 +219,15 @@ def _hf_body(plan: ImportPlan, config: ForgeConfig):
     return body
 
 
-def import_checkpoint(config: ForgeConfig, workdir: Path, force: bool = False) -> StageResult:
+def import_checkpoint(config: ForgeConfig, workdir: Path, force: bool = False) -> ImportResult:
     """Run the import stage; skipped when its inputs are unchanged unless `force`."""
     plan = plan_import(config, workdir)
     body = _gguf_body(plan, config) if plan.source.is_gguf else _hf_body(plan, config)
-    return run_stage(workdir, STAGE, plan.values, plan.input_paths, body, force=force)
+    return ImportResult.from_stage(run_stage(workdir, STAGE, plan.values, plan.input_paths, body, force=force))
 
 
 def imported_checkpoint(workdir: Path) -> Path | None:
     """The checkpoint the import stage of this workdir recorded: the converted directory for GGUF sources,
     the source directory itself for Hugging Face ones; None before any import."""
-    recorded = stage_output(workdir, STAGE, "checkpoint_dir")
-    return Path(recorded) if recorded else None
-
-
-def checkpoint_dir_of(result: StageResult) -> Path:
-    """Where later stages find the checkpoint (from the manifest, so a skipped stage answers too)."""
-    try:
-        return Path(result.manifest["outputs"]["checkpoint_dir"])
-    except KeyError:
-        raise ConfigError("import", "manifest has no checkpoint_dir", "rerun `trtllm-forge import --force`") from None
+    recorded = ImportResult.in_workdir(workdir)
+    return recorded.checkpoint_dir if recorded else None

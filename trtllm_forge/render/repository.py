@@ -19,7 +19,8 @@ from trtllm_forge.render.other_kinds import write_llmapi_repository, write_vllm_
 from trtllm_forge.render.templates import templates_root, write_engine_repository
 from trtllm_forge.render.validate import Problem, check_repository, raise_on_errors
 from trtllm_forge.render.values import ENGINE_KINDS, choose_kind, compute_values
-from trtllm_forge.stages import StageResult, replace_directory, run_stage
+from trtllm_forge.stage_results import BuildResult, RenderResult
+from trtllm_forge.stages import replace_directory, run_stage
 
 STAGE = "render"
 REPOSITORY = "model_repository"
@@ -40,7 +41,9 @@ class RenderedRepository:
 
 
 def default_engine_dir(workdir: Path) -> Path | None:
-    candidate = workdir / "build" / "engine"
+    """The engine the workdir's build stage recorded, else <workdir>/build/engine (an engine put there by hand)."""
+    built = BuildResult.in_workdir(workdir)
+    candidate = built.engine_dir if built and built.engine_dir else workdir / "build" / "engine"
     return candidate if (candidate / "config.json").is_file() else None
 
 
@@ -111,7 +114,7 @@ def stage_inputs(config: ForgeConfig, engine: EngineInfo | None, kind: str) -> t
 
 def render_repository(
     config: ForgeConfig, workdir: Path, engine_dir: Path | None, kind: str | None = None, force: bool = False
-) -> StageResult:
+) -> RenderResult:
     """Render, validate and record the repository in <workdir>/render (skipped when inputs are unchanged)."""
     workdir = Path(workdir).resolve()
     kind = choose_kind(config, kind)
@@ -140,7 +143,7 @@ def render_repository(
             "warnings": rendered.warnings + [f"{p.file}:{p.line}: {p.message}" for p in rendered.problems],
         }
 
-    return run_stage(workdir, STAGE, values, paths, body, force=force)
+    return RenderResult.from_stage(run_stage(workdir, STAGE, values, paths, body, force=force))
 
 
 def render_to_directory(config: ForgeConfig, workdir: Path, engine_dir: Path | None, kind: str | None, out: Path) -> RenderedRepository:
