@@ -120,7 +120,7 @@ def test_concurrent_requests_get_the_single_request_answer(served):
     ("inputs", "named"),
     [
         ({"return_log_probs": [True]}, "return_log_probs"),
-        ({"runtime_top_k": [20], "temperature": [0.8], "random_seed": [np.uint64(3)]}, "seed"),
+        ({"runtime_top_k": [20], "temperature": [0.8], "seed": [np.uint64(3)]}, "seed"),
         ({"presence_penalty": [0.5]}, "presence_penalty"),
     ],
 )
