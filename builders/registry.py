@@ -23,6 +23,9 @@ BUILDERS: dict[BuildKey, str] = {
     ("openvino", "engine"): "trtllm_forge.builders.openvino.builder:OpenVINOBuilder",
     # On CPU the LLM-API stand-in loads the same OpenVINO IR; the builder also writes llmapi/model.yaml.
     ("openvino", "llmapi"): "trtllm_forge.builders.openvino.builder:OpenVINOBuilder",
+    ("onnxruntime", "engine"): "trtllm_forge.builders.onnxruntime.builder:OnnxRuntimeBuilder",
+    # Its plan refuses the llmapi target with one line (the LLM-API stand-in serves OpenVINO IR only).
+    ("onnxruntime", "llmapi"): "trtllm_forge.builders.onnxruntime.builder:OnnxRuntimeBuilder",
     ("tensorrt-llm", "engine"): "trtllm_forge.builders.tensorrt_llm.execute:TensorRTLLMEngineBuilder",
     ("tensorrt-llm", "llmapi"): "trtllm_forge.builders.tensorrt_llm.llmapi:LLMAPIBuilder",
 }

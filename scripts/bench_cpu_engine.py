@@ -221,6 +221,57 @@ def run_engine_in_process(config, engine_dir: Path, prompt_ids, max_tokens, refe
     return median_run(once, repeats)
 
 
+def run_onnxruntime_in_process(
+    config, workdir: Path, checkpoint: Path, prompt_ids, max_tokens, reference, precision: str, repeats: int
+) -> Row:
+    """(c-ort) the second CPU engine: ONNX Runtime GenAI, built by builders/onnxruntime and driven through the same
+    adapter (model_repo_templates/cpu/tensorrt_llm/ort_engine.py) and calls as (c)."""
+    from trtllm_forge.builders.onnxruntime import build_engine as build_onnxruntime
+
+    data = config.model_dump(mode="json")
+    data["engine"]["backend"] = "onnxruntime"
+    data["engine"]["speculative"] = {"mode": "none"}
+    data["runtime"].update({"enable_kv_cache_reuse": False, "enable_chunked_context": False})
+    ort_config = type(config).model_validate({**data, "config_dir": str(config.config_dir)})
+    engine_dir = build_onnxruntime(ort_config, workdir, checkpoint).engine_dir
+    sys.path.insert(0, str(REPO / "model_repo_templates" / "cpu" / "tensorrt_llm"))
+    import ort_engine
+
+    pipeline = ort_engine.ContinuousBatchingPipeline(str(engine_dir), ort_engine.SchedulerConfig(max_num_seqs=len(prompt_ids)))
+    eos = json.loads((engine_dir / "generation_config.json").read_text()).get("eos_token_id")
+    eos_list = eos if isinstance(eos, list) else [eos]
+
+    def run(batch, n):
+        configs = [ort_engine.GenerationConfig(max_new_tokens=n, eos_token_id=eos_list[0], stop_token_ids=set(eos_list)) for _ in batch]
+        handles = [pipeline.add_request(i, ids, c) for i, (ids, c) in enumerate(zip(batch, configs))]
+        outputs: list[list[int]] = [[] for _ in batch]
+        while pipeline.has_non_finished_requests():
+            pipeline.step()
+            for i, handle in enumerate(handles):
+                if handle.can_read():
+                    outputs[i].extend(handle.read()[0].generated_ids)
+        return outputs
+
+    run(prompt_ids[:2], 4)  # warm-up
+
+    def once() -> Row:
+        started = time.perf_counter()
+        outputs = run(prompt_ids, max_tokens)
+        seconds = time.perf_counter() - started
+        same = sum(o == r for o, r in zip(outputs, reference))
+        return Row(
+            "c-ort",
+            "ONNX Runtime GenAI in-process (Engine, static batch)",
+            precision,
+            sum(map(len, outputs)),
+            seconds,
+            same,
+            outputs=outputs,
+        )
+
+    return median_run(once, repeats)
+
+
 def engine_nll(engine_dir: Path, tokenizer) -> tuple[float, int]:
     """Negative log-likelihood of PERPLEXITY_TEXT under the exported IR (one forward pass, f32 hints)."""
     import numpy as np
@@ -374,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precisions", default="fp32,int8")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--skip-triton", action="store_true", help="Only (a)-(c).")
+    parser.add_argument("--skip-onnxruntime", action="store_true", help="Without (c-ort), the ONNX Runtime GenAI engine.")
     parser.add_argument("--repeats", type=int, default=3, help="Runs of (b), (c), (d) each; the median is reported.")
     parser.add_argument("--json", dest="json_out", type=Path, help="Write the results here (default <root>/bench.json).")
     parser.add_argument("--markdown", type=Path, help="Also write the markdown table here.")
@@ -426,6 +478,14 @@ def main(argv: list[str] | None = None) -> int:
         info(f"    {in_process.tok_s:.1f} tok/s, {in_process.identical}/16 identical")
         rows.append(in_process)
         table[("c", precision)] = in_process
+        if not args.skip_onnxruntime:
+            info(f"(c-ort) ONNX Runtime GenAI in-process {precision} …")
+            ort = run_onnxruntime_in_process(
+                config, root / f"ort-{precision}", checkpoint, prompt_ids, args.max_tokens, reference, precision, args.repeats
+            )
+            info(f"    {ort.tok_s:.1f} tok/s, {ort.identical}/16 identical")
+            rows.append(ort)
+            table[("c-ort", precision)] = ort
         if not args.skip_triton:
             info(f"(d) through Triton {precision} …")
             for row in run_triton(config, workdir, engine_dir, prompt_ids, args.max_tokens, reference, tokenizer, precision, args.repeats):

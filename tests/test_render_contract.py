@@ -79,7 +79,7 @@ def rendered(tmp_path_factory):
     for example in EXAMPLES:
         config = config_for(example)
         workdir = tmp_path_factory.mktemp(f"wd-{example}")
-        kind = "cpu" if config.engine.backend == "openvino" else "inflight_batcher_llm"
+        kind = "cpu" if config.engine.on_cpu else "inflight_batcher_llm"
         out[example] = write_repository(config, workdir, read_engine_config(ENGINES / example), kind, workdir / "repo")
     return out
 

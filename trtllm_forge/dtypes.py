@@ -20,7 +20,7 @@ MODEL_DTYPES = ("float32", "float16", "bfloat16")
 GGUF_DTYPE = "float32"
 # When no checkpoint on this machine says: what the catalog's GPU models ship in (the catalog records no dtype),
 # and the CPU engine's full precision.
-ENGINE_DEFAULT_DTYPES = {"tensorrt-llm": "bfloat16", "openvino": "float32"}
+ENGINE_DEFAULT_DTYPES = {"tensorrt-llm": "bfloat16", "openvino": "float32", "onnxruntime": "float32"}
 FALLBACK_DTYPE = "float32"  # an engine backend without an entry above
 
 

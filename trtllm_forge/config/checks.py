@@ -46,6 +46,7 @@ def rule(func: Rule) -> Rule:
 FP8_ACTIVATION_ALGOS = {"fp8", "w4a8_awq"}
 BLACKWELL_REJECTED_ALGOS = {"int8_wo", "int4_wo", "int4_awq", "w4a8_awq", "int8_sq"}
 OPENVINO_ALGOS = {"none", "int8_wo", "int4_wo", "int4_awq"}
+ONNXRUNTIME_ALGOS = {"none", "int8_wo", "int4_wo"}  # builders/onnxruntime/plan.py maps each to the builder's precision
 INT4_ALGOS = {"int4_wo", "int4_awq", "w4a8_awq"}
 
 
@@ -80,7 +81,7 @@ def backend_matches_hardware(ctx: CheckContext) -> Iterator[ConfigError]:
     if not ctx.is_trtllm and ctx.device.is_gpu:
         yield ConfigError(
             "engine.backend",
-            f"openvino runs on the CPU but hardware.gpu is {ctx.device_name!r}",
+            f"{ctx.config.engine.backend} runs on the CPU but hardware.gpu is {ctx.device_name!r}",
             "set hardware.gpu: cpu, or engine.backend: tensorrt-llm",
         )
 
@@ -195,6 +196,9 @@ def openvino_supports(ctx: CheckContext) -> Iterator[ConfigError]:
     if ctx.is_trtllm:
         return
     cfg = ctx.config
+    if cfg.engine.backend == "onnxruntime":
+        yield from onnxruntime_supports(cfg)
+        return
     if cfg.quantization.algorithm not in OPENVINO_ALGOS:
         yield ConfigError(
             "quantization.algorithm",
@@ -379,3 +383,29 @@ def shape_for(config: ForgeConfig) -> ModelShape | None:
 def check_config(config: ForgeConfig) -> list[ConfigError]:
     ctx = CheckContext(config=config, shape=shape_for(config), device=find_device(config.hardware.gpu))
     return [problem for check in RULES.values() for problem in check(ctx)]
+
+
+def onnxruntime_supports(cfg: ForgeConfig) -> Iterator[ConfigError]:
+    """What the ONNX Runtime GenAI CPU engine serves: one process, fp32/int8/int4 weights, an fp32 KV cache of
+    max_seq_len per sequence (not paged), no speculative decoding, no LLM API stand-in."""
+    if cfg.quantization.algorithm not in ONNXRUNTIME_ALGOS:
+        yield ConfigError(
+            "quantization.algorithm",
+            f"{cfg.quantization.algorithm} is not available on the onnxruntime backend",
+            f"one of {', '.join(sorted(ONNXRUNTIME_ALGOS))}",
+        )
+    if cfg.quantization.kv_cache != "none":
+        yield ConfigError("quantization.kv_cache", f"{cfg.quantization.kv_cache} KV cache is not available on onnxruntime", "use none")
+    if cfg.parallel.world_size != 1:
+        yield ConfigError("parallel.tp", "the onnxruntime backend runs one process (tp * pp must be 1)", "set tp: 1 and pp: 1")
+    if cfg.engine.max_beam_width != 1:
+        yield ConfigError("engine.max_beam_width", "beam search is not served by the CPU engine model", "set 1")
+    if cfg.engine.speculative.mode != "none":
+        yield ConfigError("engine.speculative.mode", f"{cfg.engine.speculative.mode} is not available on onnxruntime", "set none")
+    if cfg.engine.target != "engine":
+        yield ConfigError(
+            "engine.target", "the CPU LLM-API stand-in serves OpenVINO IR, not an onnxruntime engine", "set engine.target: engine"
+        )
+    for flag in ("enable_kv_cache_reuse", "enable_chunked_context"):
+        if getattr(cfg.runtime, flag):
+            yield ConfigError(f"runtime.{flag}", "the onnxruntime engine keeps a contiguous KV cache per sequence", "set false")

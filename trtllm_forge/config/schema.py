@@ -29,6 +29,8 @@ Name = Annotated[str, AfterValidator(check_name)]
 
 
 BUILTIN_MODELS = ("smollm2-135m",)
+# Engine backends that run on the CPU and are served by the `cpu` repository kind's engine model.
+CPU_BACKENDS = ("openvino", "onnxruntime")
 
 
 class ModelFamily(str, Enum):
@@ -142,8 +144,8 @@ class LoraConfig(Section):
 
 
 class EngineConfig(Section):
-    backend: Literal["tensorrt-llm", "openvino"] = Field(
-        default="tensorrt-llm", description="Engine backend: TensorRT-LLM on GPU, or OpenVINO on CPU."
+    backend: Literal["tensorrt-llm", "openvino", "onnxruntime"] = Field(
+        default="tensorrt-llm", description="Engine backend: TensorRT-LLM on GPU, or OpenVINO GenAI or ONNX Runtime GenAI on CPU."
     )
     target: Literal["engine", "llmapi"] = Field(
         default="engine",
@@ -181,6 +183,10 @@ class EngineConfig(Section):
         if value & (value - 1):
             raise ValueError(f"must be a power of two (e.g. 16, 32, 64), got {value}")
         return value
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.backend in CPU_BACKENDS
 
     @property
     def resolved_max_num_tokens(self) -> int:

@@ -215,6 +215,10 @@ def make_plan(config: ForgeConfig, workload: Workload | None = None, shape: Mode
         notes.append("cpu memory is the table's placeholder; `plan --measure-host` measures this host")
     if eng.backend == "openvino":
         notes.append(f"KV cache assumed in {kv_bytes}-byte elements (cpu_inference_precision {eng.cpu_inference_precision})")
+    if eng.backend == "onnxruntime":
+        notes.append(
+            f"ONNX Runtime GenAI reserves a contiguous KV buffer of max_seq_len per sequence: {eng.max_batch_size * max_seq} tokens"
+        )
     return Plan(
         config,
         shape,

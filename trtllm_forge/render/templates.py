@@ -20,6 +20,7 @@ ENGINE_KIND_MODELS = (
     ("bls", "tensorrt_llm_bls", ("tensorrt_llm_bls/model.py", "forge_detokenize.py", "tokenizer_loading.py", "request_checks.py")),
 )
 CPU_ENGINE_MODEL = Path("cpu") / "tensorrt_llm" / "model.py"
+CPU_ENGINE_ADAPTERS = ("ort_engine.py",)  # engine adapters beside the CPU engine model, copied with it
 REQUEST_CHECKS = "request_checks.py"  # python_models/request_checks.py, also next to the CPU engine model
 EMPTY_VERSION_MARKER = ".gitkeep"
 
@@ -93,6 +94,9 @@ def write_engine_repository(values: RepositoryValues, out: Path) -> list[Path]:
             _copy(cpu_model, version_dir / "model.py")
             _copy(root / "python_models" / REQUEST_CHECKS, version_dir / REQUEST_CHECKS)
             written += [version_dir / "model.py", version_dir / REQUEST_CHECKS]
+            for adapter in CPU_ENGINE_ADAPTERS:
+                _copy(cpu_model.parent / adapter, version_dir / adapter)
+                written.append(version_dir / adapter)
         if not any(version_dir.iterdir()):
             (version_dir / EMPTY_VERSION_MARKER).write_text("")
             written.append(version_dir / EMPTY_VERSION_MARKER)

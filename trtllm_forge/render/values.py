@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtllm_forge.config.schema import BUILTIN_MODELS, ForgeConfig
+from trtllm_forge.config.schema import BUILTIN_MODELS, CPU_BACKENDS, ForgeConfig
 from trtllm_forge.engine_config import EngineInfo
 from trtllm_forge.errors import ConfigError, ConfigErrors
 from trtllm_forge.importer.stage import imported_checkpoint
@@ -38,7 +38,7 @@ def choose_kind(config: ForgeConfig, kind: str | None) -> str:
         return kind
     if config.engine.target == "llmapi":  # on openvino: the CPU stand-in for the LLM API
         return "llmapi"
-    return "cpu" if config.engine.backend == "openvino" else "inflight_batcher_llm"
+    return "cpu" if config.engine.on_cpu else "inflight_batcher_llm"
 
 
 def triton_dtype(name: str, where: str) -> str:
@@ -98,12 +98,12 @@ def refusals(config: ForgeConfig, engine: EngineInfo, kind: str) -> list[ConfigE
                 "set triton.decoupled: true, or runtime.streaming: false",
             )
         )
-    if kind == "cpu" and engine.backend != "openvino":
+    if kind == "cpu" and engine.backend not in CPU_BACKENDS:
         problems.append(
             ConfigError(
                 "--engine-dir",
-                f"the cpu repository kind needs an OpenVINO engine, {engine.directory} is {engine.backend!r}",
-                "pass the engine built with engine.backend: openvino, or --kind inflight_batcher_llm",
+                f"the cpu repository kind needs an OpenVINO engine or an ONNX Runtime GenAI engine, {engine.directory} is {engine.backend!r}",
+                "pass the engine built with engine.backend: openvino or onnxruntime, or --kind inflight_batcher_llm",
             )
         )
     if kind == "inflight_batcher_llm" and engine.backend != "tensorrt-llm":

@@ -202,6 +202,10 @@ class TritonPythonModel:
         build = engine["build_config"]
         pretrained = engine["pretrained_config"]
         ov_section = engine.get("openvino", {})
+        if engine.get("backend") == "onnxruntime":  # ONNX Runtime GenAI behind the same pipeline calls
+            import ort_engine as ov_genai  # copied beside this file
+
+            self.ov_genai = ov_genai
 
         max_beam_width = _param_int(params, "max_beam_width", 1)
         if max_beam_width != 1:
