@@ -266,18 +266,16 @@ def cpu_test_config(**sections):
 
 
 @pytest.fixture(scope="session")
-def smollm2_checkpoint(tmp_path_factory) -> Path:
-    """The built-in SmolLM2-135M imported to a Hugging Face directory (the import stage, run once).
+def smollm2_checkpoint(request) -> Path:
+    """The built-in SmolLM2-135M as a Hugging Face directory: the session's one import (`imported_smollm2`).
 
+    Read-only for every test: copy it (as test_import.py's `imported_copy` does) to re-run or interrupt an import.
     FORGE_TEST_CHECKPOINT points at an existing checkpoint directory to skip the import while developing.
     """
     existing = os.environ.get("FORGE_TEST_CHECKPOINT")
     if existing:
         return Path(existing)
-    from trtllm_forge.importer.stage import checkpoint_dir_of, import_checkpoint
-
-    workdir = tmp_path_factory.mktemp("import-wd")
-    return checkpoint_dir_of(import_checkpoint(cpu_test_config(), workdir))
+    return request.getfixturevalue("imported_smollm2")
 
 
 @pytest.fixture(scope="session")
