@@ -296,6 +296,26 @@ def cpu_engine_server(cpu_engine_fp32, triton_launcher, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def cpu_deployment(cpu_engine_fp32, triton_launcher, tmp_path_factory):
+    """configs/smollm2-cpu.yaml as `render` makes it (kind `cpu`: ensemble, preprocessing, the CPU
+    `tensorrt_llm` engine model, postprocessing, tensorrt_llm_bls) on the session's fp32 engine, served by one
+    real Triton for the whole session (a Deployment: http_url, grpc_url, ...).
+
+    Shared: send it requests, never change it. A test that kills a stub, stops the server or needs other
+    render settings starts its own through `triton_launcher` (as test_load_entrypoints.py does).
+    """
+    from trtllm_forge.engine_config import read_engine_config
+    from trtllm_forge.render.repository import write_repository
+
+    _, build = cpu_engine_fp32
+    config = cpu_test_config()
+    workdir = tmp_path_factory.mktemp("cpu-deployment")
+    engine = read_engine_config(Path(build.manifest["outputs"]["engine_dir"]))
+    rendered = write_repository(config, workdir, engine, "cpu", workdir / "model_repository")
+    return triton_launcher(rendered.repository, config=config)
+
+
+@pytest.fixture(scope="session")
 def transformers_greedy(smollm2_checkpoint):
     """greedy(ids, max_new_tokens) -> generated ids, from transformers on the same checkpoint (fp32)."""
     import torch
