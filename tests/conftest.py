@@ -138,8 +138,11 @@ def forge_test_config(**triton):
 def triton_launcher(tmp_path_factory):
     """Start real Triton servers for the session: `start(repository, config=None, workdir=None) -> Deployment`.
 
-    Every server started through it is stopped at the end of the session (also when a test fails).
+    Every server started through it is stopped at the end of the session (also when a test fails), all at
+    once: each stop waits for its own server's graceful exit, so stopping them one after another adds up.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from trtllm_forge.deploy import start_server, stop_server
 
     started = []
@@ -151,8 +154,9 @@ def triton_launcher(tmp_path_factory):
         return deployment
 
     yield start
-    for deployment in started:
-        stop_server(deployment, quiet=True)
+    if started:
+        with ThreadPoolExecutor(max_workers=len(started)) as pool:
+            list(pool.map(lambda deployment: stop_server(deployment, quiet=True), started))
 
 
 @pytest.fixture(scope="session")
