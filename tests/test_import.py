@@ -196,16 +196,16 @@ def _converter_pids(workdir: Path) -> list[int]:
     return pids
 
 
-def _wait_for_conversion(proc: subprocess.Popen, workdir: Path, timeout: float = 60) -> None:
-    """Until the converter child runs and has had a moment to start writing."""
+def _wait_for_conversion(proc: subprocess.Popen, workdir: Path, timeout: float = 300) -> None:
+    """Until the converter child runs and has started writing: its first files (the tokenizer's) are in the
+    staging checkpoint; the weights, most of the work, come after them."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
-        if _converter_pids(workdir) and staging_dirs(workdir):
-            time.sleep(4)
+        if _converter_pids(workdir) and any(any((d / "checkpoint").glob("*")) for d in staging_dirs(workdir)):
             return
         time.sleep(0.2)
-    raise AssertionError("the conversion never started")
+    raise AssertionError("the conversion never started writing")
 
 
 @pytest.mark.slow
