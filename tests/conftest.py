@@ -1,4 +1,22 @@
-"""Shared fixtures. Tests talk to real things (model, engine, server) wherever this machine allows."""
+"""Shared fixtures. Tests talk to real things (model, engine, server) wherever this machine allows.
+
+The suite must stay fast on 2 cores, so what is expensive exists once per session; new tests should use these
+instead of making their own (each is read-only for its users; copy it to change it):
+
+- `imported_smollm2` / `smollm2_checkpoint`: the one import of the built-in SmolLM2 (through the real CLI).
+  A test of `run` copies its workdir's `import/` (hard links) into its own workdir: the stage is then skipped.
+- `cpu_engine_fp32`: the one fp32 OpenVINO build of that checkpoint.
+- `cpu_deployment`: configs/smollm2-cpu.yaml rendered (kind `cpu`) on that build, served by one Triton.
+- `cpu_engine_server`: the CPU `tensorrt_llm` engine model alone (minimal repository) on that build.
+- `tiny_triton`: a Triton on tiny python models (`echo`, `words`), no engine.
+- `transformers_greedy`, `smollm2_gguf_tokenizer`: the transformers reference model and the GGUF's tokenizer.
+- `triton_launcher`: start a server of your own (stopped at session end) when a test kills a stub, stops the
+  server or needs other settings.
+
+CLI calls: `cli_inprocess.run_in_process` (Click's CliRunner in this process, no interpreter start-up) for
+everything that does not need a real process; `run_cli` (a subprocess) for the entry point, signals, servers that
+outlive the command (`deploy CONFIG`, `run`) and a child's environment (PYTHONPATH).
+"""
 
 from __future__ import annotations
 
