@@ -109,11 +109,10 @@ def test_saved_tokenizer_follows_the_gguf_metadata(imported_smollm2):
 
 
 @pytest.mark.slow
-def test_saved_tokenizer_matches_transformers_gguf_tokenizer_on_plain_text(imported_smollm2):
+def test_saved_tokenizer_matches_transformers_gguf_tokenizer_on_plain_text(imported_smollm2, smollm2_gguf_tokenizer):
     from transformers import AutoTokenizer
 
-    path = gguf_path()
-    theirs = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    theirs = smollm2_gguf_tokenizer  # transformers' own reading of the same GGUF file (gguf_path())
     ours = AutoTokenizer.from_pretrained(str(imported_smollm2))
     text = "The quick brown fox jumps over the lazy dog, and then it rests under the old bridge."
     their_ids = theirs(text)["input_ids"]
