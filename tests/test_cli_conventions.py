@@ -8,12 +8,13 @@ import sys
 
 import pytest
 
-from conftest import CONFIGS, run_cli
+from cli_inprocess import run_in_process
+from conftest import CONFIGS
 from trtllm_forge.cli import cli
 
 HEAVY_MODULES = ["torch", "transformers", "openvino", "openvino_genai", "tensorrt_llm", "tensorrt", "optimum", "tritonclient"]
 
-BLOCKER = f"""
+BLOCKER_SETUP = f"""
 import sys
 BLOCKED = {HEAVY_MODULES!r}
 class Blocker:
@@ -23,9 +24,36 @@ class Blocker:
         return None
 sys.meta_path.insert(0, Blocker())
 from trtllm_forge.cli import main
+"""
+BLOCKER = (
+    BLOCKER_SETUP
+    + """
 sys.argv = ['trtllm-forge'] + sys.argv[1:]
 main()
 """
+)
+# Every command's --help in one interpreter with the blocker (one start-up instead of one per command):
+# prints {" ".join(path): {"returncode", "stdout", "stderr"}} as JSON.
+BLOCKER_EVERY_HELP = (
+    BLOCKER_SETUP
+    + """
+import io, json
+from contextlib import redirect_stderr, redirect_stdout
+results = {}
+for path in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            main([*path, '--help'])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except Exception as exc:
+            code, err = -1, io.StringIO(f'{type(exc).__name__}: {exc}')
+    results[' '.join(path)] = {'returncode': code, 'stdout': out.getvalue(), 'stderr': err.getvalue()}
+sys.__stdout__.write(json.dumps(results))
+"""
+)
 
 
 def run_blocked(*args: str) -> subprocess.CompletedProcess:
@@ -51,11 +79,20 @@ def test_help_without_heavy_modules():
     assert "config" in result.stdout
 
 
+@pytest.fixture(scope="module")
+def every_help_blocked() -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", BLOCKER_EVERY_HELP, json.dumps(all_command_paths())], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
 @pytest.mark.parametrize("path", all_command_paths(), ids=lambda p: " ".join(p))
-def test_every_command_help_without_heavy_modules(path):
-    result = run_blocked(*path, "--help")
-    assert result.returncode == 0, result.stderr
-    assert "Usage:" in result.stdout
+def test_every_command_help_without_heavy_modules(path, every_help_blocked):
+    result = every_help_blocked[" ".join(path)]
+    assert result["returncode"] == 0, result["stderr"]
+    assert "Usage:" in result["stdout"]
 
 
 def test_config_commands_without_heavy_modules():
@@ -68,20 +105,20 @@ def test_config_commands_without_heavy_modules():
 
 
 def test_unknown_command_is_usage_error():
-    result = run_cli("frobnicate")
+    result = run_in_process("frobnicate")
     assert result.returncode == 2
     assert result.stderr.startswith("error: usage:")
     assert "Traceback" not in result.stderr
 
 
 def test_bad_flag_is_usage_error():
-    result = run_cli("config", "validate", "--no-such-flag", str(CONFIGS / "smollm2-cpu.yaml"))
+    result = run_in_process("config", "validate", "--no-such-flag", str(CONFIGS / "smollm2-cpu.yaml"))
     assert result.returncode == 2
     assert "no-such-flag" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_version_json():
-    result = run_cli("version", "--json")
+    result = run_in_process("version", "--json")
     assert result.returncode == 0
     doc = json.loads(result.stdout)
     assert doc["trtllm-forge"]

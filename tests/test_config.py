@@ -8,7 +8,8 @@ import textwrap
 import pytest
 import yaml
 
-from conftest import CONFIGS, run_cli
+from conftest import CONFIGS
+from cli_inprocess import run_in_process
 from trtllm_forge.config import load_config
 from trtllm_forge.config.checks import RULES
 from trtllm_forge.config.load import parse_config
@@ -38,25 +39,25 @@ def test_gpu_example_names_follow_model_quant_gpu():
 
 
 def test_validate_cli_all_examples():
-    result = run_cli("config", "validate", *map(str, EXAMPLES), "--json")
+    result = run_in_process("config", "validate", *map(str, EXAMPLES), "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert [r["valid"] for r in doc["results"]] == [True] * len(EXAMPLES)
 
 
 def test_show_prints_resolved_defaults():
-    result = run_cli("config", "show", str(CONFIGS / "smollm2-cpu.yaml"), "--json")
+    result = run_in_process("config", "show", str(CONFIGS / "smollm2-cpu.yaml"), "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["runtime"]["exclude_input_in_output"] is True
     assert doc["triton"]["bind_address"] == "127.0.0.1"
     assert doc["model"]["trust_remote_code"] is False
-    yaml_out = run_cli("config", "show", str(CONFIGS / "smollm2-cpu.yaml"))
+    yaml_out = run_in_process("config", "show", str(CONFIGS / "smollm2-cpu.yaml"))
     assert yaml.safe_load(yaml_out.stdout)["engine"]["backend"] == "openvino"
 
 
 def test_schema_has_descriptions_for_every_field():
-    result = run_cli("config", "schema")
+    result = run_in_process("config", "schema")
     assert result.returncode == 0
     schema = json.loads(result.stdout)
     missing = []
@@ -83,50 +84,50 @@ def _assert_one_line_error(result, *needles):
 
 def test_unknown_key_suggests_nearest(write_config):
     path = write_config("model: {source: smollm2-135m}\nengine: {backend: openvino, max_batch_siz: 4}\n")
-    _assert_one_line_error(run_cli("config", "validate", str(path)), "engine.max_batch_siz", "did you mean 'max_batch_size'")
+    _assert_one_line_error(run_in_process("config", "validate", str(path)), "engine.max_batch_siz", "did you mean 'max_batch_size'")
 
 
 def test_unknown_section_suggests_nearest(write_config):
     path = write_config(
         "model: {source: smollm2-135m}\nquantisation: {algorithm: none}\nhardware: {gpu: cpu}\nengine: {backend: openvino}\n"
     )
-    _assert_one_line_error(run_cli("config", "validate", str(path)), "quantisation", "did you mean 'quantization'")
+    _assert_one_line_error(run_in_process("config", "validate", str(path)), "quantisation", "did you mean 'quantization'")
 
 
 def test_wrong_type(write_config):
     path = write_config("model: {source: smollm2-135m}\nengine: {backend: openvino, max_batch_size: four}\n")
-    _assert_one_line_error(run_cli("config", "validate", str(path)), "engine.max_batch_size", "integer")
+    _assert_one_line_error(run_in_process("config", "validate", str(path)), "engine.max_batch_size", "integer")
 
 
 def test_invalid_choice_lists_valid_values(write_config):
     path = write_config("model: {source: smollm2-135m}\nquantization: {algorithm: fp7}\n")
-    _assert_one_line_error(run_cli("config", "validate", str(path)), "quantization.algorithm", "fp8")
+    _assert_one_line_error(run_in_process("config", "validate", str(path)), "quantization.algorithm", "fp8")
 
 
 def test_invalid_yaml_names_the_line(write_config):
     path = write_config("model:\n  source: [unclosed\n")
-    _assert_one_line_error(run_cli("config", "validate", str(path)), "invalid YAML", f"{path}:")
+    _assert_one_line_error(run_in_process("config", "validate", str(path)), "invalid YAML", f"{path}:")
 
 
 def test_missing_config_file(tmp_path):
-    _assert_one_line_error(run_cli("config", "validate", str(tmp_path / "nope.yaml")), "config file not found")
+    _assert_one_line_error(run_in_process("config", "validate", str(tmp_path / "nope.yaml")), "config file not found")
 
 
 def test_missing_required_model(write_config):
     path = write_config("engine: {backend: openvino}\n")
-    _assert_one_line_error(run_cli("config", "validate", str(path)), "model: required field is missing")
+    _assert_one_line_error(run_in_process("config", "validate", str(path)), "model: required field is missing")
 
 
 def test_debug_flag_shows_traceback(write_config):
     path = write_config("model: {source: smollm2-135m}\nengine: {backend: openvino, max_batch_siz: 4}\n")
-    result = run_cli("--debug", "config", "validate", str(path))
+    result = run_in_process("--debug", "config", "validate", str(path))
     assert result.returncode == 2
     assert "Traceback" in result.stderr
 
 
 def test_top_level_must_be_mapping(write_config):
     path = write_config("- a\n- b\n")
-    _assert_one_line_error(run_cli("config", "validate", str(path)), "top level is a list")
+    _assert_one_line_error(run_in_process("config", "validate", str(path)), "top level is a list")
 
 
 # --- one test per cross-field rule --------------------------------------------------------------------
@@ -359,7 +360,7 @@ def test_rule_on_local_checkpoint_config(tmp_path):
         hardware: {gpu: H100-SXM}
     """)
     )
-    result = run_cli("config", "validate", str(config_file))
+    result = run_in_process("config", "validate", str(config_file))
     assert result.returncode == 2
     assert "parallel.tp: 4 does not divide the model's 6 attention heads" in result.stderr
     assert "engine.max_seq_len: 1024 exceeds the model's max_position_embeddings (512)" in result.stderr
@@ -375,6 +376,6 @@ def test_all_problems_reported_at_once(write_config):
         hardware: {gpu: cpu}
     """)
     )
-    result = run_cli("config", "validate", str(path))
+    result = run_in_process("config", "validate", str(path))
     assert result.returncode == 2
     assert "quantization.algorithm" in result.stderr and "engine.max_beam_width" in result.stderr

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import run_cli, write_tiny_repository
+from conftest import write_tiny_repository
+from cli_inprocess import run_in_process
 
 CPU_CONFIG = """name: deploy-fast
 model: {source: smollm2-135m}
@@ -30,14 +31,14 @@ def repo(tmp_path):
 
 
 def test_help_lists_the_three_forms():
-    result = run_cli("deploy", "--help")
+    result = run_in_process("deploy", "--help")
     assert result.returncode == 0, result.stderr
     for text in ("deploy CONFIG", "status", "stop", "start"):
         assert text in result.stdout
 
 
 def test_no_arguments_shows_help_and_exits_2():
-    result = run_cli("deploy")
+    result = run_in_process("deploy")
     assert result.returncode == 2
     assert "deploy CONFIG" in result.stderr
 
@@ -46,7 +47,7 @@ def test_no_arguments_shows_help_and_exits_2():
 def test_dry_run_prints_the_exact_command_and_changes_nothing(tmp_path, write_config, repo, form):
     config = write_config(CPU_CONFIG)
     workdir = tmp_path / "wd"
-    result = run_cli("deploy", *form, str(config), "--workdir", str(workdir), "--repository", str(repo), "--dry-run", "--json")
+    result = run_in_process("deploy", *form, str(config), "--workdir", str(workdir), "--repository", str(repo), "--dry-run", "--json")
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     argv = plan["argv"]
@@ -63,14 +64,16 @@ def test_dry_run_prints_the_exact_command_and_changes_nothing(tmp_path, write_co
 
 
 def test_dry_run_human_output_goes_to_stdout_and_stderr(tmp_path, write_config, repo):
-    result = run_cli("deploy", str(write_config(CPU_CONFIG)), "--workdir", str(tmp_path / "wd"), "--repository", str(repo), "--dry-run")
+    result = run_in_process(
+        "deploy", str(write_config(CPU_CONFIG)), "--workdir", str(tmp_path / "wd"), "--repository", str(repo), "--dry-run"
+    )
     assert result.returncode == 0, result.stderr
     assert "tritonserver" in result.stdout.splitlines()[0]
     assert "models to wait for: echo, words" in result.stderr
 
 
 def test_missing_repository_is_a_usage_error(tmp_path, write_config):
-    result = run_cli("deploy", str(write_config(CPU_CONFIG)), "--workdir", str(tmp_path / "wd"), "--dry-run")
+    result = run_in_process("deploy", str(write_config(CPU_CONFIG)), "--workdir", str(tmp_path / "wd"), "--dry-run")
     assert result.returncode == 2
     assert result.stderr.startswith("error: --repository:")
     assert "trtllm-forge render" in result.stderr
@@ -83,7 +86,7 @@ def test_configured_port_in_use_is_a_clear_error(tmp_path, write_config, repo):
         busy.listen()
         port = busy.getsockname()[1]
         config = write_config(CPU_CONFIG.replace("http_port: 0", f"http_port: {port}"))
-        result = run_cli("deploy", str(config), "--workdir", str(tmp_path / "wd"), "--repository", str(repo))
+        result = run_in_process("deploy", str(config), "--workdir", str(tmp_path / "wd"), "--repository", str(repo))
     assert result.returncode == 1
     assert f"error: triton.http_port: port {port} on 127.0.0.1 is already in use" in result.stderr
     assert "http_port: 0" in result.stderr
@@ -92,17 +95,17 @@ def test_configured_port_in_use_is_a_clear_error(tmp_path, write_config, repo):
 
 def test_status_and_stop_when_nothing_was_deployed(tmp_path, write_config):
     config = write_config(CPU_CONFIG)
-    status = run_cli("deploy", "status", str(config), "--workdir", str(tmp_path / "wd"), "--json")
+    status = run_in_process("deploy", "status", str(config), "--workdir", str(tmp_path / "wd"), "--json")
     assert status.returncode == 3, status.stderr  # not running
     data = json.loads(status.stdout)
     assert data["running"] is False and data["pid"] is None and data["models"] == {}
-    stop = run_cli("deploy", "stop", "--workdir", str(tmp_path / "wd"))
+    stop = run_in_process("deploy", "stop", "--workdir", str(tmp_path / "wd"))
     assert stop.returncode == 0
     assert "nothing to stop" in stop.stderr
 
 
 def test_status_needs_config_or_workdir():
-    result = run_cli("deploy", "status")
+    result = run_in_process("deploy", "status")
     assert result.returncode == 2
     assert result.stderr.startswith("error: deploy status: needs CONFIG or --workdir")
 
@@ -110,7 +113,7 @@ def test_status_needs_config_or_workdir():
 def test_world_size_above_one_needs_the_rendered_leader_command(tmp_path, write_config, repo):
     config = write_config(TP_CONFIG)
     workdir = tmp_path / "wd"
-    result = run_cli("deploy", str(config), "--workdir", str(workdir), "--repository", str(repo), "--dry-run")
+    result = run_in_process("deploy", str(config), "--workdir", str(workdir), "--repository", str(repo), "--dry-run")
     assert result.returncode == 2
     assert "MPI leader-mode command" in result.stderr
 
@@ -125,7 +128,7 @@ def test_world_size_above_one_needs_the_rendered_leader_command(tmp_path, write_
         ]
     (workdir / "render").mkdir(parents=True)
     (workdir / "render" / "manifest.json").write_text(json.dumps({"outputs": {"launch_command": leader}}))
-    result = run_cli("deploy", str(config), "--workdir", str(workdir), "--repository", str(repo), "--dry-run", "--json")
+    result = run_in_process("deploy", str(config), "--workdir", str(workdir), "--repository", str(repo), "--dry-run", "--json")
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     assert plan["argv"] == leader and plan["world_size"] == 3
@@ -138,7 +141,7 @@ def test_docker_target_renders_the_run_command(tmp_path, write_config, repo):
     workdir = tmp_path / "wd"
     (workdir / "render").mkdir(parents=True)
     (workdir / "render" / "manifest.json").write_text(json.dumps({"outputs": {"launch_command": "mpirun -n 3 tritonserver"}}))
-    result = run_cli("deploy", str(config), "--workdir", str(workdir), "--repository", str(repo), "--target", "docker")
+    result = run_in_process("deploy", str(config), "--workdir", str(workdir), "--repository", str(repo), "--target", "docker")
     assert result.returncode == 0, result.stderr
     script = (workdir / "deploy" / "docker-run.sh").read_text()
     assert script == result.stdout
@@ -153,7 +156,9 @@ def test_kubernetes_target_renders_a_valid_manifest(tmp_path, write_config, repo
     """Rendered text only: no cluster is contacted."""
     config = write_config(CPU_CONFIG + "deploy: {resources: {cpus: 2, memory_gb: 4}, image: forge-cpu:1}\n")
     workdir = tmp_path / "wd"
-    result = run_cli("deploy", str(config), "--workdir", str(workdir), "--repository", str(repo), "--target", "kubernetes", "--dry-run")
+    result = run_in_process(
+        "deploy", str(config), "--workdir", str(workdir), "--repository", str(repo), "--target", "kubernetes", "--dry-run"
+    )
     assert result.returncode == 0, result.stderr
     assert not workdir.exists()
     deployment, service = yaml.safe_load_all(result.stdout)
@@ -205,7 +210,9 @@ def test_execution_env_with_numpy_2_is_refused(tmp_path, write_config, repo):
     config_pbtxt.write_text(
         config_pbtxt.read_text() + f'parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{numpy2_env}" }} }}\n'
     )
-    result = run_cli("deploy", str(write_config(CPU_CONFIG)), "--workdir", str(tmp_path / "wd"), "--repository", str(repo), "--dry-run")
+    result = run_in_process(
+        "deploy", str(write_config(CPU_CONFIG)), "--workdir", str(tmp_path / "wd"), "--repository", str(repo), "--dry-run"
+    )
     assert result.returncode == 2
     assert result.stderr.startswith(f"error: {config_pbtxt}: EXECUTION_ENV_PATH={numpy2_env} gives the nvidia-pytriton")
     assert "numpy<2" in result.stderr

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_inprocess import run_in_process
 from conftest import run_cli, write_tiny_repository
 
 CONFIG = """name: deploy-procs
@@ -71,7 +72,7 @@ def setup(tmp_path):
     repo = write_tiny_repository(tmp_path / "repo")
     workdir = (tmp_path / "wd").resolve()
     yield config, repo, workdir
-    run_cli("deploy", "stop", "--workdir", str(workdir), "--grace", "5")
+    run_in_process("deploy", "stop", "--workdir", str(workdir), "--grace", "5")
     kill_servers(workdir)
 
 
@@ -102,11 +103,11 @@ def test_killed_server_stubs_are_reported_and_stopped_and_its_log_is_kept(setup)
     time.sleep(2)
     assert all(alive(pid) for pid in stubs)
 
-    status = run_cli("deploy", "status", "--workdir", str(workdir), "--json")
+    status = run_in_process("deploy", "status", "--workdir", str(workdir), "--json")
     assert status.returncode == 3, status.stderr
     doc = json.loads(status.stdout)
     assert doc["running"] is False and sorted(doc["leftover_pids"]) == sorted(stubs)
-    human = run_cli("deploy", "status", "--workdir", str(workdir))
+    human = run_in_process("deploy", "status", "--workdir", str(workdir))
     assert human.returncode == 3
     assert "2 process(es) the dead server left running" in human.stderr and "deploy stop" in human.stderr
 
@@ -119,10 +120,10 @@ def test_killed_server_stubs_are_reported_and_stopped_and_its_log_is_kept(setup)
     assert (workdir / "logs" / "tritonserver.1.log").read_text().splitlines()[0] == first_command
     assert f"--http-port={new_state['ports']['http']}" in log.read_text().splitlines()[0]
 
-    stop = run_cli("deploy", "stop", "--workdir", str(workdir))
+    stop = run_in_process("deploy", "stop", "--workdir", str(workdir))
     assert stop.returncode == 0, stop.stderr
     assert not group_members(new_state["pgid"])
-    after = run_cli("deploy", "status", "--workdir", str(workdir), "--json")
+    after = run_in_process("deploy", "status", "--workdir", str(workdir), "--json")
     assert after.returncode == 3 and json.loads(after.stdout)["running"] is False
     from trtllm_forge.deploy.server import pid_alive
 
@@ -165,15 +166,15 @@ def test_stop_never_signals_a_process_the_deployment_did_not_start(tmp_path):
     ours = sleeper("feedfacefeedface")
     try:
         record(stranger.pid, "feedfacefeedface")
-        stop = run_cli("deploy", "stop", "--workdir", str(tmp_path / "wd"), "--grace", "2")
+        stop = run_in_process("deploy", "stop", "--workdir", str(tmp_path / "wd"), "--grace", "2")
         assert stop.returncode == 0, stop.stderr
         assert stranger.poll() is None, "deploy stop killed a process it did not start"
 
         record(ours.pid, "feedfacefeedface")
-        status = run_cli("deploy", "status", "--workdir", str(tmp_path / "wd"), "--json")
+        status = run_in_process("deploy", "status", "--workdir", str(tmp_path / "wd"), "--json")
         assert status.returncode == 3
         assert json.loads(status.stdout)["leftover_pids"] == [ours.pid]
-        stop = run_cli("deploy", "stop", "--workdir", str(tmp_path / "wd"), "--grace", "2")
+        stop = run_in_process("deploy", "stop", "--workdir", str(tmp_path / "wd"), "--grace", "2")
         assert stop.returncode == 0, stop.stderr
         assert ours.wait(timeout=30) is not None
     finally:
@@ -224,7 +225,7 @@ def test_racing_deploys_start_one_server_and_stop_leaves_none(setup, tmp_path):
     state = json.loads((workdir / "deploy" / "state.json").read_text())
     assert servers_of(workdir) == [state["pid"]]
 
-    stop = run_cli("deploy", "stop", "--workdir", str(workdir))
+    stop = run_in_process("deploy", "stop", "--workdir", str(workdir))
     assert stop.returncode == 0, stop.stderr
     assert servers_of(workdir) == []
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_inprocess import run_in_process
 from conftest import forge_test_config, run_cli, write_tiny_repository
 
 pytestmark = pytest.mark.slow
@@ -88,7 +89,7 @@ def served(tmp_path_factory, write_config_module):
     config = write_config_module(CONFIG)
     result = run_cli("deploy", str(config), "--workdir", str(workdir), "--repository", str(repo), "--json")
     yield config, workdir, result
-    run_cli("deploy", "stop", "--workdir", str(workdir))
+    run_in_process("deploy", "stop", "--workdir", str(workdir))
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +113,7 @@ def test_start_status_request_stop(served):
     assert json.loads((workdir / "deploy" / "state.json").read_text())["pid"] == state["pid"]
     assert group_alive(state["pgid"])
 
-    status = run_cli("deploy", "status", str(config), "--workdir", str(workdir), "--json")
+    status = run_in_process("deploy", "status", str(config), "--workdir", str(workdir), "--json")
     assert status.returncode == 0, status.stderr
     live = json.loads(status.stdout)
     for key in ("running", "pid", "grpc_url", "http_url", "metrics_url", "models"):
@@ -148,11 +149,11 @@ def test_start_status_request_stop(served):
 
     regions = _stub_shm_regions(group_alive(state["pgid"]))
     assert len(regions) == 3  # one python stub per model instance
-    stop = run_cli("deploy", "stop", str(config), "--workdir", str(workdir))
+    stop = run_in_process("deploy", "stop", str(config), "--workdir", str(workdir))
     assert stop.returncode == 0, stop.stderr
     assert not group_alive(state["pgid"]), "processes left behind after deploy stop"
     assert not [r for r in regions if r.exists()], "shared-memory regions left behind"
-    after = json.loads(run_cli("deploy", "status", "--workdir", str(workdir), "--json").stdout)
+    after = json.loads(run_in_process("deploy", "status", "--workdir", str(workdir), "--json").stdout)
     assert after["running"] is False and not any(after["models"].values())
 
 

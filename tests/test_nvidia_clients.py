@@ -63,8 +63,9 @@ def _render_and_start(cpu_engine_fp32, triton_launcher, tmp_path_factory, config
 
 
 @pytest.fixture(scope="module")
-def decoupled_server(cpu_engine_fp32, triton_launcher, tmp_path_factory):
-    return _render_and_start(cpu_engine_fp32, triton_launcher, tmp_path_factory, cpu_test_config(), "nv-decoupled")
+def decoupled_server(cpu_deployment):
+    """The session's shared deployment of configs/smollm2-cpu.yaml (decoupled)."""
+    return cpu_deployment
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CONFIGS, cpu_test_config, run_cli
+from conftest import CONFIGS, cpu_test_config
+from cli_inprocess import run_in_process
 
 from trtllm_forge.builders.openvino.plan import plan_export
 from trtllm_forge.engine_config import read_engine_config
@@ -72,14 +73,14 @@ def test_missing_calibration_file_is_a_config_error(tmp_path):
 
 def test_dry_run_prints_the_export_and_writes_nothing(tmp_path):
     workdir = tmp_path / "wd"
-    proc = run_cli("build-engine", str(CONFIG), "--workdir", str(workdir), "--checkpoint", str(tmp_path / "ckpt"), "--dry-run")
+    proc = run_in_process("build-engine", str(CONFIG), "--workdir", str(workdir), "--checkpoint", str(tmp_path / "ckpt"), "--dry-run")
     assert proc.returncode == 0, proc.stderr
     assert "optimum-cli export openvino" in proc.stderr
     assert "--weight-format fp32" in proc.stderr
     assert str(workdir / "build" / "engine" / "config.json") in proc.stderr
     assert not workdir.exists()
 
-    proc = run_cli("build-engine", str(CONFIG), "--workdir", str(workdir), "--dry-run", "--json")
+    proc = run_in_process("build-engine", str(CONFIG), "--workdir", str(workdir), "--dry-run", "--json")
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
     assert plan["dry_run"] is True
@@ -89,7 +90,7 @@ def test_dry_run_prints_the_export_and_writes_nothing(tmp_path):
 
 
 def test_missing_checkpoint_is_exit_2(tmp_path):
-    proc = run_cli("build-engine", str(CONFIG), "--workdir", str(tmp_path / "wd"))
+    proc = run_in_process("build-engine", str(CONFIG), "--workdir", str(tmp_path / "wd"))
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith("error: build.checkpoint:") and "trtllm-forge import" in lines[-1]

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from conftest import CONFIGS, run_cli
+from conftest import CONFIGS
+from cli_inprocess import run_in_process
 from trtllm_forge.config import load_config
 from trtllm_forge.plan import make_plan
 
@@ -43,7 +44,7 @@ engine: {backend: tensorrt-llm, max_batch_size: 64, max_input_len: 4096, max_seq
 quantization: {algorithm: fp8, kv_cache: fp8}
 hardware: {gpu: H100-SXM}
 """)
-    result = run_cli("plan", str(config), "--json", "--workdir", str(tmp_path / "wd"))
+    result = run_in_process("plan", str(config), "--json", "--workdir", str(tmp_path / "wd"))
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["fits"] is True
@@ -68,7 +69,7 @@ model: {source: /nonexistent/Llama-3.1-8B-Instruct, name: meta-llama/Llama-3.1-8
 engine: {backend: tensorrt-llm, max_input_len: 4096, max_seq_len: 131072}
 hardware: {gpu: L4}
 """)
-    result = run_cli("plan", str(config), "--workdir", str(tmp_path / "wd"))
+    result = run_in_process("plan", str(config), "--workdir", str(tmp_path / "wd"))
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr
@@ -76,7 +77,7 @@ hardware: {gpu: L4}
     assert "smallest change that fits: engine.max_seq_len: 52832" in lines[0]
     assert not (tmp_path / "wd" / "plan").exists()
 
-    as_json = run_cli("plan", str(config), "--json", "--workdir", str(tmp_path / "wd"))
+    as_json = run_in_process("plan", str(config), "--json", "--workdir", str(tmp_path / "wd"))
     assert as_json.returncode == 2
     refused = json.loads(as_json.stdout)
     assert refused["fits"] is False and refused["refusal"]["field"] == "engine.max_seq_len"
@@ -89,7 +90,7 @@ engine: {backend: tensorrt-llm, max_input_len: 2048, max_seq_len: 34816, tokens_
 runtime: {max_tokens_in_paged_kv_cache: 29184}
 hardware: {gpu: H100-SXM}
 """)
-    result = run_cli("plan", str(config), "--workdir", str(tmp_path / "wd"))
+    result = run_in_process("plan", str(config), "--workdir", str(tmp_path / "wd"))
     assert result.returncode == 2
     assert result.stderr.startswith("error: runtime.max_tokens_in_paged_kv_cache: ")
     assert "smallest change that fits: runtime.max_tokens_in_paged_kv_cache: 34816" in result.stderr
@@ -97,17 +98,17 @@ hardware: {gpu: H100-SXM}
 
 def test_measure_host_is_stored_and_used_by_later_plans(tmp_path, host_profile):
     cpu_config = str(CONFIGS / "smollm2-cpu.yaml")
-    before = run_cli("plan", cpu_config, "--json", "--no-plot", "--workdir", str(tmp_path / "a"))
+    before = run_in_process("plan", cpu_config, "--json", "--no-plot", "--workdir", str(tmp_path / "a"))
     assert before.returncode == 0, before.stderr
     assert json.loads(before.stdout)["roofline"]["available"] is False
 
-    measured = run_cli("plan", "--measure-host", "--json")
+    measured = run_in_process("plan", "--measure-host", "--json")
     assert measured.returncode == 0, measured.stderr
     profile = json.loads(host_profile.read_text())
     assert profile["bandwidth_gb_s"] > 0.5 and profile["fp32_tflops"] > 0.001 and profile["memory_gb"] > 1
     assert json.loads(measured.stdout)["host"]["bandwidth_gb_s"] == profile["bandwidth_gb_s"]
 
-    after = run_cli("plan", cpu_config, "--json", "--workdir", str(tmp_path / "b"))
+    after = run_in_process("plan", cpu_config, "--json", "--workdir", str(tmp_path / "b"))
     assert after.returncode == 0, after.stderr
     data = json.loads(after.stdout)
     assert data["hardware"]["bandwidth_gb_s"] == profile["bandwidth_gb_s"]
@@ -118,14 +119,16 @@ def test_measure_host_is_stored_and_used_by_later_plans(tmp_path, host_profile):
 
 
 def test_dry_run_writes_nothing(tmp_path, host_profile):
-    result = run_cli("plan", str(CONFIGS / "smollm2-cpu.yaml"), "--measure-host", "--dry-run", "--workdir", str(tmp_path / "wd"))
+    result = run_in_process("plan", str(CONFIGS / "smollm2-cpu.yaml"), "--measure-host", "--dry-run", "--workdir", str(tmp_path / "wd"))
     assert result.returncode == 0, result.stderr
     assert "would write" in result.stderr
     assert not host_profile.exists() and not (tmp_path / "wd").exists()
 
 
 def test_usage_errors_exit_2(tmp_path):
-    assert run_cli("plan").returncode == 2
-    too_long = run_cli("plan", str(CONFIGS / "smollm2-cpu.yaml"), "--input-len", "1024", "--output-len", "4096", "--workdir", str(tmp_path))
+    assert run_in_process("plan").returncode == 2
+    too_long = run_in_process(
+        "plan", str(CONFIGS / "smollm2-cpu.yaml"), "--input-len", "1024", "--output-len", "4096", "--workdir", str(tmp_path)
+    )
     assert too_long.returncode == 2
     assert too_long.stderr.startswith("error: --output-len: input + output = 5120 tokens exceeds engine.max_seq_len")

@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import CONFIGS, REPO, run_cli
+from conftest import CONFIGS, REPO
+from cli_inprocess import run_in_process
 
 from trtllm_forge.config import load_config
 from trtllm_forge.engine_config import read_engine_config
@@ -212,7 +213,7 @@ def test_duplicate_output_is_only_a_warning(repo):
 def test_cli_check_reports_every_problem_at_once(repo):
     edit(repo / "postprocessing" / "config.pbtxt", 'name: "postprocessing"', 'name: "postproc"')
     shutil.rmtree(repo / "preprocessing" / "1")
-    result = run_cli("render", "--check", str(repo))
+    result = run_in_process("render", "--check", str(repo))
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert any("model_repository/postprocessing/config.pbtxt:2: model name 'postproc'" in line for line in lines), lines
@@ -221,7 +222,7 @@ def test_cli_check_reports_every_problem_at_once(repo):
 
 
 def test_cli_check_json_on_a_clean_repository(clean_repo):
-    result = run_cli("render", "--check", str(clean_repo), "--json")
+    result = run_in_process("render", "--check", str(clean_repo), "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["valid"] is True and not [p for p in report["problems"] if p["level"] == "error"]

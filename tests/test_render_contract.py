@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import CONFIGS, REPO, run_cli
+from conftest import CONFIGS, REPO
+from cli_inprocess import run_in_process
 
 from trtllm_forge.config import load_config
 from trtllm_forge.errors import ConfigError
@@ -255,7 +256,7 @@ def test_cli_render_stage_json_launch_and_cache(tmp_path):
         str(tmp_path),
         "--json",
     ]
-    first = run_cli(*args)
+    first = run_in_process(*args)
     assert first.returncode == 0, first.stderr
     out = json.loads(first.stdout)
     assert out["kind"] == "inflight_batcher_llm" and not out["skipped"]
@@ -271,12 +272,12 @@ def test_cli_render_stage_json_launch_and_cache(tmp_path):
     assert script.startswith("#!/usr/bin/env bash") and "mpirun --allow-run-as-root" in script
     manifest = json.loads((tmp_path / "render" / "manifest.json").read_text())
     assert manifest["outputs"]["launch_command"] == argv
-    second = run_cli(*args)
+    second = run_in_process(*args)
     assert second.returncode == 0 and json.loads(second.stdout)["skipped"]
 
 
 def test_cli_dry_run_changes_nothing(tmp_path):
-    result = run_cli(
+    result = run_in_process(
         "render",
         str(CONFIGS / "mistral-7b-int4awq-a10g.yaml"),
         "--engine-dir",
@@ -296,14 +297,16 @@ def test_cli_dry_run_changes_nothing(tmp_path):
 def test_cli_refusal_is_one_line_exit_2(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(merge_yaml((CONFIGS / "mistral-7b-int4awq-a10g.yaml").read_text(), "parallel:\n  tp: 2\n"))
-    result = run_cli("render", str(path), "--engine-dir", str(ENGINES / "mistral-7b-int4awq-a10g"), "--workdir", str(tmp_path / "wd"))
+    result = run_in_process(
+        "render", str(path), "--engine-dir", str(ENGINES / "mistral-7b-int4awq-a10g"), "--workdir", str(tmp_path / "wd")
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("error: parallel.tp: ")
     assert "Traceback" not in result.stderr
 
 
 def test_cli_missing_engine_dir_is_a_config_error(tmp_path):
-    result = run_cli("render", str(CONFIGS / "mistral-7b-int4awq-a10g.yaml"), "--workdir", str(tmp_path))
+    result = run_in_process("render", str(CONFIGS / "mistral-7b-int4awq-a10g.yaml"), "--workdir", str(tmp_path))
     assert result.returncode == 2 and "error: --engine-dir:" in result.stderr
 
 
@@ -325,7 +328,7 @@ def test_llmapi_and_vllm_kinds(tmp_path):
 
 
 def test_cli_render_cpu_default_for_the_wheel_server(tmp_path):
-    result = run_cli(
+    result = run_in_process(
         "render", str(CONFIGS / "smollm2-cpu.yaml"), "--engine-dir", str(ENGINES / "smollm2-cpu"), "--workdir", str(tmp_path), "--json"
     )
     assert result.returncode == 0, result.stderr

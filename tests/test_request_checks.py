@@ -7,11 +7,9 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CONFIGS
 
 pytestmark = pytest.mark.slow
 
@@ -19,20 +17,9 @@ PROMPT = "The capital of France is"
 
 
 @pytest.fixture(scope="module")
-def deployment(cpu_engine_fp32, triton_launcher, tmp_path_factory):
-    from conftest import cpu_test_config
-
-    from trtllm_forge.config import load_config
-    from trtllm_forge.engine_config import read_engine_config
-    from trtllm_forge.render.repository import write_repository
-
-    _, build = cpu_engine_fp32
-    engine_dir = Path(build.manifest["outputs"]["engine_dir"])
-    workdir = tmp_path_factory.mktemp("request-checks")
-    rendered = write_repository(
-        load_config(CONFIGS / "smollm2-cpu.yaml"), workdir, read_engine_config(engine_dir), "cpu", workdir / "model_repository"
-    )
-    return triton_launcher(rendered.repository, config=cpu_test_config())
+def deployment(cpu_deployment):
+    """The session's shared deployment of configs/smollm2-cpu.yaml (refused requests change nothing in it)."""
+    return cpu_deployment
 
 
 def http_generate(deployment, model: str, body: dict) -> tuple[int, dict]:

@@ -11,15 +11,16 @@ import yaml
 
 from trtllm_forge.builders.tensorrt_llm.container import probe
 
+from cli_inprocess import run_in_process
 from trtllm_helpers import ENGINE_CONFIGS, LLMAPI_CONFIGS, REPO
 
 NO_TRTLLM = probe().missing("1.2.1", ["1.2.0", "1.2.1"]) is not None
 
 
 @pytest.mark.parametrize("config_path", ENGINE_CONFIGS, ids=lambda p: p.stem)
-def test_dry_run_json_prints_the_full_plan(cli, tmp_path, config_path):
+def test_dry_run_json_prints_the_full_plan(tmp_path, config_path):
     workdir = tmp_path / "wd"
-    result = cli("build-engine", str(config_path), "--workdir", str(workdir), "--dry-run", "--json")
+    result = run_in_process("build-engine", str(config_path), "--workdir", str(workdir), "--dry-run", "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     plan = doc["plan"]
@@ -37,9 +38,9 @@ def test_dry_run_json_prints_the_full_plan(cli, tmp_path, config_path):
 
 
 @pytest.mark.parametrize("config_path", LLMAPI_CONFIGS, ids=lambda p: p.stem)
-def test_dry_run_json_of_llmapi_examples(cli, tmp_path, config_path):
+def test_dry_run_json_of_llmapi_examples(tmp_path, config_path):
     workdir = tmp_path / "wd"
-    result = cli("build-engine", str(config_path), "--workdir", str(workdir), "--dry-run", "--json")
+    result = run_in_process("build-engine", str(config_path), "--workdir", str(workdir), "--dry-run", "--json")
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)["plan"]
     assert [s["name"] for s in plan["steps"]] == ["write-model-yaml", "write-llm-api-options"]
@@ -47,8 +48,10 @@ def test_dry_run_json_of_llmapi_examples(cli, tmp_path, config_path):
     assert not workdir.exists(), "a dry run writes nothing"
 
 
-def test_dry_run_text_shows_argv_files_and_warnings(cli, tmp_path):
-    result = cli("build-engine", str(REPO / "configs/mistral-7b-int4awq-a10g.yaml"), "--workdir", str(tmp_path / "wd"), "--dry-run")
+def test_dry_run_text_shows_argv_files_and_warnings(tmp_path):
+    result = run_in_process(
+        "build-engine", str(REPO / "configs/mistral-7b-int4awq-a10g.yaml"), "--workdir", str(tmp_path / "wd"), "--dry-run"
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == ""
     err = result.stderr
@@ -61,9 +64,9 @@ def test_dry_run_text_shows_argv_files_and_warnings(cli, tmp_path):
 
 @pytest.mark.skipif(not NO_TRTLLM, reason="TensorRT-LLM 1.2.x and a GPU are present: the refusal path does not apply")
 @pytest.mark.parametrize("config_name", ["qwen2.5-7b-fp16-l40s-tp2.yaml", "mixtral-8x7b-fp16-h100x8-ep.yaml"])
-def test_without_trtllm_exits_2_with_container_command_and_leaves_nothing(cli, tmp_path, config_name):
+def test_without_trtllm_exits_2_with_container_command_and_leaves_nothing(tmp_path, config_name):
     workdir = tmp_path / "wd"
-    result = cli("build-engine", str(REPO / "configs" / config_name), "--workdir", str(workdir))
+    result = run_in_process("build-engine", str(REPO / "configs" / config_name), "--workdir", str(workdir))
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1
@@ -77,14 +80,14 @@ def test_without_trtllm_exits_2_with_container_command_and_leaves_nothing(cli, t
     assert not workdir.exists()
 
 
-def test_llmapi_target_writes_model_yaml_and_serve_command(cli, tmp_path):
+def test_llmapi_target_writes_model_yaml_and_serve_command(tmp_path):
     source = yaml.safe_load((REPO / "configs/llama3.1-70b-fp8-h200-tp4.yaml").read_text())
     source["engine"]["target"] = "llmapi"
     source["name"] = "llama70b-llmapi"
     config = tmp_path / "llama70b-llmapi.yaml"
     config.write_text(yaml.safe_dump(source))
     workdir = tmp_path / "wd"
-    result = cli("build-engine", str(config), "--workdir", str(workdir), "--json")
+    result = run_in_process("build-engine", str(config), "--workdir", str(workdir), "--json")
     assert result.returncode == 0, result.stderr
     manifest = json.loads(result.stdout)
     assert manifest["outputs"]["target"] == "llmapi"
@@ -102,16 +105,16 @@ def test_llmapi_target_writes_model_yaml_and_serve_command(cli, tmp_path):
     assert serve[serve.index("--extra_llm_api_options") + 1] == "llmapi/extra_llm_api_options.yaml"
     assert any("pre-quantized" in note for note in manifest["notes"])
     # unchanged inputs: the stage is skipped
-    again = cli("build-engine", str(config), "--workdir", str(workdir), "--json")
+    again = run_in_process("build-engine", str(config), "--workdir", str(workdir), "--json")
     assert json.loads(again.stdout)["skipped"] is True
 
 
-def test_llmapi_speculative_eagle_config(cli, tmp_path):
+def test_llmapi_speculative_eagle_config(tmp_path):
     source = yaml.safe_load((REPO / "configs/llama3.1-8b-fp8-h100.yaml").read_text())
     assert source["engine"]["target"] == "llmapi"
     config = tmp_path / "eagle-llmapi.yaml"
     config.write_text(yaml.safe_dump(source))
-    result = cli("build-engine", str(config), "--workdir", str(tmp_path / "wd"), "--dry-run", "--json")
+    result = run_in_process("build-engine", str(config), "--workdir", str(tmp_path / "wd"), "--dry-run", "--json")
     assert result.returncode == 0, result.stderr
     llmapi = json.loads(result.stdout)["plan"]["llmapi"]
     assert llmapi["model_yaml"]["speculative_config"] == {

@@ -16,7 +16,7 @@ from trtllm_forge.builders.tensorrt_llm import images
 from trtllm_forge.builders.tensorrt_llm.spec import load_spec
 from trtllm_forge.errors import ConfigError
 
-from conftest import run_cli
+from cli_inprocess import run_in_process
 from trtllm_helpers import REPO
 
 ENGINES = REPO / "tests" / "fixtures" / "engines"
@@ -89,7 +89,7 @@ def _one_error(result) -> str:
 
 def test_render_refuses_a_1_2_1_engine_for_the_25_12_image(tmp_path):
     config = _config_with(tmp_path, "mistral-7b-int4awq-a10g.yaml", image=NGC_25_12)
-    result = run_cli("render", config, "--engine-dir", str(ENGINES / "mistral-7b-int4awq-a10g"), "--workdir", str(tmp_path / "wd"))
+    result = run_in_process("render", config, "--engine-dir", str(ENGINES / "mistral-7b-int4awq-a10g"), "--workdir", str(tmp_path / "wd"))
     line = _one_error(result)
     assert "deploy.image" in line and "1.2.1" in line and "1.1.0" in line and FORGE_1_2_1 in line
     assert not (tmp_path / "wd" / "render").exists()
@@ -98,20 +98,20 @@ def test_render_refuses_a_1_2_1_engine_for_the_25_12_image(tmp_path):
 def test_render_refuses_an_engine_from_another_version_with_the_default_image(tmp_path):
     engine = _engine_with_version(tmp_path, "mistral-7b-int4awq-a10g", "1.1.0")
     config = _config_with(tmp_path, "mistral-7b-int4awq-a10g.yaml")
-    line = _one_error(run_cli("render", config, "--engine-dir", str(engine), "--workdir", str(tmp_path / "wd")))
+    line = _one_error(run_in_process("render", config, "--engine-dir", str(engine), "--workdir", str(tmp_path / "wd")))
     assert f"{FORGE_1_2_1} ships TensorRT-LLM 1.2.1" in line and f"serve it with {NGC_25_12}" in line
 
 
 def test_deploy_docker_refuses_the_rendered_engine_in_an_image_of_another_version(tmp_path):
     config = _config_with(tmp_path, "mistral-7b-int4awq-a10g.yaml")
     workdir = tmp_path / "wd"
-    rendered = run_cli("render", config, "--engine-dir", str(ENGINES / "mistral-7b-int4awq-a10g"), "--workdir", str(workdir))
+    rendered = run_in_process("render", config, "--engine-dir", str(ENGINES / "mistral-7b-int4awq-a10g"), "--workdir", str(workdir))
     assert rendered.returncode == 0, rendered.stderr
-    ok = run_cli("deploy", config, "--workdir", str(workdir), "--target", "docker", "--dry-run")
+    ok = run_in_process("deploy", config, "--workdir", str(workdir), "--target", "docker", "--dry-run")
     assert ok.returncode == 0, ok.stderr
     assert f":ro {FORGE_1_2_1} tritonserver" in ok.stdout
     wrong = _config_with(tmp_path, "mistral-7b-int4awq-a10g.yaml", image=NGC_25_12)
-    line = _one_error(run_cli("deploy", wrong, "--workdir", str(workdir), "--target", "docker", "--dry-run"))
+    line = _one_error(run_in_process("deploy", wrong, "--workdir", str(workdir), "--target", "docker", "--dry-run"))
     assert "1.2.1" in line and "1.1.0" in line and FORGE_1_2_1 in line
 
 
@@ -124,9 +124,12 @@ def test_deploy_docker_checks_this_hosts_driver_against_the_image_minimum(tmp_pa
     fake.chmod(0o755)
     config = _config_with(tmp_path, "mistral-7b-int4awq-a10g.yaml")
     workdir = tmp_path / "wd"
-    assert run_cli("render", config, "--engine-dir", str(ENGINES / "mistral-7b-int4awq-a10g"), "--workdir", str(workdir)).returncode == 0
+    assert (
+        run_in_process("render", config, "--engine-dir", str(ENGINES / "mistral-7b-int4awq-a10g"), "--workdir", str(workdir)).returncode
+        == 0
+    )
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    line = _one_error(run_cli("deploy", config, "--workdir", str(workdir), "--target", "docker", "--dry-run", env=env))
+    line = _one_error(run_in_process("deploy", config, "--workdir", str(workdir), "--target", "docker", "--dry-run", env=env))
     assert "NVIDIA driver 575.57.08 is older than 580.95.05" in line and FORGE_1_2_1 in line
 
 

@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from conftest import run_cli
+from cli_inprocess import run_in_process
 from trtllm_helpers import REPO
 
 ENGINES = REPO / "tests" / "fixtures" / "engines"
@@ -80,9 +80,9 @@ def _config(tmp_path, **overrides) -> str:
 
 def _rendered_kubernetes(tmp_path, config: str) -> list[dict]:
     workdir = tmp_path / "wd"
-    rendered = run_cli("render", config, "--engine-dir", str(ENGINES / "llama3.1-70b-fp8-h200-tp4"), "--workdir", str(workdir))
+    rendered = run_in_process("render", config, "--engine-dir", str(ENGINES / "llama3.1-70b-fp8-h200-tp4"), "--workdir", str(workdir))
     assert rendered.returncode == 0, rendered.stderr
-    result = run_cli("deploy", config, "--workdir", str(workdir), "--target", "kubernetes", "--dry-run")
+    result = run_in_process("deploy", config, "--workdir", str(workdir), "--target", "kubernetes", "--dry-run")
     assert result.returncode == 0, result.stderr
     return list(yaml.safe_load_all(result.stdout))
 
@@ -134,8 +134,11 @@ def test_the_schema_checks_catch_a_broken_manifest(tmp_path):
 def test_ranks_that_do_not_divide_over_the_nodes_are_refused(tmp_path):
     config = _config(tmp_path, parallel={"nodes": 3, "gpus_per_node": 2})
     workdir = tmp_path / "wd"
-    assert run_cli("render", config, "--engine-dir", str(ENGINES / "llama3.1-70b-fp8-h200-tp4"), "--workdir", str(workdir)).returncode == 0
-    result = run_cli("deploy", config, "--workdir", str(workdir), "--target", "kubernetes", "--dry-run")
+    assert (
+        run_in_process("render", config, "--engine-dir", str(ENGINES / "llama3.1-70b-fp8-h200-tp4"), "--workdir", str(workdir)).returncode
+        == 0
+    )
+    result = run_in_process("deploy", config, "--workdir", str(workdir), "--target", "kubernetes", "--dry-run")
     assert result.returncode == 2 and "parallel.nodes: tp x pp = 4 ranks cannot be spread evenly over 3 nodes" in result.stderr
 
 
@@ -143,7 +146,7 @@ def test_cpu_manifests_pass_the_kubernetes_schemas(tmp_path):
     config = REPO / "configs" / "smollm2-cpu.yaml"
     repo = tmp_path / "repo"
     repo.mkdir()
-    result = run_cli(
+    result = run_in_process(
         "deploy", str(config), "--workdir", str(tmp_path / "wd"), "--repository", str(repo), "--target", "kubernetes", "--dry-run"
     )
     assert result.returncode == 0, result.stderr

@@ -10,7 +10,7 @@ from trtllm_forge.builders.tensorrt_llm import plan_build
 from trtllm_forge.builders.tensorrt_llm.spec import TOOL_TABLES, load_spec
 from trtllm_forge.errors import ConfigError
 
-from conftest import run_cli
+from cli_inprocess import run_in_process
 from trtllm_helpers import ENGINE_CONFIGS, REPO, example, unchecked_config
 
 SPEC = load_spec("1.2.1")
@@ -197,7 +197,7 @@ def test_every_row_of_every_table_names_its_source():
 
 def test_facts_not_tied_to_1_2_1_are_warnings_in_build_engine_and_plan(tmp_path):
     config = str(REPO / "configs" / "qwen2.5-7b-fp16-l40s-tp2.yaml")
-    build = run_cli("build-engine", config, "--workdir", str(tmp_path / "wd"), "--dry-run")
+    build = run_in_process("build-engine", config, "--workdir", str(tmp_path / "wd"), "--dry-run")
     assert build.returncode == 0, build.stderr
     assert (
         "[uncertain_source] convert, convert-draft: checked against NVIDIA/TensorRT-LLM@65b31db1b401:examples/models/core/qwen/convert_checkpoint.py"
@@ -205,6 +205,6 @@ def test_facts_not_tied_to_1_2_1_are_warnings_in_build_engine_and_plan(tmp_path)
     )
     assert "[uncertain_flag] build: --kv_cache_type" in build.stderr
     assert "[uncertain_source] serving image: no NGC Triton image ships TensorRT-LLM 1.2.1" in build.stderr
-    plan = run_cli("plan", config, "--workdir", str(tmp_path / "wd"), "--dry-run", "--no-plot")
+    plan = run_in_process("plan", config, "--workdir", str(tmp_path / "wd"), "--dry-run", "--no-plot")
     assert plan.returncode == 0, plan.stderr
     assert "tensorrt_llm/commands/build.py, not tied to TensorRT-LLM 1.2.1" in plan.stderr and "[uncertain_source]" in plan.stderr
