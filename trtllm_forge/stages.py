@@ -302,7 +302,7 @@ def _run_stage_locked(
     try:
         with terminate_as_error(name, workdir), console.status(f"{name} …"):
             outputs = dict(body(tmp, recorder))
-        manifest = {
+        manifest: dict[str, Any] = {
             "stage": name,
             "status": "ok",
             "input_hash": input_hash,
