@@ -161,7 +161,7 @@ def run_pipeline(
 
 
 def _run_stages(config: ForgeConfig, workdir: Path, report: RunReport, force: bool, keep_serving: bool, run_bench: bool) -> RunReport:
-    from trtllm_forge.deploy import serving
+    from trtllm_forge.deploy.trtllm_serve import serving_for_run  # Triton, or trtllm-serve when deploy.server says so
     from trtllm_forge.importer.stage import checkpoint_dir_of, import_checkpoint
     from trtllm_forge.render.repository import render_repository
     from trtllm_forge.verify.stage import verify_deployment
@@ -184,7 +184,7 @@ def _run_stages(config: ForgeConfig, workdir: Path, report: RunReport, force: bo
         deploy_outcome = StageOutcome("deploy", "failed")
         report.stages.append(deploy_outcome)
         started = time.monotonic()
-        with serving(config, workdir, repository, keep=keep_serving) as deployment:
+        with serving_for_run(config, workdir, repository, keep=keep_serving) as deployment:
             deploy_outcome.status, deploy_outcome.seconds = "done", round(time.monotonic() - started, 2)
             deploy_outcome.detail = f"grpc {deployment.grpc_url}, http {deployment.http_url}"
             report.deployment = deployment
@@ -217,6 +217,8 @@ def stage_table(report: RunReport) -> Table:
 
 
 def query_examples(config: ForgeConfig, deployment) -> str:
+    if hasattr(deployment, "query_examples"):  # trtllm-serve: its OpenAI endpoint
+        return deployment.query_examples()
     entry = entry_model(config)
     max_tokens = "sampling_param_max_tokens" if is_llmapi(config) else "max_tokens"
     return (

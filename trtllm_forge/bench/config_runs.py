@@ -37,7 +37,10 @@ def options_from_config(
     cli_load = bool(load_flags.get("concurrency") or load_flags.get("request_rate"))
     runs = []
     for workload in workloads:
-        target = flags.get("target") or (workload.target if workload is not None else "triton-grpc")
+        served_by_openai = config.deploy.server == "trtllm-serve"  # trtllm-serve speaks OpenAI only
+        default_target = "openai" if served_by_openai else "triton-grpc"
+        given = workload is not None and "target" in workload.model_fields_set
+        target = flags.get("target") or (workload.target if given else default_target)
         run_flags = {**flags, "target": target}
         grpc = target.startswith("triton-grpc")
         if not run_flags.get("url") and target == "openai":
