@@ -192,7 +192,7 @@ def _built(workdir: Path) -> tuple[str, Path]:
 
     manifest = read_manifest(workdir / "build")
     built = BuildResult.from_stage(StageResult("build", workdir / "build", True, manifest)) if manifest else None
-    if built is None or built.model_yaml is None or not built.model_yaml.is_file():
+    if built is None or built.llmapi_dir is None or built.model_yaml is None or not built.model_yaml.is_file():
         raise ConfigError(
             "deploy.server",
             f"trtllm-serve serves the llmapi build and {workdir / 'build'} has none",
@@ -231,11 +231,12 @@ def deploy(config: ForgeConfig, workdir: Path, target: str, dry_run: bool = Fals
                 port = sock.getsockname()[1]
         host = config.triton.bind_address
         argv = serve_argv(config, model, str(options), host=host, port=port)
-        described = {"server": "trtllm-serve", "argv": argv, "url": f"http://{host}:{port}", "stand_in": is_stand_in(config)}
+        url = f"http://{host}:{port}"
+        described = {"server": "trtllm-serve", "argv": argv, "url": url, "stand_in": is_stand_in(config)}
         if dry_run:
             return {**described, "dry_run": True}
         server = start_local(
-            argv, described["url"], workdir / "logs" / "trtllm-serve.log", config.deploy.ready_timeout_s, die_with_caller=die_with_caller
+            argv, url, workdir / "logs" / "trtllm-serve.log", config.deploy.ready_timeout_s, die_with_caller=die_with_caller
         )
         described.update(pid=server.pid, log=str(server.log))
         out.mkdir(parents=True, exist_ok=True)
@@ -336,11 +337,11 @@ def serving_for_run(config: ForgeConfig, workdir: Path, repository: Path, keep: 
             f"stop it first: `trtllm-forge deploy stop --workdir {workdir}`",
         )
     described = deploy(config, workdir, "local", die_with_caller=not keep)
-    deployment = OpenAIDeployment(
+    served = OpenAIDeployment(
         described["url"], str(served_model(workdir)), int(described["pid"]), described["log"], described["argv"], described["stand_in"]
     )
     try:
-        yield deployment
+        yield served
     finally:
         if not keep:
             stop(workdir)
