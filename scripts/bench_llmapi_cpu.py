@@ -254,7 +254,7 @@ def render_llmapi_table(results_dir: Path) -> str:
     lines = [
         f"Workload: {work['input_tokens']} prompt tokens → {work['output_tokens']} output tokens, greedy, "
         f"{'/'.join(str(c) for c in work['concurrency'])} concurrent; median of {document['repeats']} interleaved repeats; "
-        f"git `{document['git_commit'][:12]}`, {document['started_utc']}, {mach['cpu_model']}, {mach['usable_cores']} cores, "
+        f"git `{document['git_commit'][:12]}{'-dirty' if document['git_commit'].endswith('-dirty') else ''}`, {document['started_utc']}, {mach['cpu_model']}, {mach['usable_cores']} cores, "
         f"load average {mach['load_average'][0]:.1f} at start, {mach.get('load_average_end', [float('nan')])[0]:.1f} at the end"
         + (f"; {document['note']}" if document.get("note") else "")
         + ("" if document.get("finished_utc") else f"; INCOMPLETE: stopped after {len(document['runs'])} runs"),
