@@ -177,6 +177,21 @@ RULE_CASES = {
         "deploy.server",
         merged(GPU_BASE, engine={"backend": "tensorrt-llm", "target": "llmapi"}, deploy={"server": "trtllm-serve"}),
     ),
+    "trtllm_serve_bench_is_openai": (
+        merged(
+            GPU_BASE,
+            engine={"backend": "tensorrt-llm", "target": "llmapi"},
+            deploy={"server": "trtllm-serve"},
+            bench={"workloads": [{"name": "w", "target": "triton-grpc"}]},
+        ),
+        "bench.workloads[0].target",
+        merged(
+            GPU_BASE,
+            engine={"backend": "tensorrt-llm", "target": "llmapi"},
+            deploy={"server": "trtllm-serve"},
+            bench={"workloads": [{"name": "w", "target": "openai"}, {"name": "unset"}]},
+        ),
+    ),
     "llm_api_options_known": (
         merged(GPU_BASE, engine={"backend": "tensorrt-llm", "target": "llmapi", "extra_llm_api_options": {"max_num_token": 8}}),
         "engine.extra_llm_api_options",

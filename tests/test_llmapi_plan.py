@@ -70,6 +70,38 @@ def test_argument_table_knows_nvidia_fields_and_finds_typos():
     assert unknown_keys({"triton_config": {}}, model_yaml=True) == []
 
 
+# Read from NVIDIA's files by hand (2026-12-02), independently of the table: TorchLlmArgs' own fields in the 1.1-era
+# tensorrt_llm/llmapi/llm_args.py, and KvCacheConfig's fields in the 1.3.0rc7 API reference.
+TORCH_FIELDS_1_1_ERA = {
+    "build_config", "garbage_collection_gen0_threshold", "cuda_graph_config", "attention_dp_config", "disable_overlap_scheduler",
+    "moe_config", "attn_backend", "sampler_type", "enable_iter_perf_stats", "enable_iter_req_stats", "print_iter_log",
+    "perf_metrics_max_requests", "batch_wait_timeout_ms", "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio",
+    "torch_compile_config", "enable_autotuner", "enable_layerwise_nvtx_marker", "load_format", "enable_min_latency",
+    "stream_interval", "force_dynamic_quantization", "allreduce_strategy", "checkpoint_loader", "checkpoint_format",
+    "kv_connector_config", "mm_encoder_only", "ray_worker_extension_cls",
+}  # fmt: skip
+KV_CACHE_CONFIG_1_3_0RC7 = {
+    "enable_block_reuse", "max_tokens", "max_attention_window", "sink_token_length", "free_gpu_memory_fraction",
+    "host_cache_size", "onboard_blocks", "cross_kv_cache_fraction", "secondary_offload_min_priority", "event_buffer_max_size",
+    "attention_dp_events_gather_period_ms", "enable_partial_reuse", "copy_on_partial_reuse", "use_uvm", "max_gpu_total_bytes",
+    "dtype", "mamba_ssm_cache_dtype", "tokens_per_block", "use_kv_cache_manager_v2", "max_util_for_resume",
+}  # fmt: skip
+
+
+def test_argument_tables_name_their_sources_and_are_bracketed_by_nvidias_files():
+    from trtllm_forge.llmapi_args import AFTER_1_1, NESTED, SOURCES
+
+    assert set(SOURCES) == {"top_level", *NESTED}
+    for table, provenance in SOURCES.items():
+        assert provenance.sources and provenance.note, table
+        assert all(s.repository and s.ref and s.path for s in provenance.sources), table
+        assert provenance.uncertain, f"{table}: no 1.2.x-tagged llm_args.py is stored, so no table can claim certainty"
+    assert TORCH_FIELDS_1_1_ERA <= TOP_LEVEL  # nothing the earlier bracket accepts is refused
+    assert not AFTER_1_1 & TORCH_FIELDS_1_1_ERA and AFTER_1_1 <= TOP_LEVEL
+    assert NESTED["kv_cache_config"] == KV_CACHE_CONFIG_1_3_0RC7 - {"use_kv_cache_manager_v2", "max_util_for_resume"}
+    assert unknown_keys({"build_config": {}, "ray_worker_nsight_options": {}}) == []
+
+
 def test_build_result_reads_both_build_targets(tmp_path):
     llmapi = StageResult("build", tmp_path, False, {"outputs": {"target": "llmapi", "llmapi_dir": str(tmp_path / "llmapi")}})
     engine = StageResult("build", tmp_path, True, {"outputs": {"engine_dir": str(tmp_path / "engine")}})

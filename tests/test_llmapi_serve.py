@@ -178,3 +178,56 @@ def test_deploy_start_and_stop_with_server_trtllm_serve(cpu_engine_fp32, tmp_pat
     docker = run_cli("deploy", "start", str(config_file), "--workdir", str(workdir), "--target", "docker", "--json")
     assert docker.returncode == 0, docker.stderr
     assert "trtllm_forge.llmapi_cpu.serve" in Path(json.loads(docker.stdout)["file"]).read_text()
+
+
+def _serve_config(tmp_path: Path, **workload) -> Path:
+    source = yaml.safe_load((CONFIGS / "smollm2-cpu-llmapi.yaml").read_text())
+    source["deploy"]["server"] = "trtllm-serve"
+    source["verify"] = {"prompts": ["The capital of France is"], "max_tokens": 12}
+    source["bench"]["workloads"] = [
+        {"name": "openai-short", "concurrency": [2], "num_requests": 4, "warmup_requests": 1, "input_len": 16, "output_len": 8, **workload}
+    ]
+    config_file = tmp_path / "serve.yaml"
+    config_file.write_text(yaml.safe_dump(source))
+    return config_file
+
+
+def test_bench_on_trtllm_serve_must_target_openai(tmp_path):
+    from conftest import run_cli
+
+    config_file = _serve_config(tmp_path, target="triton-grpc")
+    proc = run_cli("config", "validate", str(config_file))
+    assert proc.returncode == 2
+    assert "bench.workloads[0].target" in proc.stderr and "set target: openai" in proc.stderr
+
+
+@pytest.mark.slow
+def test_run_with_trtllm_serve_smokes_verifies_and_benches_its_openai_endpoint(imported_smollm2, tmp_path):
+    """`run` on deploy.server trtllm-serve: deploy starts the (stand-in) trtllm-serve, smoke and verify ask its
+    /v1/completions (exact tokens against transformers in fp32), bench measures it with the openai target, and
+    the server is gone afterwards."""
+    import shutil
+
+    from conftest import run_cli
+    from trtllm_forge.hardware import HOST_PROFILE_ENV
+
+    config_file = _serve_config(tmp_path)  # the workload's target is left unset: openai for trtllm-serve
+    workdir = tmp_path / "wd"
+    workdir.mkdir()
+    shutil.copytree(imported_smollm2.parent, workdir / "import", symlinks=True)  # the session's import, reused
+    env = {HOST_PROFILE_ENV: str(tmp_path / "hardware-cpu.json")}
+    proc = run_cli("run", str(config_file), "--workdir", str(workdir), "--json", env=env, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads(proc.stdout)
+    stages = {s["name"]: s for s in doc["stages"]}
+    assert all(s["status"] in ("done", "skipped") for s in doc["stages"]), doc["stages"]
+    assert "grpc none" in stages["deploy"]["detail"] and "http://127.0.0.1:" in stages["deploy"]["detail"]
+    assert "Paris" in doc["answer"] and doc["stream_matches"] is True
+    assert doc["verify"]["passed"] and doc["verify"]["agreement"]["prefix"] == 1.0
+    workload = doc["bench"]["workloads"][0]
+    (point,) = workload.get("points") or [workload]  # one sweep point: the summary itself
+    assert point["target"]["kind"] == "openai" and point["requests"]["completed"] == 4 and point["requests"]["failed"] == 0
+    log = (workdir / "logs" / "trtllm-serve.log").read_text()
+    assert "trtllm_forge.llmapi_cpu.serve" in log.splitlines()[0] and "--extra_llm_api_options" in log.splitlines()[0]
+    assert not (workdir / "deploy" / trtllm_serve.STATE).exists()  # stopped and its record removed
+    assert not (workdir / "deploy" / "state.json").exists()  # no Triton was started

@@ -1,12 +1,16 @@
 """The LLM API's argument fields (TensorRT-LLM 1.2.x, PyTorch backend) and the check of model.yaml /
 extra LLM-API options against them: an unknown key is refused with the nearest valid one, before any GPU time.
 
-Copied from NVIDIA's sources (names only; types and defaults live in NVIDIA's pydantic models):
-- top level: `BaseLlmArgs` + `TorchLlmArgs` in NVIDIA/TensorRT-LLM:tensorrt_llm/llmapi/llm_args.py, the 1.2-era version
-  held by the search index (BaseLlmArgs with `custom_tokenizer`/`orchestrator_type`, TorchLlmArgs with `nvfp4_gemm_config`,
-  `layer_wise_benchmarks_config`); the exact v1.2.1 commit is not pinned, so a field added or removed between that
-  version and the tag may be missing here (uncertain).
-- nested configs: the field lists in /work/shared/reference/trtllm-build.md §10.1 (same file, recent main).
+Names only, from NVIDIA's sources (types and defaults live in NVIDIA's pydantic models); where each table comes
+from and how sure it is, per table, is in SOURCES. No file tied to a 1.2.x tag is stored where we can read
+NVIDIA's files (checked 2026-12-02): `tensorrt_llm/llmapi/llm_args.py` of NVIDIA/TensorRT-LLM is stored at
+fcd3f316 (0.2x era), at 00043967 (2026 main, 1.3+), and in a 1.1-era version without its commit; the versioned
+API reference pages stored are 0.18.2, 0.19.0, 0.21.0rc1, 1.1.0rc2.post1, 1.3.0rc7, 1.3.0rc17, 1.3.0rc24 and
+1.4.0rc4, none of 1.2.x (`tensorrt_llm/version.py` says 1.2.0rc2 at b35ac1b6, where llm_args.py is not stored).
+So every table is marked uncertain and checked by bracketing: a field in both the 1.1-era file and the 1.3.0rc7
+reference is taken as a 1.2.x field; one that appears only in the later source is kept and accepted, but listed
+in AFTER_1_1 (its presence in 1.2.x is uncertain: accepting it can miss an error LLM() would raise, refusing it
+could block a valid config).
 `model.yaml` of NVIDIA's Triton llmapi model passes every top-level key except `triton_config` to `LLM()`
 (NVIDIA/TensorRT-LLM:triton_backend/all_models/llmapi/tensorrt_llm/1/model.py).
 """
@@ -15,8 +19,54 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-SOURCE = "NVIDIA/TensorRT-LLM:tensorrt_llm/llmapi/llm_args.py (1.2-era version; v1.2.1 commit not pinned)"
+REPOSITORY = "NVIDIA/TensorRT-LLM"
+LLM_ARGS = "tensorrt_llm/llmapi/llm_args.py"
+REFERENCE_1_3 = "https://nvidia.github.io/TensorRT-LLM/1.3.0rc7/llm-api/reference.html"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a table was copied from or checked against: repository (or page), ref (tag, commit or version), path."""
+
+    repository: str
+    ref: str
+    path: str
+    what: str
+
+
+@dataclass(frozen=True)
+class TableProvenance:
+    sources: tuple[Source, ...]
+    uncertain: bool
+    note: str
+
+
+_ERA_1_1 = Source(REPOSITORY, "1.1-era version (commit not recorded by the index)", LLM_ARGS, "TorchLlmArgs fields, read in full")
+_REF_1_3 = Source(REFERENCE_1_3, "1.3.0rc7", "llm-api/reference.html", "LLM parameters (BaseLlmArgs + TorchLlmArgs) and KvCacheConfig")
+_EARLIER = Source(REPOSITORY, "1.2-era version used by the first table (commit not recorded)", LLM_ARGS, "the table's origin")
+_NESTED = Source(
+    "/work/shared/reference/trtllm-build.md", "§10.1 (copied from recent main)", LLM_ARGS, "nested config field lists (origin)"
+)
+SOURCES: dict[str, TableProvenance] = {
+    "top_level": TableProvenance(
+        (_EARLIER, _ERA_1_1, _REF_1_3),
+        True,
+        "bracketed between the 1.1-era file and the 1.3.0rc7 reference; fields only in the later source are in AFTER_1_1",
+    ),
+    "kv_cache_config": TableProvenance(
+        (_NESTED, _REF_1_3),
+        True,
+        "equal to 1.3.0rc7's KvCacheConfig except its use_kv_cache_manager_v2 and max_util_for_resume (not taken: not seen before 1.3)",
+    ),
+    "scheduler_config": TableProvenance((_NESTED,), True, "not checked against a versioned source"),
+    "quant_config": TableProvenance((_NESTED,), True, "not checked against a versioned source"),
+    "speculative_config": TableProvenance(
+        (_NESTED,), True, "the union of the decoding configs' fields; not checked against a versioned source"
+    ),
+}
+SOURCE = f"{REPOSITORY}:{LLM_ARGS} (no 1.2.x-tagged copy stored; bracketed by a 1.1-era copy and the 1.3.0rc7 reference)"
 
 BASE_LLM_ARGS = (
     "model",
@@ -109,8 +159,25 @@ TORCH_LLM_ARGS = (
     "layer_wise_benchmarks_config",
     # quant_config is a property of TorchLlmArgs (settable); the engine path (TrtLlmArgs) has it as a field.
     "quant_config",
+    "ray_worker_nsight_options",  # in the 1.3.0rc7 reference
+    "build_config",  # the 1.1-era TorchLlmArgs keeps it as a deprecated dummy; not in the 1.3.0rc7 reference
 )
 TOP_LEVEL = frozenset(BASE_LLM_ARGS + TORCH_LLM_ARGS)
+# In the 1.3.0rc7 reference but not in the 1.1-era TorchLlmArgs: whether 1.2.x has them is uncertain (accepted).
+AFTER_1_1 = frozenset(
+    (
+        "nvfp4_gemm_config",
+        "sampler_force_async_worker",
+        "ray_placement_config",
+        "ray_worker_nsight_options",
+        "enable_sleep",
+        "use_cute_dsl_blockscaling_mm",
+        "use_cute_dsl_blockscaling_bmm",
+        "disable_flashinfer_sampling",
+        "max_stats_len",
+        "layer_wise_benchmarks_config",
+    )
+)
 
 # Nested configs whose keys are checked too (others are passed through unchecked).
 NESTED: dict[str, frozenset[str]] = {

@@ -21,6 +21,11 @@ def llmapi_generate(
     raise_on_error: bool = True,
     **params: Any,
 ) -> Generation:
+    from trtllm_forge.deploy.trtllm_serve import OpenAIDeployment
+
+    if isinstance(target, OpenAIDeployment):  # `run` with deploy.server trtllm-serve: the same request over OpenAI
+        done = openai_generate(target.url, target.model, prompt, max_tokens, stream=stream, timeout_s=timeout_s)
+        return done if exclude_input else Generation(prompt + done.text, done.chunks, done.ttft_s, done.total_s, done.chunk_times_s)
     values = {
         "text_input": prompt,
         "sampling_param_max_tokens": max_tokens,
@@ -37,3 +42,41 @@ def llmapi_generate(
     times = list(result.arrival_s)
     first = next((t for c, t in zip(chunks, times) if c), None)
     return Generation(texts[-1] if texts else "", chunks, first, result.total_s, times, result.error)
+
+
+def openai_generate(url: str, model: str, prompt: str, max_tokens: int, *, stream: bool = False, timeout_s: float = 300.0) -> Generation:
+    """The same request to trtllm-serve's OpenAI `/v1/completions` (greedy: temperature 0), streamed as
+    server-sent events or not; an error response raises StepError with the server's message."""
+    import json
+    import time
+    import urllib.error
+    import urllib.request
+
+    from trtllm_forge.errors import StepError
+
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "stream": stream}
+    request = urllib.request.Request(f"{url}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    started = time.perf_counter()
+    chunks: list[str] = []
+    times: list[float] = []
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            if not stream:
+                text = json.loads(response.read())["choices"][0]["text"]
+                total = time.perf_counter() - started
+                return Generation(text, [text], total if text else None, total, [total])
+            for raw in response:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:") or line == "data: [DONE]":
+                    continue
+                event = json.loads(line[len("data:") :])
+                if event.get("object") == "error":
+                    raise StepError("client", f"trtllm-serve: {event.get('message')}", f"see the server log; request {body}")
+                for choice in event.get("choices") or []:
+                    chunks.append(choice.get("text") or "")
+                    times.append(time.perf_counter() - started)
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")[:300]
+        raise StepError("client", f"trtllm-serve answered {exc.code}: {detail}", f"POST {url}/v1/completions") from None
+    first = next((t for c, t in zip(chunks, times) if c), None)
+    return Generation("".join(chunks), chunks, first, time.perf_counter() - started, times)

@@ -186,7 +186,7 @@ def run_pipeline(
 
 
 def _run_stages(config: ForgeConfig, workdir: Path, report: RunReport, force: bool, keep_serving: bool, run_bench: bool) -> RunReport:
-    from trtllm_forge.deploy import serving
+    from trtllm_forge.deploy.trtllm_serve import serving_for_run  # Triton, or trtllm-serve when deploy.server says so
     from trtllm_forge.importer.stage import import_checkpoint
     from trtllm_forge.render.repository import render_repository
     from trtllm_forge.verify.stage import verify_deployment
@@ -204,7 +204,7 @@ def _run_stages(config: ForgeConfig, workdir: Path, report: RunReport, force: bo
         }
         if run_bench:
             _measure_host_once(config)
-        server = serving(config, workdir, rendered.repository, keep=keep_serving)
+        server = serving_for_run(config, workdir, rendered.repository, keep=keep_serving)
         with stages.entered("deploy", server, lambda d: f"grpc {d.grpc_url}, http {d.http_url}") as deployment:
             report.deployment = deployment
             report.kept_serving = keep_serving
@@ -236,6 +236,8 @@ def stage_table(report: RunReport) -> Table:
 
 
 def query_examples(config: ForgeConfig, deployment: Deployment) -> str:
+    if hasattr(deployment, "query_examples"):  # trtllm-serve: its OpenAI endpoint
+        return deployment.query_examples()
     entry = entry_model(config)
     max_tokens = "sampling_param_max_tokens" if is_llmapi(config) else "max_tokens"
     return (

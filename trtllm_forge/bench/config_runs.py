@@ -62,7 +62,10 @@ def options_from_config(
             if base["request_rate"] and "concurrency" not in workload.model_fields_set:
                 base["concurrency"] = []  # rates only: the default concurrency [1] is not swept too
             base["output_len_given"] = "output_len" in workload.model_fields_set
-        target = flags.get("target") or base.get("target") or BenchOptions.target
+        served_by_openai = config.deploy.server == "trtllm-serve"  # trtllm-serve speaks OpenAI only
+        default_target = "openai" if served_by_openai else BenchOptions.target
+        given = workload is not None and "target" in workload.model_fields_set
+        target: str = flags.get("target") or (base.get("target") if given else None) or default_target
         run_flags = {**flags, "target": target}
         grpc = target.startswith("triton-grpc")
         if not run_flags.get("url") and target == "openai":

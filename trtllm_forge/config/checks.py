@@ -93,6 +93,20 @@ def trtllm_serve_needs_llmapi(ctx: CheckContext) -> Iterator[ConfigError]:
 
 
 @rule
+def trtllm_serve_bench_is_openai(ctx: CheckContext) -> Iterator[ConfigError]:
+    if ctx.config.deploy.server != "trtllm-serve":
+        return
+    for index, workload in enumerate(ctx.config.bench.workloads):
+        target = getattr(workload, "target", None)  # a field bench/options.py adds to BenchWorkload
+        if target != "openai" and "target" in workload.model_fields_set:
+            yield ConfigError(
+                f"bench.workloads[{index}].target",
+                f"{target!r} is a Triton endpoint, but deploy.server trtllm-serve serves OpenAI's API only",
+                "set target: openai (or leave it unset)",
+            )
+
+
+@rule
 def llm_api_options_known(ctx: CheckContext) -> Iterator[ConfigError]:
     """Keys the LLM API would refuse at LLM() time, found before any GPU time (llmapi_args holds the 1.2 table)."""
     from trtllm_forge.llmapi_args import describe, unknown_keys

@@ -10,6 +10,7 @@ The command follows trtllm-serve's 1.2 CLI (NVIDIA/TensorRT-LLM:tensorrt_llm/com
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -18,8 +19,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -144,13 +148,23 @@ class ServeProcess:
                 self.process.wait(10)
 
 
-def start_local(argv: list[str], url: str, log: Path, ready_timeout_s: float = 300.0) -> ServeProcess:
-    """Start the server in its own process group, wait for /health, stop it (and raise) if it never gets there."""
+def start_local(argv: list[str], url: str, log: Path, ready_timeout_s: float = 300.0, *, die_with_caller: bool = False) -> ServeProcess:
+    """Start the server in its own process group, wait for /health, stop it (and raise) if it never gets there.
+    With die_with_caller it gets SIGKILL when this process dies (servers that live only as long as `run`)."""
+    from trtllm_forge.processes import dying_with_parent
+
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as handle:
-        handle.write("$ " + " ".join(argv) + "\n")
+        handle.write("$ " + shlex.join(argv) + "\n")
         handle.flush()
-        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=dying_with_parent(new_group=False) if die_with_caller else None,
+        )
     server = ServeProcess(url, proc.pid, log, argv, proc)
     deadline = time.monotonic() + ready_timeout_s
     while time.monotonic() < deadline:
@@ -197,9 +211,8 @@ def options_file_for(llmapi_dir: Path) -> Path:
     return existing
 
 
-def deploy(config: ForgeConfig, workdir: Path, target: str, dry_run: bool = False) -> dict:
+def deploy(config: ForgeConfig, workdir: Path, target: str, dry_run: bool = False, *, die_with_caller: bool = False) -> dict:
     """`deploy start` with deploy.server trtllm-serve: start it here (local) or write the docker/Kubernetes rendering."""
-    import json
     import socket
 
     model, options = _built(workdir)
@@ -216,10 +229,13 @@ def deploy(config: ForgeConfig, workdir: Path, target: str, dry_run: bool = Fals
                 port = sock.getsockname()[1]
         host = config.triton.bind_address
         argv = serve_argv(config, model, str(options), host=host, port=port)
-        described = {"server": "trtllm-serve", "argv": argv, "url": f"http://{host}:{port}", "stand_in": is_stand_in(config)}
+        url = f"http://{host}:{port}"
+        described = {"server": "trtllm-serve", "argv": argv, "url": url, "stand_in": is_stand_in(config)}
         if dry_run:
             return {**described, "dry_run": True}
-        server = start_local(argv, str(described["url"]), workdir / "logs" / "trtllm-serve.log", config.deploy.ready_timeout_s)
+        server = start_local(
+            argv, url, workdir / "logs" / "trtllm-serve.log", config.deploy.ready_timeout_s, die_with_caller=die_with_caller
+        )
         described.update(pid=server.pid, log=str(server.log))
         out.mkdir(parents=True, exist_ok=True)
         (out / STATE).write_text(json.dumps(described, indent=2) + "\n")
@@ -232,14 +248,13 @@ def deploy(config: ForgeConfig, workdir: Path, target: str, dry_run: bool = Fals
 
 def stop(workdir: Path) -> dict | None:
     """Stop the local trtllm-serve recorded in <workdir>/deploy/trtllm-serve.json (its whole process group)."""
-    import json
-
     path = workdir / "deploy" / STATE
     if not path.is_file():
         return None
     state = json.loads(path.read_text())
     server = ServeProcess(state["url"], int(state["pid"]), Path(state.get("log", "")), state["argv"])
-    server.stop()
+    if is_running(state):  # a recycled pid running another program is never signalled
+        server.stop()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -251,9 +266,14 @@ def stop(workdir: Path) -> dict | None:
     return state
 
 
-def _state(workdir: Path) -> dict | None:
-    import json
+def is_running(state: dict) -> bool:
+    """The recorded server's pid still runs the recorded command."""
+    from trtllm_forge.processes import cmdline
 
+    return cmdline(int(state["pid"])) == list(state["argv"])
+
+
+def _state(workdir: Path) -> dict | None:
     path = workdir / "deploy" / STATE
     return json.loads(path.read_text()) if path.is_file() else None
 
@@ -267,3 +287,59 @@ def served_model(workdir: Path) -> str | None:
     """trtllm-serve names the model by the path it was given (its /v1/models id)."""
     state = _state(workdir)
     return state["argv"][state["argv"].index("--backend") - 1] if state else None
+
+
+@dataclass
+class OpenAIDeployment:
+    """A local trtllm-serve (or its CPU stand-in) as `run` hands it to smoke, verify and bench: they talk to its
+    OpenAI endpoint (`llmapi_requests.llmapi_generate` and the bench's `openai` target), not to Triton."""
+
+    url: str
+    model: str  # the /v1/models id: trtllm-serve names the model by the path it was given
+    pid: int
+    log: str
+    argv: list[str]
+    stand_in: bool
+
+    @property
+    def http_url(self) -> str:
+        return self.url
+
+    @property
+    def grpc_url(self) -> str:
+        return "none (trtllm-serve speaks OpenAI over HTTP)"
+
+    def to_dict(self) -> dict:
+        return {"server": "trtllm-serve", **asdict(self), "http_url": self.url}
+
+    def query_examples(self) -> str:
+        body = json.dumps({"model": self.model, "prompt": "The capital of France is", "max_tokens": 20})
+        return f"query it with curl (OpenAI completions):\n  curl -s {self.url}/v1/completions -H 'Content-Type: application/json' -d {shlex.quote(body)}"
+
+
+@contextmanager
+def serving_for_run(config: ForgeConfig, workdir: Path, repository: Path, keep: bool = False) -> Iterator[Any]:
+    """What `run` deploys: Triton on the rendered repository, or with deploy.server trtllm-serve the local
+    trtllm-serve (stand-in on CPU) on the llmapi build. Stopped on exit unless keep; dies with `run` unless keep."""
+    from trtllm_forge.deploy.server import serving
+
+    if config.deploy.server != "trtllm-serve":
+        with serving(config, workdir, repository, keep=keep) as deployment:
+            yield deployment
+        return
+    previous = _state(workdir)
+    if previous is not None and is_running(previous):
+        raise StepError(
+            "deploy",
+            f"a trtllm-serve from this workdir is already running (pid {previous['pid']}, {previous['url']})",
+            f"stop it first: `trtllm-forge deploy stop --workdir {workdir}`",
+        )
+    described = deploy(config, workdir, "local", die_with_caller=not keep)
+    served = OpenAIDeployment(
+        described["url"], str(served_model(workdir)), int(described["pid"]), described["log"], described["argv"], described["stand_in"]
+    )
+    try:
+        yield served
+    finally:
+        if not keep:
+            stop(workdir)
