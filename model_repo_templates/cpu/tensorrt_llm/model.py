@@ -24,6 +24,9 @@ Model parameters read from config.pbtxt:
                                   are rejected (0 = unbounded)
 The scheduler comes from the engine's config.json (max_num_seqs = build_config.max_batch_size,
 max_num_batched_tokens = build_config.max_num_tokens) and the precision hints from its `openvino` section.
+When that section names a draft model (`openvino.draft`, written by the build for engine.speculative draft_target),
+the pipeline loads it as GenAI's draft_model and every request drafts `num_assistant_tokens` tokens per step:
+draft-target speculative decoding, whose output is the target model's own.
 """
 
 from __future__ import annotations
@@ -192,7 +195,7 @@ class Outbox:
 
     OpenVINO GenAI's `step()` holds the GIL for the whole step, so a send thread only runs while the engine
     thread waits. Without `flush()` after each step, responses pile up for several steps and leave in bursts
-    (tokens clump at the client). `flush()` waits until every queued response was sent; a send that blocks
+    (tokens clump at the client). `flush()` waits until the send thread has taken every queued response; a send that blocks
     longer than SEND_STALL_S (a consumer that never reads, e.g. a dead BLS stub) gets its job marked
     unreachable, its remaining responses dropped, and a new send thread takes over the queue, so one dead
     consumer cannot stall the other streams.
@@ -230,6 +233,8 @@ class Outbox:
                     return
                 job, response, flags = self.entries.popleft()
                 self.busy_job, self.busy_since = job, time.monotonic()
+                if not self.entries:
+                    self.cond.notify_all()  # flush() may return: the last response is on its way
             try:
                 if response is None:
                     job.sender.send(flags=flags)
@@ -244,10 +249,13 @@ class Outbox:
                 self.cond.notify_all()
 
     def flush(self) -> list[Job]:
-        """Wait until every queued response was sent; returns the jobs found unreachable meanwhile."""
+        """Wait until the send thread has taken every queued response; returns the jobs found unreachable meanwhile.
+
+        It does not wait for the last send to return: if the python backend releases the GIL while a send waits
+        for the server, the next step overlaps with it."""
         dropped: list[Job] = []
         with self.cond:
-            while self.entries or self.busy_job is not None:
+            while self.entries:
                 stalled = self.busy_job
                 if stalled is not None and time.monotonic() - self.busy_since > SEND_STALL_S:
                     stalled.unreachable = True
