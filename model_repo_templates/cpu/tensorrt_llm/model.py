@@ -195,7 +195,7 @@ class Outbox:
 
     OpenVINO GenAI's `step()` holds the GIL for the whole step, so a send thread only runs while the engine
     thread waits. Without `flush()` after each step, responses pile up for several steps and leave in bursts
-    (tokens clump at the client). `flush()` waits until the send thread has taken every queued response; a send that blocks
+    (tokens clump at the client). `flush()` waits until every queued response was sent; a send that blocks
     longer than SEND_STALL_S (a consumer that never reads, e.g. a dead BLS stub) gets its job marked
     unreachable, its remaining responses dropped, and a new send thread takes over the queue, so one dead
     consumer cannot stall the other streams.
@@ -233,8 +233,6 @@ class Outbox:
                     return
                 job, response, flags = self.entries.popleft()
                 self.busy_job, self.busy_since = job, time.monotonic()
-                if not self.entries:
-                    self.cond.notify_all()  # flush() may return: the last response is on its way
             try:
                 if response is None:
                     job.sender.send(flags=flags)
@@ -249,13 +247,13 @@ class Outbox:
                 self.cond.notify_all()
 
     def flush(self) -> list[Job]:
-        """Wait until the send thread has taken every queued response; returns the jobs found unreachable meanwhile.
+        """Wait until every queued response was sent; returns the jobs found unreachable meanwhile.
 
-        It does not wait for the last send to return: if the python backend releases the GIL while a send waits
-        for the server, the next step overlaps with it."""
+        It waits for the last send to return too: letting the next step start while that send was still in
+        progress made tokens clump again (ITL p99 3.8x TPOT p50 instead of 1.5x at concurrency 8)."""
         dropped: list[Job] = []
         with self.cond:
-            while self.entries:
+            while self.entries or self.busy_job is not None:
                 stalled = self.busy_job
                 if stalled is not None and time.monotonic() - self.busy_since > SEND_STALL_S:
                     stalled.unreachable = True
