@@ -38,7 +38,8 @@ def bench(config: Path, workdir: Path, model: str, target: str, args: argparse.N
     ]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
-        raise SystemExit(f"bench failed ({model} on {workdir}): {done.stderr.strip().splitlines()[-1:]}")
+        lines = done.stderr.strip().splitlines()
+        return {"error": lines[-1] if lines else f"exit {done.returncode}"}
     metrics = json.loads(done.stdout)["metrics"]
 
     def pick(name: str, stat: str) -> float:
@@ -63,24 +64,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--num-requests", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--entry-points", default=",".join(m for m, _ in ENTRY_POINTS), help="Comma-separated models to measure.")
     parser.add_argument("--json", dest="json_out", type=Path, default=REPO / "results" / "bench_cpu_streaming" / "latest.json")
     args = parser.parse_args(argv)
     deployments = dict(item.split("=", 1) for item in args.deployments)
+    wanted = set(args.entry_points.split(","))
 
     rows = []
     scratch = args.json_out.parent / "runs"
     for round_ in range(args.rounds):
-        for model, target in ENTRY_POINTS:
+        for model, target in [e for e in ENTRY_POINTS if e[0] in wanted]:
             for label, workdir in deployments.items():
                 result = bench(args.config, Path(workdir), model, target, args, scratch / f"{label}-{model}-{round_}")
                 row = {"deployment": label, "entry_point": model, "round": round_, **result}
                 rows.append(row)
+                write_result(args, deployments, rows)
+                if "error" in row:
+                    print(f"{label:>10} {model:<17} failed: {row['error']}", flush=True)
+                    continue
                 print(
                     f"{label:>10} {model:<17} {row['output_tok_s']:7.1f} tok/s  ITL p50 {row['itl_p50_ms']:7.1f} p90 "
                     f"{row['itl_p90_ms']:7.1f} p99 {row['itl_p99_ms']:7.1f}  TPOT p50 {row['tpot_p50_ms']:7.1f}  "
                     f"p99/TPOT {row['itl_p99_over_tpot_p50']:.2f}",
                     flush=True,
                 )
+    print(f"wrote {args.json_out}", file=sys.stderr)
+    return 0
+
+
+def write_result(args: argparse.Namespace, deployments: dict[str, str], rows: list[dict]) -> None:
+    """Written after every row, so an interrupted run keeps what it measured."""
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     load = os.getloadavg()
     result = {
@@ -97,8 +110,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.json_out.parent.mkdir(parents=True, exist_ok=True)
     args.json_out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.json_out}", file=sys.stderr)
-    return 0
 
 
 if __name__ == "__main__":
