@@ -3,6 +3,9 @@ called with token ids exactly as the ensemble calls it."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,6 +17,8 @@ import numpy as np
 import pytest
 
 from trtllm_forge.client import stream_request
+
+from conftest import cpu_test_config, write_cpu_engine_repository
 from trtllm_forge.sample_prompts import PROMPTS
 
 pytestmark = pytest.mark.slow
@@ -191,3 +196,56 @@ def test_an_end_id_no_token_has_generates_the_full_length(cpu_engine_server, pro
     assert len(tokens_of(result)) == 40
     after = request(cpu_engine_server, prompt_ids[0], 4)  # the server is still healthy
     assert after.error is None and len(tokens_of(after)) == 4
+
+
+def _engine_with_draft(engine_dir: Path, root: Path, num_assistant_tokens: int) -> Path:
+    """A copy (hard links) of `engine_dir` whose config.json names a draft model, laid out as the OpenVINO build
+    writes it for engine.speculative.draft_target (here the fp32 IR itself drafts: every draft is accepted)."""
+    from trtllm_forge.builders.openvino.plan import DRAFT_SUBDIR
+
+    drafted = root / "engine"
+    shutil.copytree(engine_dir, drafted, copy_function=os.link)
+    shutil.copytree(engine_dir, drafted / DRAFT_SUBDIR, copy_function=os.link)
+    config = json.loads((engine_dir / "config.json").read_text())
+    config["openvino"]["draft"] = {
+        "source": str(engine_dir),
+        "subdir": DRAFT_SUBDIR,
+        "weight_format": "as exported",
+        "num_assistant_tokens": num_assistant_tokens,
+        "argv": None,
+    }
+    (drafted / "config.json").unlink()
+    (drafted / "config.json").write_text(json.dumps(config))
+    return drafted
+
+
+def test_a_draft_model_speculates_and_the_tokens_stay_the_targets(
+    cpu_engine_fp32, cpu_engine_server, prompt_ids, triton_launcher, tmp_path
+):
+    workdir, result = cpu_engine_fp32
+    drafted = _engine_with_draft(Path(result.manifest["outputs"]["engine_dir"]), tmp_path, num_assistant_tokens=3)
+    server = triton_launcher(write_cpu_engine_repository(tmp_path / "repo", drafted), config=cpu_test_config())
+    assert "draft=draft x3" in Path(server.log).read_text(errors="replace")
+    for ids in prompt_ids[:3]:
+        want = tokens_of(request(cpu_engine_server, ids, 24))
+        assert tokens_of(request(server, ids, 24)) == want
+        streamed = request(server, ids, 24, streaming=True)
+        assert streamed.error is None, streamed.error
+        assert tokens_of(streamed) == want
+        # accepted drafts arrive together: fewer responses than tokens shows the draft model was used
+        assert len(streamed.responses) < len(want)
+
+
+def test_the_build_plan_exports_a_draft_beside_the_engine(tmp_path):
+    from trtllm_forge.builders.openvino.builder import plan_build
+
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    config = cpu_test_config(engine={"speculative": {"mode": "draft_target", "max_draft_len": 4, "draft_model": str(checkpoint)}})
+    plan = plan_build(config, tmp_path / "wd", checkpoint).to_json()
+    draft_argv = plan["commands"][1]
+    assert draft_argv[draft_argv.index("--model") + 1] == str(checkpoint)
+    assert draft_argv[draft_argv.index("--weight-format") + 1] == "int8"
+    assert draft_argv[-1] == str(tmp_path / "wd" / "build" / "engine" / "draft")
+    (checkpoint / "openvino_model.xml").write_text("<net/>")  # an exported IR is copied, not exported again
+    assert len(plan_build(config, tmp_path / "wd", checkpoint).to_json()["commands"]) == 1

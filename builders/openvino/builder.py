@@ -16,9 +16,11 @@ from trtllm_forge.stage_results import BuildResult
 from trtllm_forge.builders.openvino import engine_json
 from trtllm_forge.builders.openvino.plan import (
     HF_TOKENIZER_FILES,
+    DraftPlan,
     IR_FILES,
     TOKENIZER_IR_FILES,
     ExportPlan,
+    plan_draft_export,
     plan_export,
 )
 from trtllm_forge.config import ForgeConfig
@@ -58,6 +60,7 @@ class BuildPlan:
     engine_dir: Path
     export: ExportPlan
     model_yaml: Path | None = None  # engine.target llmapi: the LLM() arguments of the CPU LLM-API stand-in
+    draft: DraftPlan | None = None
 
     @property
     def files(self) -> list[Path]:
@@ -70,7 +73,7 @@ class BuildPlan:
             "backend": "openvino",
             "checkpoint_dir": str(self.checkpoint_dir),
             "engine_dir": str(self.engine_dir),
-            "commands": [self.export.argv],
+            "commands": [self.export.argv] + ([self.draft.argv] if self.draft and self.draft.argv else []),
             "files": [str(f) for f in self.files],
             "export": self.export.to_json(),
         }
@@ -79,7 +82,8 @@ class BuildPlan:
 def plan_build(config: ForgeConfig, workdir: Path, checkpoint_dir: Path) -> BuildPlan:
     engine_dir = workdir / STAGE / ENGINE_SUBDIR
     model_yaml = workdir / STAGE / LLMAPI_SUBDIR / "model.yaml" if config.engine.target == "llmapi" else None
-    return BuildPlan(checkpoint_dir, engine_dir, plan_export(config, checkpoint_dir, engine_dir), model_yaml)
+    draft = plan_draft_export(config, engine_dir)
+    return BuildPlan(checkpoint_dir, engine_dir, plan_export(config, checkpoint_dir, engine_dir), model_yaml, draft)
 
 
 def _hash_values(config: ForgeConfig, plan: ExportPlan) -> dict:
@@ -115,6 +119,16 @@ def _check_export(engine_dir: Path) -> None:
     missing = [n for n in (*IR_FILES, *TOKENIZER_IR_FILES, "config.json") if not (engine_dir / n).is_file()]
     if missing:
         raise StepError(f"{STAGE}.export", f"the export did not write {', '.join(missing)}", "see the export log in <workdir>/logs")
+
+
+def _export_draft(draft: DraftPlan, recorder: StageRecorder) -> None:
+    """The draft model of draft-target speculative decoding, into <engine>/draft (see plan.DraftPlan)."""
+    if draft.argv is None:
+        shutil.copytree(draft.source, draft.output_dir)
+    else:
+        recorder.run(draft.argv, "export-draft", env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, timeout=EXPORT_TIMEOUT_S)
+    if not (draft.output_dir / IR_FILES[0]).is_file():
+        raise StepError(f"{STAGE}.export-draft", f"no draft model in {draft.output_dir}", "see the export-draft log in <workdir>/logs")
 
 
 def build_engine(config: ForgeConfig, workdir: Path, checkpoint_dir: Path, force: bool = False) -> BuildResult:
@@ -157,6 +171,8 @@ def _execute(config: ForgeConfig, workdir: Path, recorded: BuildPlan, force: boo
     input_paths = {"checkpoint": checkpoint_dir}
     if recorded.export.calibration_file:
         input_paths["calibration"] = recorded.export.calibration_file
+    if recorded.draft is not None:
+        input_paths["draft"] = recorded.draft.source
 
     def body(tmp: Path, recorder: StageRecorder) -> dict:
         engine_dir = tmp / ENGINE_SUBDIR
@@ -167,7 +183,10 @@ def _execute(config: ForgeConfig, workdir: Path, recorded: BuildPlan, force: boo
         recorder.run(run_plan.argv, "export", env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, timeout=EXPORT_TIMEOUT_S)
         _check_export(engine_dir)
         _copy_tokenizer_files(checkpoint_dir, engine_dir)
-        engine_json.write(engine_dir, config, recorded.export, genai_version(), versions)
+        run_draft = plan_draft_export(config, engine_dir)
+        if run_draft is not None:
+            _export_draft(run_draft, recorder)
+        engine_json.write(engine_dir, config, recorded.export, genai_version(), versions, recorded.draft)
         if recorded.export.awq and not recorded.export.calibration_file:
             recorder.notes.append("int4_awq without quantization.calibration.dataset: data-free AWQ was applied")
         size = sum(p.stat().st_size for p in engine_dir.iterdir() if p.is_file())

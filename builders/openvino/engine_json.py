@@ -11,7 +11,7 @@ from pathlib import Path
 
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.engine_config import write_engine_config
-from trtllm_forge.builders.openvino.plan import ExportPlan
+from trtllm_forge.builders.openvino.plan import DraftPlan, ExportPlan
 
 HF_CONFIG_COPY = "hf_config.json"
 
@@ -67,7 +67,9 @@ def build_config(config: ForgeConfig) -> dict:
     }
 
 
-def write(engine_dir: Path, config: ForgeConfig, plan: ExportPlan, genai_version: str, tool_versions: dict) -> Path:
+def write(
+    engine_dir: Path, config: ForgeConfig, plan: ExportPlan, genai_version: str, tool_versions: dict, draft: DraftPlan | None = None
+) -> Path:
     hf_path = engine_dir / "config.json"
     hf = json.loads(hf_path.read_text())
     hf_path.rename(engine_dir / HF_CONFIG_COPY)
@@ -88,6 +90,8 @@ def write(engine_dir: Path, config: ForgeConfig, plan: ExportPlan, genai_version
                 "export_argv": plan.argv,
                 "hf_config": HF_CONFIG_COPY,
                 "tool_versions": tool_versions,
+                # read by the CPU engine model: the draft model of draft-target speculative decoding
+                "draft": draft.to_json() if draft else None,
             }
         },
     )

@@ -122,6 +122,49 @@ def plan_export(config: ForgeConfig, checkpoint_dir: Path | None, output_dir: Pa
     return _with_argv(plan, config, checkpoint_dir, output_dir)
 
 
+# Draft-target speculative decoding: the draft model is exported beside the target, into this subdirectory of
+# the engine directory, with int8 weights (a draft only proposes tokens; the target checks every one, so the
+# output stays the target's own). A draft_model directory that already holds an OpenVINO IR is copied as is.
+DRAFT_SUBDIR = "draft"
+DRAFT_WEIGHT_FORMAT = "int8"
+
+
+@dataclass(frozen=True)
+class DraftPlan:
+    source: Path  # the draft checkpoint (HF directory) or an exported OpenVINO IR directory
+    output_dir: Path
+    num_assistant_tokens: int  # engine.speculative.max_draft_len: tokens drafted per step
+    argv: list[str] | None  # the export command; None when `source` already is an IR (copied)
+
+    @property
+    def weight_format(self) -> str:
+        return DRAFT_WEIGHT_FORMAT if self.argv else "as exported"
+
+    def to_json(self) -> dict:
+        return {
+            "source": str(self.source),
+            "subdir": DRAFT_SUBDIR,
+            "weight_format": self.weight_format,
+            "num_assistant_tokens": self.num_assistant_tokens,
+            "argv": self.argv,
+        }
+
+
+def plan_draft_export(config: ForgeConfig, engine_dir: Path) -> DraftPlan | None:
+    spec = config.engine.speculative
+    if str(getattr(spec.mode, "value", spec.mode)) != "draft_target" or not spec.draft_model:
+        return None
+    source = config.resolve_path(spec.draft_model)
+    output_dir = engine_dir / DRAFT_SUBDIR
+    if (source / IR_FILES[0]).is_file():
+        return DraftPlan(source, output_dir, spec.max_draft_len, None)
+    argv = [str(optimum_cli()), "export", "openvino", "--model", str(source), "--task", "text-generation-with-past"]
+    argv += ["--weight-format", DRAFT_WEIGHT_FORMAT]
+    if config.model.trust_remote_code:
+        argv += ["--trust-remote-code"]
+    return DraftPlan(source, output_dir, spec.max_draft_len, argv + [str(output_dir)])
+
+
 def _with_argv(plan: ExportPlan, config: ForgeConfig, checkpoint_dir: Path | None, output_dir: Path) -> ExportPlan:
     model = str(checkpoint_dir) if checkpoint_dir else "<checkpoint>"
     if plan.calibration_file is not None:

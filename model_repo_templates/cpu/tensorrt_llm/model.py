@@ -24,6 +24,9 @@ Model parameters read from config.pbtxt:
                                   are rejected (0 = unbounded)
 The scheduler comes from the engine's config.json (max_num_seqs = build_config.max_batch_size,
 max_num_batched_tokens = build_config.max_num_tokens) and the precision hints from its `openvino` section.
+When that section names a draft model (`openvino.draft`, written by the build for engine.speculative draft_target),
+the pipeline loads it as GenAI's draft_model and every request drafts `num_assistant_tokens` tokens per step:
+draft-target speculative decoding, whose output is the target model's own.
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ import queue
 import threading
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -44,6 +49,9 @@ from request_checks import InvalidInput, check_request  # copied next to this fi
 # OpenVINO's CPU plugin stores the paged KV cache in blocks of 32 tokens.
 CPU_KV_BLOCK_SIZE = 32
 IDLE_WAIT_S = 0.05
+# A send that has not returned after this long is taken as a consumer that will never read (a dead BLS stub):
+# its request is dropped so it cannot hold back every other stream.
+SEND_STALL_S = 2.0
 
 # Inputs the TensorRT-LLM contract declares that this engine cannot honour: refused when they carry data,
 # so a client never silently gets something other than what it asked for.
@@ -147,10 +155,10 @@ class Item:
     batch_index: int
     prompt: list[int]
     max_new_tokens: int
-    config: object  # openvino_genai.GenerationConfig
+    config: Any  # openvino_genai.GenerationConfig
     stop_sequences: list[list[int]]
     engine_id: int = -1
-    handle: object = None
+    handle: Any = None
     tokens: list[int] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
     done: bool = False
@@ -163,8 +171,8 @@ class Item:
 class Job:
     """A Triton request: its items, per-request options and where its responses go."""
 
-    request: object
-    sender: object  # response sender (decoupled) or None (collect for execute's return)
+    request: Any
+    sender: Any  # response sender (decoupled) or None (collect for execute's return)
     items: list[Item]
     streaming: bool
     exclude_input: bool
@@ -179,6 +187,95 @@ class Job:
     collected: list = field(default_factory=list)  # non-decoupled: responses for execute to return
     finished: threading.Event = field(default_factory=threading.Event)
     closed: bool = False
+    unreachable: bool = False  # a send to it blocked past SEND_STALL_S: nothing more is sent to it
+    released: bool = False  # counted out of jobs_in_flight
+
+
+class Outbox:
+    """Hands decoupled responses to Triton from a send thread, in order, and lets the engine wait until they left.
+
+    OpenVINO GenAI's `step()` holds the GIL for the whole step, so a send thread only runs while the engine
+    thread waits. Without `flush()` after each step, responses pile up for several steps and leave in bursts
+    (tokens clump at the client). `flush()` waits until every queued response was sent; a send that blocks
+    longer than SEND_STALL_S (a consumer that never reads, e.g. a dead BLS stub) gets its job marked
+    unreachable, its remaining responses dropped, and a new send thread takes over the queue, so one dead
+    consumer cannot stall the other streams.
+    """
+
+    def __init__(self, name: str, warn: Callable[[str], None]) -> None:
+        self.name = name
+        self.warn = warn
+        self.cond = threading.Condition()
+        self.entries: deque[tuple[Job, Any, int]] = deque()
+        self.busy_job: Job | None = None  # the job whose send is in progress
+        self.busy_since = 0.0
+        self.generation = 0  # a send thread whose generation is stale exits (it was replaced)
+        self.closing = False
+        self.threads: list[threading.Thread] = []
+        self._start_thread()
+
+    def _start_thread(self) -> None:
+        thread = threading.Thread(target=self._run, args=(self.generation,), name=f"{self.name}-send{self.generation}", daemon=True)
+        self.threads.append(thread)
+        thread.start()
+
+    def put(self, job: Job, response: Any, flags: int) -> None:
+        with self.cond:
+            if not job.unreachable:
+                self.entries.append((job, response, flags))
+                self.cond.notify_all()
+
+    def _run(self, generation: int) -> None:
+        while True:
+            with self.cond:
+                while not self.entries and not self.closing and generation == self.generation:
+                    self.cond.wait()
+                if generation != self.generation or not self.entries:
+                    return
+                job, response, flags = self.entries.popleft()
+                self.busy_job, self.busy_since = job, time.monotonic()
+            try:
+                if response is None:
+                    job.sender.send(flags=flags)
+                else:
+                    job.sender.send(response, flags=flags)
+            except Exception as exc:  # noqa: BLE001 - a vanished client must not stop the others
+                self.warn(f"{self.name}: could not send a response: {exc}")
+            with self.cond:
+                if generation != self.generation:
+                    return  # declared stalled while blocked; the new thread owns the queue
+                self.busy_job = None
+                self.cond.notify_all()
+
+    def flush(self) -> list[Job]:
+        """Wait until every queued response was sent; returns the jobs found unreachable meanwhile.
+
+        It waits for the last send to return too: letting the next step start while that send was still in
+        progress made tokens clump again (ITL p99 3.8x TPOT p50 instead of 1.5x at concurrency 8)."""
+        dropped: list[Job] = []
+        with self.cond:
+            while self.entries or self.busy_job is not None:
+                stalled = self.busy_job
+                if stalled is not None and time.monotonic() - self.busy_since > SEND_STALL_S:
+                    stalled.unreachable = True
+                    dropped.append(stalled)
+                    self.entries = deque(e for e in self.entries if e[0] is not stalled)
+                    self.busy_job = None
+                    self.generation += 1
+                    self.warn(
+                        f"{self.name}: a send blocked for more than {SEND_STALL_S:.0f}s; dropping request {stalled.request_id or '(no id)'}"
+                    )
+                    self._start_thread()
+                    continue
+                self.cond.wait(timeout=SEND_STALL_S / 4)
+        return dropped
+
+    def close(self, timeout_s: float) -> None:
+        with self.cond:
+            self.closing = True
+            self.cond.notify_all()
+        for thread in self.threads:
+            thread.join(timeout=timeout_s)
 
 
 class TritonPythonModel:
@@ -236,15 +333,28 @@ class TritonPythonModel:
             # Without split-fuse a whole prompt must fit in one step.
             scheduler.max_num_batched_tokens = self.max_input_len
         properties = {str(k): str(v) for k, v in (ov_section.get("properties") or {}).items()}
+        # Draft-target speculative decoding: the build exported the draft model into the engine directory.
+        draft = ov_section.get("draft") or None
+        self.num_assistant_tokens = int(draft["num_assistant_tokens"]) if draft else 0
+        pipeline_properties: dict[str, object] = dict(properties)
+        if draft:
+            draft_dir = os.path.join(engine_dir, draft["subdir"])
+            pipeline_properties["draft_model"] = ov_genai.draft_model(draft_dir, "CPU", **properties)
+            if scheduler.dynamic_split_fuse:
+                # OpenVINO GenAI emits wrong tokens with speculative decoding plus chunked prefill.
+                pb_utils.Logger.log_warn(f"{self.instance}: enable_chunked_context is ignored with a draft model")
+                scheduler.dynamic_split_fuse = False
+                scheduler.max_num_batched_tokens = max(scheduler.max_num_batched_tokens, self.max_input_len)
 
         started = time.monotonic()
-        self.pipeline = ov_genai.ContinuousBatchingPipeline(engine_dir, scheduler, "CPU", properties)
+        self.pipeline = ov_genai.ContinuousBatchingPipeline(engine_dir, scheduler, "CPU", pipeline_properties)
         self.default_eos = self._default_eos(engine_dir)
         pb_utils.Logger.log_info(
             f"{self.instance}: OpenVINO GenAI {ov_genai.__version__} engine {engine_dir} loaded in "
             f"{time.monotonic() - started:.1f}s (kv_blocks={kv_blocks}, max_num_seqs={scheduler.max_num_seqs}, "
             f"max_num_batched_tokens={scheduler.max_num_batched_tokens}, prefix_caching={scheduler.enable_prefix_caching}, "
-            f"dynamic_split_fuse={scheduler.dynamic_split_fuse}, properties={properties}, decoupled={self.decoupled})"
+            f"dynamic_split_fuse={scheduler.dynamic_split_fuse}, properties={properties}, decoupled={self.decoupled}, "
+            f"draft={draft['subdir'] + ' x' + str(self.num_assistant_tokens) if draft else None})"
         )
 
         self.incoming: queue.Queue = queue.Queue()
@@ -253,9 +363,7 @@ class TritonPythonModel:
         self.count_lock = threading.Lock()
         self.next_engine_id = 0
         self.stopping = threading.Event()
-        self.outbox: queue.Queue = queue.Queue()
-        self.send_thread = threading.Thread(target=self._send_loop, name=f"{self.instance}-send", daemon=True)
-        self.send_thread.start()
+        self.outbox = Outbox(self.instance, pb_utils.Logger.log_warn)
         self.loop_thread = threading.Thread(target=self._loop, name=f"{self.instance}-engine", daemon=True)
         self.loop_thread.start()
 
@@ -274,7 +382,7 @@ class TritonPythonModel:
     # Request intake (Triton's thread)
 
     def execute(self, requests):
-        jobs = []
+        jobs: list[Job] = []
         for request in requests:
             sender = request.get_response_sender() if self.decoupled else None
             try:
@@ -455,6 +563,8 @@ class TritonPythonModel:
                 setattr(config, attr, float(value))
         if bool(_item_scalar(_input(request, "return_log_probs"), 0, False)):
             config.logprobs = 1
+        if self.num_assistant_tokens:
+            config.num_assistant_tokens = self.num_assistant_tokens
         try:
             config.validate()
         except Exception as exc:  # noqa: BLE001 - GenAI's own check of the sampling parameters
@@ -491,6 +601,7 @@ class TritonPythonModel:
                     except Exception as exc:  # noqa: BLE001 - fail this request, not the loop
                         pb_utils.Logger.log_error(f"{self.instance}: request failed: {exc}\n{traceback.format_exc()}")
                         self._fail(job, f"internal error: {type(exc).__name__}: {exc}")
+                self._flush_outbox()
             except Exception as exc:  # noqa: BLE001 - the loop must survive anything one request does
                 pb_utils.Logger.log_error(f"{self.instance}: engine loop error: {exc}\n{traceback.format_exc()}")
         for job, item in list(self.active.values()):
@@ -559,13 +670,9 @@ class TritonPythonModel:
                 job.closed = True
                 self._release(job)
                 self.outbox.put(
-                    (
-                        job.sender,
-                        pb_utils.InferenceResponse(
-                            output_tensors=[], error=pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)
-                        ),
-                        pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
-                    )
+                    job,
+                    pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)),
+                    pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
                 )
 
     @staticmethod
@@ -635,20 +742,20 @@ class TritonPythonModel:
             job.collected[:] = [response]
             job.finished.set()
             return
-        self.outbox.put((job.sender, response, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL))
+        self.outbox.put(job, response, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def _close(self, job: Job) -> None:
         if job.sender is None:
             job.finished.set()
         elif not job.closed:
-            self.outbox.put((job.sender, None, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL))
+            self.outbox.put(job, None, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         job.closed = True
         self._release(job)
 
     def _release(self, job: Job) -> None:
-        if getattr(job, "_released", False):
+        if job.released:
             return
-        job._released = True
+        job.released = True
         with self.count_lock:
             self.jobs_in_flight -= 1
 
@@ -656,29 +763,24 @@ class TritonPythonModel:
         if job.sender is None:
             job.collected.append(response)
             return
-        self.outbox.put((job.sender, response, 0))
+        self.outbox.put(job, response, 0)
 
-    def _send_loop(self) -> None:
-        """Sends responses in order, so the engine thread can step while they travel to the server."""
-        while True:
-            entry = self.outbox.get()
-            if entry is None:
-                return
-            sender, response, flags = entry
-            try:
-                if response is None:
-                    sender.send(flags=flags)
-                else:
-                    sender.send(response, flags=flags)
-            except Exception as exc:  # noqa: BLE001 - a vanished client must not stop the others
-                pb_utils.Logger.log_warn(f"{self.instance}: could not send a response: {exc}")
+    def _flush_outbox(self) -> None:
+        """Let this step's responses leave before the next step (see Outbox); stop requests nobody reads."""
+        for job in self.outbox.flush():
+            for item in job.items:
+                if item.engine_id in self.active:
+                    item.handle.stop()
+                    self.active.pop(item.engine_id, None)
+            job.closed = True
+            self._release(job)
 
     # ----------------------------------------------------------------------------------------------
     # Responses in the TensorRT-LLM shapes ([batch=1, beam=1, tokens] etc.)
 
     def _response(self, job: Job, item: Item, tokens: list[int], log_probs: list[float]):
         n = len(tokens)
-        outputs = {
+        outputs: dict[str, np.ndarray] = {
             "output_ids": np.asarray(tokens, dtype=np.int32).reshape(1, 1, n),
             "sequence_length": np.asarray([[n]], dtype=np.int32),
         }
@@ -716,6 +818,5 @@ class TritonPythonModel:
     def finalize(self):
         self.stopping.set()
         self.loop_thread.join(timeout=30)
-        self.outbox.put(None)
-        self.send_thread.join(timeout=30)
+        self.outbox.close(timeout_s=30)
         self.pipeline = None

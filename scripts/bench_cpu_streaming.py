@@ -1,0 +1,116 @@
+#!/usr/bin/env python
+"""Smooth streams on CPU: inter-token latency against TPOT on the three entry points, side by side.
+
+Runs `trtllm-forge bench` (our gRPC load generator) at concurrency 8, 64 tokens in and 64 out, streamed, against
+the `tensorrt_llm` model directly (token ids), the ensemble and the BLS of one or more running deployments,
+interleaved (model by model, deployment by deployment, so all see the same machine load). Goal (issue 16.2):
+ITL p99 <= 1.5x TPOT p50 on each entry point.
+
+    python scripts/bench_cpu_streaming.py LABEL=WORKDIR [LABEL=WORKDIR ...] [--config configs/smollm2-cpu.yaml]
+        [--concurrency 8] [--num-requests 16] [--rounds 1] [--json results/bench_cpu_streaming/run.json]
+
+Each WORKDIR is a deployment started with `trtllm-forge deploy` (e.g. one rendered from main, one from a
+branch); the script does not start or stop servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ENTRY_POINTS = (("tensorrt_llm", "triton-grpc-tokens"), ("ensemble", "triton-grpc"), ("tensorrt_llm_bls", "triton-grpc"))
+GOAL_RATIO = 1.5
+
+
+def bench(config: Path, workdir: Path, model: str, target: str, args: argparse.Namespace, out: Path) -> dict:
+    argv = [
+        sys.executable, "-m", "trtllm_forge", "bench", "run", str(config), "--workdir", str(workdir),
+        "--target", target, "--model", model, "--concurrency", str(args.concurrency),
+        "--input-len", "64", "--output-len", "64", "--num-requests", str(args.num_requests), "--warmup", "2",
+        "--no-plots", "--out", str(out), "--json",
+    ]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        return {"error": lines[-1] if lines else f"exit {done.returncode}"}
+    metrics = json.loads(done.stdout)["metrics"]
+
+    def pick(name: str, stat: str) -> float:
+        return float((metrics.get(name) or {}).get(stat) or "nan")
+
+    itl_p99, tpot_p50 = pick("itl_ms", "p99"), pick("tpot_ms", "p50")
+    return {
+        "output_tok_s": pick("output_token_throughput_per_s", "avg"),
+        "itl_p50_ms": pick("itl_ms", "p50"),
+        "itl_p90_ms": pick("itl_ms", "p90"),
+        "itl_p99_ms": itl_p99,
+        "tpot_p50_ms": tpot_p50,
+        "ttft_p50_ms": pick("ttft_ms", "p50"),
+        "itl_p99_over_tpot_p50": itl_p99 / tpot_p50,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("deployments", nargs="+", help="LABEL=WORKDIR of a running deployment")
+    parser.add_argument("--config", type=Path, default=REPO / "configs" / "smollm2-cpu.yaml")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--num-requests", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--entry-points", default=",".join(m for m, _ in ENTRY_POINTS), help="Comma-separated models to measure.")
+    parser.add_argument("--json", dest="json_out", type=Path, default=REPO / "results" / "bench_cpu_streaming" / "latest.json")
+    args = parser.parse_args(argv)
+    deployments = dict(item.split("=", 1) for item in args.deployments)
+    wanted = set(args.entry_points.split(","))
+
+    rows = []
+    scratch = args.json_out.parent / "runs"
+    for round_ in range(args.rounds):
+        for model, target in [e for e in ENTRY_POINTS if e[0] in wanted]:
+            for label, workdir in deployments.items():
+                result = bench(args.config, Path(workdir), model, target, args, scratch / f"{label}-{model}-{round_}")
+                row = {"deployment": label, "entry_point": model, "round": round_, **result}
+                rows.append(row)
+                write_result(args, deployments, rows)
+                if "error" in row:
+                    print(f"{label:>10} {model:<17} failed: {row['error']}", flush=True)
+                    continue
+                print(
+                    f"{label:>10} {model:<17} {row['output_tok_s']:7.1f} tok/s  ITL p50 {row['itl_p50_ms']:7.1f} p90 "
+                    f"{row['itl_p90_ms']:7.1f} p99 {row['itl_p99_ms']:7.1f}  TPOT p50 {row['tpot_p50_ms']:7.1f}  "
+                    f"p99/TPOT {row['itl_p99_over_tpot_p50']:.2f}",
+                    flush=True,
+                )
+    print(f"wrote {args.json_out}", file=sys.stderr)
+    return 0
+
+
+def write_result(args: argparse.Namespace, deployments: dict[str, str], rows: list[dict]) -> None:
+    """Written after every row, so an interrupted run keeps what it measured."""
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    load = os.getloadavg()
+    result = {
+        "meta": {
+            "git_commit": commit,
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+            "load_average_at_end": [round(x, 2) for x in load],
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "workload": f"concurrency {args.concurrency}, 64 tokens in, 64 out, streamed, {args.num_requests} requests",
+            "deployments": deployments,
+            "goal": f"ITL p99 <= {GOAL_RATIO}x TPOT p50",
+        },
+        "rows": rows,
+    }
+    args.json_out.parent.mkdir(parents=True, exist_ok=True)
+    args.json_out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
