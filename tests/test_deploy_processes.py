@@ -103,11 +103,13 @@ def test_killed_server_stubs_are_reported_and_stopped_and_its_log_is_kept(setup)
     time.sleep(2)
     assert all(alive(pid) for pid in stubs)
 
-    status = run_in_process("deploy", "status", "--workdir", str(workdir), "--json")
+    # `deploy status` and `stop` from another process, as a user runs them: in this process the killed server is
+    # our own unreaped child, which changes what /proc shows.
+    status = run_cli("deploy", "status", "--workdir", str(workdir), "--json")
     assert status.returncode == 3, status.stderr
     doc = json.loads(status.stdout)
     assert doc["running"] is False and sorted(doc["leftover_pids"]) == sorted(stubs)
-    human = run_in_process("deploy", "status", "--workdir", str(workdir))
+    human = run_cli("deploy", "status", "--workdir", str(workdir))
     assert human.returncode == 3
     assert "2 process(es) the dead server left running" in human.stderr and "deploy stop" in human.stderr
 
@@ -120,10 +122,10 @@ def test_killed_server_stubs_are_reported_and_stopped_and_its_log_is_kept(setup)
     assert (workdir / "logs" / "tritonserver.1.log").read_text().splitlines()[0] == first_command
     assert f"--http-port={new_state['ports']['http']}" in log.read_text().splitlines()[0]
 
-    stop = run_in_process("deploy", "stop", "--workdir", str(workdir))
+    stop = run_cli("deploy", "stop", "--workdir", str(workdir))
     assert stop.returncode == 0, stop.stderr
     assert not group_members(new_state["pgid"])
-    after = run_in_process("deploy", "status", "--workdir", str(workdir), "--json")
+    after = run_cli("deploy", "status", "--workdir", str(workdir), "--json")
     assert after.returncode == 3 and json.loads(after.stdout)["running"] is False
     from trtllm_forge.deploy.server import pid_alive
 

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_inprocess import run_in_process
-from conftest import cpu_test_config, write_tiny_repository
+from conftest import cpu_test_config, run_cli, write_tiny_repository
 
 from trtllm_forge.client import generate, stream_request
 from trtllm_forge.deploy.health import stub_health
@@ -150,10 +149,10 @@ def test_a_killed_stub_makes_the_deployment_unhealthy(loaded):
     status = server_status(workdir)
     assert status.running and status.models["tensorrt_llm_bls"] is False, status.models
 
-    shown = run_in_process("deploy", "status", "--workdir", str(workdir))
+    shown = run_cli("deploy", "status", "--workdir", str(workdir))
     assert shown.returncode == 1, shown.stderr + shown.stdout
     assert "unhealthy" in shown.stderr and "tensorrt_llm_bls" in shown.stderr
-    as_json = run_in_process("deploy", "status", "--workdir", str(workdir), "--json")
+    as_json = run_cli("deploy", "status", "--workdir", str(workdir), "--json")
     assert as_json.returncode == 1
     doc = json.loads(as_json.stdout)
     assert doc["models"]["tensorrt_llm_bls"] is False
