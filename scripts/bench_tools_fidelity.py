@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -29,32 +28,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from trtllm_forge.bench.provenance import git_commit, machine
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results" / "bench_fidelity" / "tools.json"
 README = REPO / "README.md"
 MARKERS = ("<!-- tools-fidelity:start -->", "<!-- tools-fidelity:end -->")
 TTFT_MS, GAP_MS, OSL, ISL = 40.0, 10.0, 16, 32
 METRICS = (("ttft_ms", "p50"), ("tpot_ms", "p50"), ("itl_ms", "p50"), ("e2e_ms", "p50"))
-
-
-def _git_commit() -> str:
-    try:
-        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
-        ).stdout.strip()
-        return commit + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def _machine() -> dict:
-    return {
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-        "cpus": os.cpu_count(),
-        "load_average": list(os.getloadavg()),
-    }
 
 
 def _one(tool: str, server, concurrency: int, n: int, out: Path, tokenizer: Path | None) -> dict:
@@ -126,8 +107,8 @@ def run(repeats: int, concurrencies: list[int], n_per_concurrency: int, tokenize
         skipped["genai-perf"] = "FORGE_GENAI_PERF or --tokenizer not given"
     document = {
         "schema": "trtllm-forge.bench-tools-fidelity/1",
-        "git_commit": _git_commit(),
-        "machine": _machine(),
+        "git_commit": git_commit(),
+        "machine": machine(),
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "timing_model": {"ttft_ms": TTFT_MS, "gap_ms": GAP_MS, "output_tokens": OSL, "input_tokens": ISL},
         "truth": {"ttft_ms": TTFT_MS, "itl_ms": GAP_MS, "tpot_ms": GAP_MS, "e2e_ms": TTFT_MS + (OSL - 1) * GAP_MS},
