@@ -386,6 +386,20 @@ def check_goals(rows: dict[tuple[str, str], Row], baseline: Row, perplexity: dic
     return goals
 
 
+WEIGHT_ALGORITHMS = {"fp32": "none", "int8": "int8_wo", "int4": "int4_wo"}
+
+
+def precision_config(base, precision: str):
+    """The base config with the weights of `precision` (fp32, int8, int4) and free ports."""
+    data = base.model_dump(mode="json")
+    data["quantization"]["algorithm"] = WEIGHT_ALGORITHMS[precision]
+    if precision == "int4":
+        data["quantization"]["group_size"] = 64
+    data["triton"].update({"http_port": 0, "grpc_port": 0, "metrics_port": 0})
+    data["name"] = f"bench-cpu-{precision}"
+    return type(base).model_validate({**data, "config_dir": str(base.config_dir)})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "smollm2-cpu.yaml")
@@ -429,15 +443,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = [seq, batched]
     table: dict[tuple[str, str], Row] = {}
-    algorithms = {"fp32": "none", "int8": "int8_wo", "int4": "int4_wo"}
     for precision in [p.strip() for p in args.precisions.split(",") if p.strip()]:
-        data = base.model_dump(mode="json")
-        data["quantization"]["algorithm"] = algorithms[precision]
-        if precision == "int4":
-            data["quantization"]["group_size"] = 64
-        data["triton"].update({"http_port": 0, "grpc_port": 0, "metrics_port": 0})
-        data["name"] = f"bench-cpu-{precision}"
-        config = type(base).model_validate({**data, "config_dir": str(base.config_dir)})
+        config = precision_config(base, precision)
         workdir = root / precision
         info(f"building the {precision} engine in {workdir} …")
         engine_dir = Path(build_engine(config, workdir, checkpoint).manifest["outputs"]["engine_dir"])
