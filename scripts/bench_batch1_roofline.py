@@ -50,6 +50,15 @@ class Variant:
     threads: int | None  # None: OpenVINO's default (all cores)
     prompt_tokens: int
 
+    @property
+    def tags(self) -> set[str]:
+        """What sets this variant apart from the served default (the names --skip takes)."""
+        return {
+            t
+            for t, on in (("threads", self.threads is not None), ("int8", self.precision == "int8"), ("long", self.prompt_tokens > 64))
+            if on
+        }
+
 
 VARIANTS = (
     Variant("fp32, all threads, 64-token prompt (the served default)", "fp32", None, 64),
@@ -119,9 +128,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     shape, device = resolve_inputs(base)
     threads_all = len(os.sched_getaffinity(0))
 
+    skip = {name.strip() for name in args.skip.split(",") if name.strip()}
+    variants = tuple(v for v in VARIANTS if not skip & v.tags)
     pipelines: dict[tuple[str, int | None], Any] = {}
     configs = {}
-    for variant in VARIANTS:
+    for variant in variants:
         if variant.precision not in configs:
             config = cpu.precision_config(base, variant.precision)
             engine_dir = Path(build_engine(config, root / variant.precision, checkpoint).manifest["outputs"]["engine_dir"])
@@ -137,7 +148,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     points = []
     for repeat in range(args.repeats):
-        order = VARIANTS[repeat % len(VARIANTS) :] + VARIANTS[: repeat % len(VARIANTS)]
+        order = variants[repeat % len(variants) :] + variants[: repeat % len(variants)]
         for variant in order:
             threads = variant.threads or threads_all
             bandwidth = measure_bandwidth(threads, 0.5)
@@ -270,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--note", help="stored with the results, e.g. what else ran on the machine")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--skip", default="", help="comma-separated variants to leave out: threads, int8, long")
     args = parser.parse_args(argv)
     document = run(args)
     provenance.write_result(args.out, document)

@@ -87,11 +87,14 @@ def render(name: str, repo: Path = REPO) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def regenerate(readme_text: str, repo: Path = REPO) -> str:
-    """The README text with every generated block replaced by what its generator makes now."""
+def regenerate(readme_text: str, repo: Path = REPO, only: set[str] | None = None) -> str:
+    """The README text with every generated block (or those named in `only`) replaced by what its generator
+    makes now."""
 
     def replace(match: re.Match[str]) -> str:
         name = match["name"]
+        if only is not None and name not in only:
+            return match[0]
         return f"<!-- {name}:start -->\n{render(name, repo)}<!-- {name}:end -->"
 
     return BLOCK.sub(replace, readme_text)
@@ -106,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report stale blocks (exit 1 when there are some)")
     parser.add_argument("--readme", type=Path, default=README)
+    parser.add_argument("--only", help="comma-separated block names to regenerate (default: all)")
     args = parser.parse_args(argv)
     text = args.readme.read_text()
     try:
@@ -114,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in stale:
                 print(f"{args.readme}: block {name} differs from its committed result; run scripts/readme_tables.py", file=sys.stderr)
             return 1 if stale else 0
-        new = regenerate(text)
+        new = regenerate(text, only={n.strip() for n in args.only.split(",")} if args.only else None)
     except TableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -64,3 +64,14 @@ def test_result_names_commit_and_machine(name: str) -> None:
         assert len(commit.removesuffix("-dirty")) == 40 and all(c in "0123456789abcdef" for c in commit.removesuffix("-dirty")), file
         machine = document["machine"]
         assert machine.get("cpus") and machine.get("load_average"), file
+
+
+def test_cpu_engine_identity_is_judged_against_the_reference() -> None:
+    """Row (a) is the reference and is not judged; every other row is, and counts tokens it produced."""
+    document = json.loads((REPO / tables.TABLES["cpu-engine-table"].result).read_text())
+    rows = document["rows"]
+    assert [r["identical"] for r in rows if r["key"] == "a"] == [None]
+    for row in rows:
+        if row["key"] != "a":
+            assert row["identical"] is not None and 0 <= row["identical"] <= row["total"], row
+        assert row["tokens"] > 0 and row["tok_s"] == pytest.approx(row["tokens"] / row["seconds"]), row
