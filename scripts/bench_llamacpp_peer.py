@@ -199,18 +199,23 @@ def bench_once(target: str, url: str, concurrency: int, requests: int, tokenizer
 
 @contextmanager
 def our_deployment(config_path: Path, root: Path) -> Iterator[tuple[str, Path]]:
-    """configs/smollm2-cpu.yaml imported, built, rendered and served; yields (gRPC URL, checkpoint dir)."""
+    """The config's fp32 engine, imported, built, rendered and served the way scripts/bench_cpu_engine.py does
+    (same root: the import and the engine are shared and cached); yields (gRPC URL, checkpoint dir)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_cpu_engine as cpu
+
     from trtllm_forge.builders.openvino import build_engine
     from trtllm_forge.config import load_config
     from trtllm_forge.deploy import start_server, stop_server
     from trtllm_forge.importer.stage import checkpoint_dir_of, import_checkpoint
     from trtllm_forge.render.repository import render_repository
 
-    config = load_config(config_path)
-    checkpoint = Path(checkpoint_dir_of(import_checkpoint(config, root / "import"))).resolve()
-    engine_dir = Path(build_engine(config, root, checkpoint).manifest["outputs"]["engine_dir"])
-    render_repository(config, root, engine_dir)
-    deployment = start_server(config, root)
+    base = load_config(config_path)
+    checkpoint = Path(checkpoint_dir_of(import_checkpoint(base, root / "import"))).resolve()
+    config, workdir = cpu.precision_config(base, "fp32"), root / "fp32"
+    engine_dir = Path(build_engine(config, workdir, checkpoint).manifest["outputs"]["engine_dir"])
+    render_repository(config, workdir, engine_dir)
+    deployment = start_server(config, workdir)
     try:
         yield deployment.grpc_url, checkpoint
     finally:
@@ -306,7 +311,7 @@ def render_table(document: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "smollm2-cpu.yaml")
-    parser.add_argument("--root", type=Path, default=Path("forge-work") / "llamacpp-peer", help="work directory for our deployment")
+    parser.add_argument("--root", type=Path, default=Path("forge-work") / "bench-cpu", help="work directories (shared with bench_cpu_engine.py)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--concurrency", default="1,8")
     parser.add_argument("--requests", type=int, default=16, help="measured requests per point (at least 2 x concurrency)")

