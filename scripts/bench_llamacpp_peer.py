@@ -311,7 +311,9 @@ def render_table(document: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "smollm2-cpu.yaml")
-    parser.add_argument("--root", type=Path, default=Path("forge-work") / "bench-cpu", help="work directories (shared with bench_cpu_engine.py)")
+    parser.add_argument(
+        "--root", type=Path, default=Path("forge-work") / "bench-cpu", help="work directories (shared with bench_cpu_engine.py)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--concurrency", default="1,8")
     parser.add_argument("--requests", type=int, default=16, help="measured requests per point (at least 2 x concurrency)")
