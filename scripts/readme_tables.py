@@ -47,6 +47,8 @@ TABLES: dict[str, TableSource] = {
     "llamacpp-peer-table": TableSource("bench_llamacpp_peer.py", "render_table", "results/bench_llamacpp_peer/peer.json"),
     "bench-fidelity-timing": TableSource("bench_fidelity.py", "render_tables", "results/bench_fidelity/timing.json"),
     "tools-fidelity": TableSource("bench_tools_fidelity.py", "table", "results/bench_fidelity/tools.json"),
+    # helper h6's renamed block of the same script (readme_table(document))
+    "bench-fidelity-table": TableSource("bench_tools_fidelity.py", "readme_table", "results/bench_fidelity/tools.json"),
     # helper h5's LLM API table: its renderer picks the newest file of the folder
     "llmapi-cpu-table": TableSource("bench_llmapi_cpu.py", "render_llmapi_table", "results/llmapi_cpu", load_json=False),
 }
