@@ -84,6 +84,7 @@ def test_batch1_report_says_whether_the_goal_is_met() -> None:
             "bandwidth_gb_s": 10.0,
             "effective_bandwidth_gb_s": nbytes * tok_s / 1e9,
             "step_ms_p50": 1000 / tok_s,
+            "step_ms_min": 500 / tok_s,
             "roofline_bytes_per_step": nbytes,
         }
 
@@ -93,3 +94,4 @@ def test_batch1_report_says_whether_the_goal_is_met() -> None:
     assert "40.0 tok/s, 67% of the roofline" in text and "misses the 80% goal" in text
     assert "int8 weights: 80.0 tok/s (2.00× fp32) for 3.33× fewer bytes" in text
     assert "A 960-token prompt: 36.0 tok/s (0.90×" in text
+    assert "fastest step reaches 133% of the roofline" in text
