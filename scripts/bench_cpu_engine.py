@@ -291,14 +291,15 @@ def run_triton(
         def by_text(stream: bool) -> Row:
             results, seconds = concurrent(lambda p: text_request(p, stream), PROMPTS)
             # The ensemble returns text: a prompt counts as identical when the served text equals the
-            # detokenized reference. Tokens are what the server reports it produced (num_output_tokens of
-            # every response), never the reference's count.
+            # detokenized reference. Tokens are what the server reports it produced (num_output_tokens),
+            # never the reference's count.
             same, tokens = 0, 0
             for result, ref in zip(results, reference):
                 if result.error:
                     raise RuntimeError(f"ensemble request failed: {result.error}")
                 text = "".join(text_of(r.get("text_output")) for r in result.responses)
-                tokens += sum(int(r["num_output_tokens"].sum()) for r in result.responses if "num_output_tokens" in r)
+                # num_output_tokens is the running count of the request's tokens (streamed: one more per response)
+                tokens += max((int(r["num_output_tokens"].max()) for r in result.responses if "num_output_tokens" in r), default=0)
                 if text in (
                     tokenizer.decode(ref, skip_special_tokens=True),
                     "".join(tokenizer.decode([t], skip_special_tokens=True) for t in ref),
