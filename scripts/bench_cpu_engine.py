@@ -13,8 +13,13 @@ for fp32 and int8 weights, plus the perplexity of each engine on a local text (i
 
     python scripts/bench_cpu_engine.py [--config configs/smollm2-cpu.yaml] [--root forge-work/bench-cpu]
         [--checkpoint DIR] [--precisions fp32,int8] [--skip-triton] [--json out.json] [--markdown out.md]
+        [--note "what else ran"]
 
 Engines are built (and cached) under --root with the project's own stages; nothing is downloaded.
+Writes results/bench_cpu_engine/cpu_engine.json (git commit, machine with its load average and measured
+bandwidth, every row); `scripts/readme_tables.py` renders the README table from that file (`render_table`).
+"Identical" compares each method's output with (a), the reference, which is itself not judged; the token
+counts are the tokens each method produced (the served rows count what the server says it sent).
 """
 
 from __future__ import annotations
@@ -22,18 +27,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from trtllm_forge.bench import provenance
 from trtllm_forge.sample_prompts import PROMPTS  # the same 16 prompts the engine tests use
 from trtllm_forge.verify.reference import default_text
 
 REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "results" / "bench_cpu_engine" / "cpu_engine.json"
+README_MARKER = "cpu-engine-table"
 # The short local text verify uses for perplexity (shipped with trtllm-forge; nothing is downloaded).
 PERPLEXITY_TEXT = default_text()[0]
 
@@ -47,7 +53,7 @@ class Row:
     precision: str
     tokens: int
     seconds: float
-    identical: int | None = None  # prompts whose tokens equal transformers' one-at-a-time output
+    identical: int | None = None  # prompts whose output equals (a)'s; None for (a) itself, the reference
     total: int = len(PROMPTS)
     note: str = ""
     outputs: list[list[int]] = field(default_factory=list, repr=False)
@@ -101,7 +107,9 @@ def run_transformers_sequential(model, prompt_ids, max_tokens) -> Row:
             )
             outputs.append(out[0, len(ids) :].tolist())
     seconds = time.perf_counter() - started
-    return Row("a", "transformers, one request at a time", "fp32", sum(map(len, outputs)), seconds, len(outputs), outputs=outputs)
+    return Row(
+        "a", "transformers, one request at a time", "fp32", sum(map(len, outputs)), seconds, None, note="the reference", outputs=outputs
+    )
 
 
 def median_run(fn, repeats: int):
@@ -315,6 +323,7 @@ def concurrent(fn, items):
 def run_triton(
     config, workdir: Path, engine_dir: Path, prompt_ids, max_tokens, reference, tokenizer, precision: str, repeats: int = 1
 ) -> list[Row]:
+    from trtllm_forge.client import _text_of as text_of
     from trtllm_forge.client import generate, stream_request
     from trtllm_forge.deploy import start_server, stop_server
     from trtllm_forge.render.repository import render_repository
@@ -326,20 +335,27 @@ def run_triton(
         # warm-up (both paths), then the measured runs
         generate(deployment, PROMPTS[0], 4, model=names.ensemble)
 
+        def text_request(prompt: str, stream: bool):
+            values = {"text_input": prompt, "max_tokens": max_tokens, "stream": stream, "return_num_output_tokens": True}
+            return stream_request(deployment, names.ensemble, values)
+
         def by_text(stream: bool) -> Row:
-            results, seconds = concurrent(lambda p: generate(deployment, p, max_tokens, model=names.ensemble, stream=stream), PROMPTS)
-            # The ensemble returns text: a prompt counts as identical when its text equals the detokenized
-            # reference (then it carries the reference's token count); other texts are re-tokenized to count.
+            results, seconds = concurrent(lambda p: text_request(p, stream), PROMPTS)
+            # The ensemble returns text: a prompt counts as identical when the served text equals the
+            # detokenized reference. Tokens are what the server reports it produced (num_output_tokens),
+            # never the reference's count.
             same, tokens = 0, 0
             for result, ref in zip(results, reference):
-                if result.text in (
+                if result.error:
+                    raise RuntimeError(f"ensemble request failed: {result.error}")
+                text = "".join(text_of(r.get("text_output")) for r in result.responses)
+                # num_output_tokens is the running count of the request's tokens (streamed: one more per response)
+                tokens += max((int(r["num_output_tokens"].max()) for r in result.responses if "num_output_tokens" in r), default=0)
+                if text in (
                     tokenizer.decode(ref, skip_special_tokens=True),
                     "".join(tokenizer.decode([t], skip_special_tokens=True) for t in ref),
                 ):
                     same += 1
-                    tokens += len(ref)
-                else:
-                    tokens += len(tokenizer(result.text, add_special_tokens=False)["input_ids"])
             if stream:
                 return Row(
                     "d-stream",
@@ -372,26 +388,31 @@ def run_triton(
 # ---- report ----------------------------------------------------------------------------------------------
 
 
-def markdown(rows: list[Row], baseline: Row, perplexity: dict, goals: list[str], meta: dict) -> str:
+def render_table(document: dict) -> str:
+    """The README table (and the script's printout), from a result file alone."""
+    meta, machine = document["meta"], document["machine"]
     lines = [
-        f"Workload: {len(PROMPTS)} prompts x up to {meta['max_tokens']} new tokens, greedy; {meta['machine']}.",
+        f"Workload: {meta['prompts']} prompts x up to {meta['max_tokens']} new tokens, greedy, all at once; each row the median of "
+        f"{meta['repeats']} runs. git {document['git_commit'][:12]}{' (dirty tree)' if document['git_dirty'] else ''}, "
+        f"{document['started_utc']}, {machine['cpu_model']}, {machine['usable_cores']} cores, "
+        f"{machine.get('bandwidth_gb_s', '?')} GB/s measured at the start, load average {machine['load_average'][0]:.1f} at the start"
+        + (f"; note: {document['note']}" if document.get("note") else ""),
         "",
-        "| | method | weights | output tok/s | vs (b) | identical to transformers | notes |",
-        "|---|---|---|---:|---:|---:|---|",
+        "| | method | weights | output tok/s | vs (b) | outputs identical to (a) |",
+        "|---|---|---|---:|---:|---:|",
     ]
-    for row in rows:
-        same = "—" if row.identical is None else f"{row.identical}/{row.total}"
-        lines.append(
-            f"| ({row.key}) | {row.method} | {row.precision} | {row.tok_s:.1f} | {row.tok_s / baseline.tok_s:.2f}x | {same} | {row.note} |"
-        )
+    for row in document["rows"]:
+        same = "reference" if row["identical"] is None else f"{row['identical']}/{row['total']}"
+        lines.append(f"| ({row['key']}) | {row['method']} | {row['precision']} | {row['tok_s']:.1f} | {row['vs_b']:.2f}× | {same} |")
+    perplexity = document.get("perplexity") or {}
     if perplexity:
-        lines += ["", "| model | perplexity on the local text | vs fp32 engine |", "|---|---:|---:|"]
         base = perplexity.get("engine fp32")
+        lines += ["", "| model | perplexity on the local text | vs fp32 engine |", "|---|---:|---:|"]
         for name, value in perplexity.items():
             rel = f"{(value / base - 1) * 100:+.2f}%" if base else "—"
             lines.append(f"| {name} | {value:.3f} | {rel} |")
-    if goals:
-        lines += ["", *[f"- {g}" for g in goals]]
+    if document.get("goals"):
+        lines += ["", *[f"- {g}" for g in document["goals"]]]
     return "\n".join(lines) + "\n"
 
 
@@ -417,6 +438,20 @@ def check_goals(rows: dict[tuple[str, str], Row], baseline: Row, perplexity: dic
     return goals
 
 
+WEIGHT_ALGORITHMS = {"fp32": "none", "int8": "int8_wo", "int4": "int4_wo"}
+
+
+def precision_config(base, precision: str):
+    """The base config with the weights of `precision` (fp32, int8, int4) and free ports."""
+    data = base.model_dump(mode="json")
+    data["quantization"]["algorithm"] = WEIGHT_ALGORITHMS[precision]
+    if precision == "int4":
+        data["quantization"]["group_size"] = 64
+    data["triton"].update({"http_port": 0, "grpc_port": 0, "metrics_port": 0})
+    data["name"] = f"bench-cpu-{precision}"
+    return type(base).model_validate({**data, "config_dir": str(base.config_dir)})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "smollm2-cpu.yaml")
@@ -427,9 +462,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-triton", action="store_true", help="Only (a)-(c).")
     parser.add_argument("--skip-onnxruntime", action="store_true", help="Without (c-ort), the ONNX Runtime GenAI engine.")
     parser.add_argument("--repeats", type=int, default=3, help="Runs of (b), (c), (d) each; the median is reported.")
-    parser.add_argument("--json", dest="json_out", type=Path, help="Write the results here (default <root>/bench.json).")
+    parser.add_argument("--json", dest="json_out", type=Path, default=RESULTS, help="Write the results here (default: %(default)s).")
+    parser.add_argument("--note", help="stored with the results, e.g. what else ran on the machine")
     parser.add_argument("--markdown", type=Path, help="Also write the markdown table here.")
     args = parser.parse_args(argv)
+    document = provenance.record()  # commit, machine, bandwidth and load, before anything runs
 
     from trtllm_forge.builders.openvino import build_engine
     from trtllm_forge.config import load_config
@@ -459,15 +496,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = [seq, batched]
     table: dict[tuple[str, str], Row] = {}
-    algorithms = {"fp32": "none", "int8": "int8_wo", "int4": "int4_wo"}
     for precision in [p.strip() for p in args.precisions.split(",") if p.strip()]:
-        data = base.model_dump(mode="json")
-        data["quantization"]["algorithm"] = algorithms[precision]
-        if precision == "int4":
-            data["quantization"]["group_size"] = 64
-        data["triton"].update({"http_port": 0, "grpc_port": 0, "metrics_port": 0})
-        data["name"] = f"bench-cpu-{precision}"
-        config = type(base).model_validate({**data, "config_dir": str(base.config_dir)})
+        config = precision_config(base, precision)
         workdir = root / precision
         info(f"building the {precision} engine in {workdir} …")
         engine_dir = Path(build_engine(config, workdir, checkpoint).manifest["outputs"]["engine_dir"])
@@ -494,25 +524,18 @@ def main(argv: list[str] | None = None) -> int:
                 table[(row.key, precision)] = row
 
     goals = check_goals(table, batched, perplexity)
-    meta = {
-        "max_tokens": args.max_tokens,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "checkpoint": str(checkpoint),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    text = markdown(rows, batched, perplexity, goals, meta)
+    document["meta"] = {"max_tokens": args.max_tokens, "prompts": len(PROMPTS), "repeats": args.repeats, "checkpoint": str(checkpoint)}
+    document["rows"] = [
+        {**{k: v for k, v in asdict(r).items() if k != "outputs"}, "tok_s": r.tok_s, "vs_b": r.tok_s / batched.tok_s} for r in rows
+    ]
+    document["perplexity"] = perplexity
+    document["goals"] = goals
+    if args.note:
+        document["note"] = args.note
+    provenance.finish(document)
+    text = render_table(document)
     print(text)
-    result = {
-        "meta": meta,
-        "rows": [
-            {**{k: v for k, v in asdict(r).items() if k != "outputs"}, "tok_s": r.tok_s, "vs_b": r.tok_s / batched.tok_s} for r in rows
-        ],
-        "perplexity": perplexity,
-        "goals": goals,
-    }
-    out = args.json_out or root / "bench.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = provenance.write_result(args.json_out, document)
     if args.markdown:
         args.markdown.write_text(text)
     info(f"wrote {out}")

@@ -59,3 +59,45 @@ def machine() -> dict[str, Any]:
 
 def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+RESULTS = REPO / "results"
+
+
+def memory_bandwidth_gb_s(budget_s: float = 1.0) -> float:
+    """This machine's copy bandwidth now, measured the way `plan --measure-host` measures it (all cores)."""
+    from trtllm_forge.plan.host import measure_bandwidth
+
+    return round(measure_bandwidth(os.cpu_count() or 1, budget_s) / 1e9, 2)
+
+
+def record(measure_bandwidth: bool = True) -> dict[str, Any]:
+    """What every committed result starts with: the commit (and whether the tree differed from it), the
+    machine with its load average and, when asked, its memory bandwidth measured at the start of the run.
+    The machine is shared: the load average says how noisy the numbers are."""
+    commit = git_commit()
+    found = machine()
+    if measure_bandwidth:
+        found["bandwidth_gb_s"] = memory_bandwidth_gb_s()
+    return {
+        "git_commit": commit.removesuffix("-dirty"),
+        "git_dirty": commit.endswith("-dirty"),
+        "machine": found,
+        "started_utc": utc_now(),
+    }
+
+
+def finish(document: dict[str, Any]) -> dict[str, Any]:
+    """Stamp the end of a run (time and load average) onto a document `record` started."""
+    document["finished_utc"] = utc_now()
+    document["machine"]["load_average_end"] = list(os.getloadavg())
+    return document
+
+
+def write_result(path: Path, document: dict[str, Any]) -> Path:
+    """Write a result file atomically (a reader never sees half a file), creating its folder."""
+    from trtllm_forge.stages import write_json_atomic
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, document)
+    return path

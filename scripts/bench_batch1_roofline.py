@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""Batch 1 against the decode roofline `plan` computes, and what bounds it when it falls short.
+
+One request at a time through our engine in-process (OpenVINO GenAI ContinuousBatchingPipeline with the
+scheduler the Triton `tensorrt_llm` model builds), greedy, output length forced. Each decode step is timed on
+its own; the decode rate is 1000 / median step time (ms), so prefill and start-up are not in it.
+
+The roofline is `plan`'s: for every measured point the plan is made with the memory bandwidth measured right
+before that point (plan --measure-host's copy test), so a neighbour's load on this shared machine moves both
+sides of the ratio. Variants, interleaved per repeat (order rotated):
+
+- threads: OpenVINO's INFERENCE_NUM_THREADS 1 and the default (all cores), against the copy bandwidth one
+  thread and all threads reach;
+- weights: fp32 and int8 (weight-only), where the roofline's bytes per step shrink ~4× for the projections;
+- KV reads: a 64-token and a 960-token prompt, where the roofline's KV bytes per step grow ~15×.
+
+The effective bandwidth of a step (the bytes `plan` says it must move ÷ its measured time) against the copy
+bandwidth says whether the step is memory-bound or spends its time elsewhere (per-step overhead, compute).
+
+Writes results/bench_batch1_roofline/batch1.json; `render_report` makes the README paragraph and table
+(scripts/readme_tables.py, block `batch1-roofline`).
+
+    .venv/bin/python scripts/bench_batch1_roofline.py [--repeats 3] [--root forge-work/bench-cpu] [--note "..."]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trtllm_forge.bench import provenance
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "results" / "bench_batch1_roofline" / "batch1.json"
+OUTPUT_TOKENS = 32
+GOAL = 0.80  # issue 16: batch 1 at >= 80% of the roofline
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    name: str
+    precision: str  # fp32 | int8
+    threads: int | None  # None: OpenVINO's default (all cores)
+    prompt_tokens: int
+
+    @property
+    def tags(self) -> set[str]:
+        """What sets this variant apart from the served default (the names --skip takes)."""
+        return {
+            t
+            for t, on in (("threads", self.threads is not None), ("int8", self.precision == "int8"), ("long", self.prompt_tokens > 64))
+            if on
+        }
+
+
+VARIANTS = (
+    Variant("fp32, all threads, 64-token prompt (the served default)", "fp32", None, 64),
+    Variant("fp32, 1 thread, 64-token prompt", "fp32", 1, 64),
+    Variant("int8 weights, all threads, 64-token prompt", "int8", None, 64),
+    Variant("fp32, all threads, 960-token prompt", "fp32", None, 960),
+)
+
+
+def info(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def prompt_of(tokenizer: Any, tokens: int) -> list[int]:
+    """A prompt of exactly `tokens` token ids: the shipped perplexity text, repeated as needed."""
+    from trtllm_forge.verify.reference import default_text
+
+    ids: list[int] = tokenizer(default_text()[0])["input_ids"]
+    while len(ids) < tokens:
+        ids = ids + ids
+    return ids[:tokens]
+
+
+def decode_steps(pipeline: Any, prompt: list[int], output_tokens: int) -> list[float]:
+    """Seconds of each decode step of one request (the first step, prefill, left out)."""
+    import numpy as np
+    import openvino as ov
+    import openvino_genai as ov_genai
+
+    config = ov_genai.GenerationConfig()
+    config.max_new_tokens = output_tokens
+    config.min_new_tokens = output_tokens
+    config.do_sample = False
+    handle = pipeline.add_request(0, ov.Tensor(np.asarray([prompt], dtype=np.int64)), config)
+    steps: list[float] = []
+    first = True
+    while pipeline.has_non_finished_requests():
+        started = time.perf_counter()
+        pipeline.step()
+        elapsed = time.perf_counter() - started
+        if not first:
+            steps.append(elapsed)
+        first = False
+        while handle.can_read():
+            handle.read()
+    return steps
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_cpu_engine as cpu  # the same engines and scheduler as the CPU engine benchmark
+    import openvino_genai as ov_genai
+    from transformers import AutoTokenizer
+
+    from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.config import load_config
+    from trtllm_forge.importer.stage import checkpoint_dir_of, import_checkpoint
+    from trtllm_forge.plan.host import measure_bandwidth
+    from trtllm_forge.plan.planner import Workload, make_plan, resolve_inputs
+
+    document = provenance.record()
+    document["schema"] = "trtllm-forge.bench-batch1-roofline/1"
+    base = load_config(args.config)
+    root = args.root.resolve()
+    checkpoint = Path(checkpoint_dir_of(import_checkpoint(base, root / "import"))).resolve()
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    shape, device = resolve_inputs(base)
+    threads_all = len(os.sched_getaffinity(0))
+
+    skip = {name.strip() for name in args.skip.split(",") if name.strip()}
+    variants = tuple(v for v in VARIANTS if not skip & v.tags)
+    pipelines: dict[tuple[str, int | None], Any] = {}
+    configs = {}
+    for variant in variants:
+        if variant.precision not in configs:
+            config = cpu.precision_config(base, variant.precision)
+            engine_dir = Path(build_engine(config, root / variant.precision, checkpoint).manifest["outputs"]["engine_dir"])
+            configs[variant.precision] = (config, engine_dir)
+        key = (variant.precision, variant.threads)
+        if key not in pipelines:
+            config, engine_dir = configs[variant.precision]
+            scheduler, properties = cpu.scheduler_for(config, engine_dir)
+            if variant.threads is not None:
+                properties["INFERENCE_NUM_THREADS"] = str(variant.threads)
+            pipelines[key] = ov_genai.ContinuousBatchingPipeline(str(engine_dir), scheduler, "CPU", properties)
+            decode_steps(pipelines[key], prompt_of(tokenizer, 16), 4)  # warm-up: kernels compile on first use
+
+    points = []
+    for repeat in range(args.repeats):
+        order = variants[repeat % len(variants) :] + variants[: repeat % len(variants)]
+        for variant in order:
+            threads = variant.threads or threads_all
+            bandwidth = measure_bandwidth(threads, 0.5)
+            steps = decode_steps(
+                pipelines[(variant.precision, variant.threads)], prompt_of(tokenizer, variant.prompt_tokens), OUTPUT_TOKENS
+            )
+            config, _ = configs[variant.precision]
+            measured_device = dataclasses.replace(device, bandwidth_gb_s=bandwidth / 1e9)
+            plan = make_plan(config, Workload(variant.prompt_tokens, OUTPUT_TOKENS), shape, measured_device)
+            point = plan.point(1)
+            assert point is not None, "the plan has no machine numbers"
+            step_ms = statistics.median(steps) * 1000
+            bytes_per_step = point.decode.memory_s * bandwidth
+            row = {
+                "variant": variant.name,
+                "precision": variant.precision,
+                "threads": threads,
+                "prompt_tokens": variant.prompt_tokens,
+                "repeat": repeat,
+                "bandwidth_gb_s": bandwidth / 1e9,
+                "decode_steps": len(steps),
+                "step_ms_p50": step_ms,
+                "step_ms_min": min(steps) * 1000,
+                "tokens_per_s": 1000 / step_ms,
+                "roofline_tokens_per_s": point.tokens_per_s,
+                "roofline_memory_bound": not point.decode.compute_bound,
+                "roofline_bytes_per_step": bytes_per_step,
+                "roofline_compute_ms": point.decode.compute_s * 1000,
+                "effective_bandwidth_gb_s": bytes_per_step / (step_ms / 1000) / 1e9,
+                "share_of_roofline": (1000 / step_ms) / point.tokens_per_s,
+                "load_average": os.getloadavg()[0],
+            }
+            points.append(row)
+            info(json.dumps(row))
+    document["output_tokens"] = OUTPUT_TOKENS
+    document["model"] = base.model.name
+    document["device_table_fp32_tflops"] = device.fp32_tflops
+    document["points"] = points
+    if args.note:
+        document["note"] = args.note
+    return provenance.finish(document)
+
+
+def _summary(document: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for variant in dict.fromkeys(p["variant"] for p in document["points"]):
+        points = [p for p in document["points"] if p["variant"] == variant]
+
+        def med(key: str, points: list[dict[str, Any]] = points) -> float:
+            return float(statistics.median(p[key] for p in points))
+
+        rows.append(
+            {
+                "variant": variant,
+                "runs": len(points),
+                **{
+                    k: med(k)
+                    for k in (
+                        "tokens_per_s",
+                        "roofline_tokens_per_s",
+                        "share_of_roofline",
+                        "bandwidth_gb_s",
+                        "effective_bandwidth_gb_s",
+                        "step_ms_p50",
+                        "step_ms_min",
+                        "roofline_bytes_per_step",
+                    )
+                },
+            }
+        )
+        # the fastest step of a run: the one least delayed by other processes on a shared machine
+        rows[-1]["best_step_share"] = float(statistics.median((1000 / p["step_ms_min"]) / p["roofline_tokens_per_s"] for p in points))
+    return rows
+
+
+def render_report(document: dict[str, Any]) -> str:
+    """The README table and a paragraph whose every number comes from `document`."""
+    machine = document["machine"]
+    rows = _summary(document)
+    lines = [
+        f"git {document['git_commit'][:12]}{' (dirty tree)' if document['git_dirty'] else ''}, {document['started_utc']}, "
+        f"{machine['cpu_model']}, {machine['usable_cores']} cores, load average {machine['load_average'][0]:.1f} at the start and "
+        f"{machine.get('load_average_end', [float('nan')])[0]:.1f} at the end"
+        + (f"; note: {document['note']}" if document.get("note") else "")
+        + f". Batch 1, {document['output_tokens']} tokens decoded per run, medians over the runs; the roofline is `plan`'s at the copy "
+        "bandwidth measured right before each run.",
+        "",
+        "| variant | runs | decode tok/s | roofline tok/s | share | copy bandwidth (GB/s) | effective bandwidth (GB/s) | step p50 (ms) "
+        "| fastest step (ms) | share at the fastest step |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['variant']} | {r['runs']} | {r['tokens_per_s']:.1f} | {r['roofline_tokens_per_s']:.1f} | {r['share_of_roofline']:.0%} | "
+            f"{r['bandwidth_gb_s']:.2f} | {r['effective_bandwidth_gb_s']:.2f} | {r['step_ms_p50']:.1f} | {r['step_ms_min']:.1f} | "
+            f"{r['best_step_share']:.0%} |"
+        )
+    by = {r["variant"]: r for r in rows}
+    default, one, int8, long = (by.get(v.name) for v in VARIANTS)
+    lines.append("")
+    if default:
+        verdict = "meets" if default["share_of_roofline"] >= GOAL else "misses"
+        text = (
+            f"Batch 1 decodes at {default['tokens_per_s']:.1f} tok/s, {default['share_of_roofline']:.0%} of the roofline "
+            f"({default['roofline_tokens_per_s']:.1f} tok/s at {default['bandwidth_gb_s']:.2f} GB/s): it {verdict} the {GOAL:.0%} goal."
+        )
+        if one:
+            text += (
+                f" One thread: {one['tokens_per_s']:.1f} tok/s ({one['tokens_per_s'] / default['tokens_per_s']:.2f}× all threads) "
+                f"while one thread copies at {one['bandwidth_gb_s']:.2f} GB/s ({one['bandwidth_gb_s'] / default['bandwidth_gb_s']:.2f}×)."
+            )
+        if int8:
+            bytes_ratio = default["roofline_bytes_per_step"] / int8["roofline_bytes_per_step"]
+            text += (
+                f" int8 weights: {int8['tokens_per_s']:.1f} tok/s ({int8['tokens_per_s'] / default['tokens_per_s']:.2f}× fp32) for "
+                f"{bytes_ratio:.2f}× fewer bytes per step."
+            )
+        if long:
+            text += (
+                f" A 960-token prompt: {long['tokens_per_s']:.1f} tok/s ({long['tokens_per_s'] / default['tokens_per_s']:.2f}× the "
+                f"64-token prompt) for {long['roofline_bytes_per_step'] / default['roofline_bytes_per_step']:.2f}× the bytes (KV reads)."
+            )
+        text += (
+            f" The fp32 step moves {default['roofline_bytes_per_step'] / 1e6:.0f} MB at an effective "
+            f"{default['effective_bandwidth_gb_s']:.2f} GB/s against {default['bandwidth_gb_s']:.2f} GB/s copy bandwidth; its fastest "
+            f"step reaches {default['best_step_share']:.0%} of the roofline. Where the median step is much slower than the fastest "
+            "one, the time went to waiting for a core (other processes), not to moving bytes."
+        )
+        lines.append(text)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=REPO / "configs" / "smollm2-cpu.yaml")
+    parser.add_argument("--root", type=Path, default=Path("forge-work") / "bench-cpu", help="engines are built (cached) here")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--note", help="stored with the results, e.g. what else ran on the machine")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--skip", default="", help="comma-separated variants to leave out: threads, int8, long")
+    args = parser.parse_args(argv)
+    document = run(args)
+    provenance.write_result(args.out, document)
+    print(render_report(document))
+    info(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""The benchmark scripts' README renderers and the provenance record, on documents written here (no timing)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from trtllm_forge.bench import provenance
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"script_under_test_{name}", REPO / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _header(**extra: Any) -> dict[str, Any]:
+    return {
+        "git_commit": "0123456789abcdef0123456789abcdef01234567",
+        "git_dirty": False,
+        "started_utc": "2026-12-02T04:00:00Z",
+        "machine": {"cpu_model": "Test CPU", "usable_cores": 2, "cpus": 2, "bandwidth_gb_s": 10.0, "load_average": [1.0, 1.0, 1.0]},
+        **extra,
+    }
+
+
+def test_record_names_commit_machine_and_bandwidth(tmp_path: Path) -> None:
+    document = provenance.finish(provenance.record(measure_bandwidth=True))
+    assert len(document["git_commit"]) == 40 and isinstance(document["git_dirty"], bool)
+    machine = document["machine"]
+    assert machine["bandwidth_gb_s"] > 0 and machine["cpus"] >= 1 and len(machine["load_average_end"]) == 3
+    out = provenance.write_result(tmp_path / "x" / "r.json", document)
+    assert json.loads(out.read_text()) == document and not list(out.parent.glob("*.tmp"))
+
+
+def test_peer_table_medians_and_ratios() -> None:
+    peer = _script("bench_llamacpp_peer")
+    runs = []
+    for repeat, (ours_tps, peer_tps) in enumerate(((150.0, 100.0), (170.0, 120.0), (160.0, 110.0))):
+        for target, tps, tpot in (("trtllm-forge", ours_tps, 40.0), ("llama.cpp", peer_tps, 50.0)):
+            runs.append(
+                {
+                    "target": target,
+                    "concurrency": 8,
+                    "repeat": repeat,
+                    "output_token_throughput_per_s": tps,
+                    "ttft_ms_p50": 100.0,
+                    "tpot_ms_p50": tpot,
+                    "itl_ms_p99": 2 * tpot,
+                }
+            )
+    runs.append({"target": "llama.cpp", "concurrency": 8, "repeat": 3, "error": "RuntimeError: boom"})
+    document = _header(
+        workload={"input_tokens": 64, "output_tokens": 64, "concurrency": [8], "requests": 16},
+        llama_cpp={"version": "version: 1 (abc)"},
+        runs=runs,
+    )
+    text = peer.render_table(document)
+    assert "| 8 | trtllm-forge | 3 | 160.0 | 100.0 | 40.0 | 80.0 | 2.00 |" in text
+    assert "| 8 | llama.cpp | 3 | 110.0 | 100.0 | 50.0 | 100.0 | 2.00 |" in text
+    assert "tokens/s 1.45×" in text and "TPOT p50 0.80×" in text
+    assert "1 failed runs" in text
+
+
+def test_batch1_report_says_whether_the_goal_is_met() -> None:
+    batch1 = _script("bench_batch1_roofline")
+    names = [v.name for v in batch1.VARIANTS]
+
+    def point(variant: str, tok_s: float, roofline: float, nbytes: float) -> dict[str, Any]:
+        return {
+            "variant": variant,
+            "tokens_per_s": tok_s,
+            "roofline_tokens_per_s": roofline,
+            "share_of_roofline": tok_s / roofline,
+            "bandwidth_gb_s": 10.0,
+            "effective_bandwidth_gb_s": nbytes * tok_s / 1e9,
+            "step_ms_p50": 1000 / tok_s,
+            "step_ms_min": 500 / tok_s,
+            "roofline_bytes_per_step": nbytes,
+        }
+
+    points = [point(names[0], 40.0, 60.0, 5e8), point(names[1], 30.0, 50.0, 5e8), point(names[2], 80.0, 200.0, 1.5e8)]
+    points.append(point(names[3], 36.0, 55.0, 5.4e8))
+    text = batch1.render_report(_header(output_tokens=32, points=points))
+    assert "40.0 tok/s, 67% of the roofline" in text and "misses the 80% goal" in text
+    assert "int8 weights: 80.0 tok/s (2.00× fp32) for 3.33× fewer bytes" in text
+    assert "A 960-token prompt: 36.0 tok/s (0.90×" in text
+    assert "fastest step reaches 133% of the roofline" in text
