@@ -688,9 +688,14 @@ def test_a_silent_server_and_sigterm_end_the_run_with_records_and_exit_1(timing_
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(2.5)
+    assert bench.stderr is not None
+    seen = []  # wait for the point to start (imports alone can take seconds on a busy machine), then 1.5 s of sending
+    while not any("bench triton-grpc ensemble" in line for line in seen) and bench.poll() is None:
+        seen.append(bench.stderr.readline())
+    time.sleep(1.5)
     bench.send_signal(signal.SIGTERM)
     stdout, stderr = bench.communicate(timeout=60)
+    stderr = "".join(seen) + stderr
     assert bench.returncode == 1, stderr
     summary = json.loads(stdout)
     assert 5 <= summary["requests"]["sent"] < 200 and summary["requests"]["completed"] >= 5

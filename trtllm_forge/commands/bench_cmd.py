@@ -106,7 +106,7 @@ def bench_group() -> None:
     "--streams",
     type=click.IntRange(min=1),
     default=None,
-    help="gRPC streams (one connection each) to spread requests over. Default: one per 16 requests in flight, at most 16.",
+    help="gRPC streams (one connection each) to spread requests over. Default: one per request in flight, at most 64.",
 )
 @click.option(
     "--stall-timeout",
