@@ -215,14 +215,17 @@ def interleaved(
     root: Path,
     tokenizer,
 ) -> None:
-    """Every tool at every concurrency, `repeats` times, the order of the tools rotated per repeat."""
+    """Every tool at every concurrency, `repeats` times, the order of the tools rotated per repeat. Only GenAI-Perf
+    and the CPU deployment get the tokenizer: the timing model counts tokens itself, and loading a tokenizer
+    costs each run tens of seconds on a busy machine."""
     for repeat in range(document["repeats"]):
         for concurrency in concurrencies:
             order = tools[repeat % len(tools) :] + tools[: repeat % len(tools)]
             for tool in order:
                 out = root / f"{section}-{tool}-{repeat}-c{concurrency}"
                 try:
-                    row = one_run(tool, url, model, concurrency, n_of(concurrency), osl, out, tokenizer)
+                    needs_tokenizer = tool == "genai-perf" or section == "cpu"
+                    row = one_run(tool, url, model, concurrency, n_of(concurrency), osl, out, tokenizer if needs_tokenizer else None)
                 except Exception as exc:  # noqa: BLE001 - one failed run is recorded, the others go on
                     row = {"tool": tool, "model": model, "concurrency": concurrency, "error": f"{type(exc).__name__}: {exc}"}
                 row["repeat"] = repeat

@@ -164,7 +164,8 @@ class TritonGrpcTarget(Target):
         # One channel (own TCP connection and completion thread) per stream: Triton writes the responses of
         # one stream one at a time, so a single stream carrying many requests backs up inside the server.
         self.channels = [
-            grpc.insecure_channel(self.url, options=_CHANNEL_OPTIONS + [("grpc.use_local_subchannel_pool", 1)]) for _ in range(self.n_streams)
+            grpc.insecure_channel(self.url, options=_CHANNEL_OPTIONS + [("grpc.use_local_subchannel_pool", 1)])
+            for _ in range(self.n_streams)
         ]
         self.stub = stub = pb_grpc.GRPCInferenceServiceStub(self.channels[0])
         try:
@@ -189,7 +190,11 @@ class TritonGrpcTarget(Target):
         try:
             await asyncio.to_thread(lambda: [grpc.channel_ready_future(channel).result(timeout=10) for channel in self.channels])
         except grpc.FutureTimeoutError:
-            raise StepError("--url", f"cannot open {self.n_streams} connections to {self.url} within 10 s", "check the server, or pass a smaller --streams") from None
+            raise StepError(
+                "--url",
+                f"cannot open {self.n_streams} connections to {self.url} within 10 s",
+                "check the server, or pass a smaller --streams",
+            ) from None
         loop = asyncio.get_running_loop()
         self.streams = [_Stream(self, channel, loop) for channel in self.channels]
         self.info.notes.append(f"{self.n_streams} gRPC stream(s), one connection each")
