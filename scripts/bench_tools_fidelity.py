@@ -231,6 +231,8 @@ def interleaved(
                 row["repeat"] = repeat
                 document[section].append(row)
                 print(section, json.dumps(row), flush=True)
+                if document.get("partial_out"):
+                    save(document, Path(document["partial_out"]))  # an interrupted run keeps what it measured
 
 
 def run(
@@ -243,6 +245,7 @@ def run(
     cpu_model: str,
     cpu_requests: int = 8,
     cpu_repeats: int | None = None,
+    partial_out: Path | None = None,
 ) -> dict[str, Any]:
     from trtllm_forge.bench.local_triton import render_timing_model, start_triton
     from trtllm_forge.bench.perf_analyzer import problem
@@ -270,6 +273,7 @@ def run(
         "tools": tools,
         "skipped": skipped,
         "repeats": repeats,
+        "partial_out": str(partial_out) if partial_out else None,
         "cpu_repeats": repeats if cpu_repeats is None else cpu_repeats,
         "runs": [],
         "flood": [],
@@ -303,9 +307,17 @@ def run(
             document["repeats"], timing_repeats = document["cpu_repeats"], repeats
             interleaved(document, "cpu", tools, cpu_url, cpu_model, concurrencies, lambda c: max(cpu_requests, c), OSL, root, tokenizer)
             document["repeats"] = timing_repeats
+    document.pop("partial_out", None)
     document["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     document["machine"]["load_average_end"] = list(os.getloadavg())
     return document
+
+
+def save(document: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(document, indent=2) + "\n")
+    os.replace(tmp, path)
 
 
 # ---- the README block, from the results file ----
@@ -483,13 +495,12 @@ def main() -> int:
         args.cpu_model,
         args.cpu_requests,
         args.cpu_repeats,
+        args.out.with_name(args.out.stem + ".partial.json"),
     )
     if args.note:
         document["note"] = args.note
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(document, indent=2) + "\n")
-    os.replace(tmp, args.out)
+    save(document, args.out)
+    args.out.with_name(args.out.stem + ".partial.json").unlink(missing_ok=True)
     print(readme_table(document))
     if args.readme:
         update_readme(document)
