@@ -148,7 +148,7 @@ def main() -> int:
         server.stop()
     results["machine"]["load_avg_end"] = os.getloadavg()
 
-    print(f"\nbench client: {args.workers} process(es), {args.streams or 'auto (1 per 16 in flight)'} gRPC stream(s)")
+    print(f"\nbench client: {args.workers} process(es), {args.streams or 'auto (1 per request in flight, at most 64)'} gRPC stream(s)")
     print(
         f"\nTiming model: TTFT {TTFT_MS:g} ms, gap {GAP_MS:g} ms, {TOKENS} tokens; {results['machine']['cpus']} CPUs, "
         f"load average at start {results['machine']['load_avg_start'][0]:.2f}\n"
