@@ -11,6 +11,16 @@ from conftest import run_cli
 from trtllm_forge.bench.cli_argv import bench_options
 
 
+def wait_for_point(bench: subprocess.Popen, marker: str = "bench triton-grpc ") -> str:
+    """Read a running bench's stderr until its sweep point starts (imports alone can take seconds on a busy
+    machine); return what was read, to be joined with the rest of stderr."""
+    assert bench.stderr is not None
+    seen: list[str] = []
+    while not any(marker in line for line in seen) and bench.poll() is None:
+        seen.append(bench.stderr.readline())
+    return "".join(seen)
+
+
 def bench_json(*args: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess, Any]:
     """`trtllm-forge bench ARGS --json`: the finished process and its JSON document (None when stdout is not JSON)."""
     proc = run_cli("bench", *args, "--json", timeout=timeout)

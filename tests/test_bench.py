@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from aiohttp import web
-from bench_helpers import bench_json, bench_run
+from bench_helpers import bench_json, bench_run, wait_for_point
 from conftest import run_cli
 from trtllm_forge.bench.cli_argv import bench_argv
 from trtllm_forge.bench.metrics import LATE_WARN_SHARE, summarize
@@ -425,9 +425,11 @@ def test_killing_the_server_mid_run_keeps_records_and_exits_1(tmp_path):
             text=True,
             env=os.environ.copy(),
         )
-        time.sleep(2.5)  # ~0.4 s per request: several complete, then the server dies under load
+        started = wait_for_point(bench)
+        time.sleep(2.0)  # ~0.4 s per request: several complete, then the server dies under load
         os.killpg(server.process.pid, signal.SIGKILL)
         stdout, stderr = bench.communicate(timeout=60)
+        stderr = started + stderr
     finally:
         server.stop()
     assert bench.returncode == 1, stderr
@@ -615,14 +617,11 @@ def test_a_silent_server_and_sigterm_end_the_run_with_records_and_exit_1(timing_
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert bench.stderr is not None
-    seen = []  # wait for the point to start (imports alone can take seconds on a busy machine), then 1.5 s of sending
-    while not any("bench triton-grpc ensemble" in line for line in seen) and bench.poll() is None:
-        seen.append(bench.stderr.readline())
+    started = wait_for_point(bench)
     time.sleep(1.5)
     bench.send_signal(signal.SIGTERM)
     stdout, stderr = bench.communicate(timeout=60)
-    stderr = "".join(seen) + stderr
+    stderr = started + stderr
     assert bench.returncode == 1, stderr
     summary = json.loads(stdout)
     assert 5 <= summary["requests"]["sent"] < 200 and summary["requests"]["completed"] >= 5
