@@ -11,6 +11,7 @@ import queue
 import struct
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from google.protobuf.json_format import MessageToDict
@@ -25,6 +26,7 @@ from trtllm_forge.errors import StepError
 PERF_OUTPUTS = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
 _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
 _STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
+InputSpec = tuple[str, str, list[Any]]  # (input name, Triton datatype, values)
 
 
 def _bytes_tensor(values: list[bytes]) -> bytes:
@@ -66,6 +68,11 @@ def _stamp_received(raw: bytes) -> tuple[int, bytes]:
 def _resolve(done: asyncio.Future) -> None:
     if not done.done():
         done.set_result(None)
+
+
+def _close_all(streams: list["_Stream"]) -> None:
+    for stream in streams:
+        stream.close()
 
 
 class _Stream:
@@ -229,7 +236,7 @@ class TritonGrpcTarget(Target):
         """The inputs one request sends, as (name, Triton datatype, values), only those the model declares.
         bench sends them over its own stream; `bench --tool` writes the same ones for perf_analyzer."""
         n = request.output_tokens
-        spec = [
+        spec: list[InputSpec] = [
             ("text_input", "BYTES", [request.prompt]),
             (self.names["max_tokens"], "INT32", [n]),
             (self.names["stream"], "BOOL", [True]),
@@ -237,8 +244,8 @@ class TritonGrpcTarget(Target):
         ]
         return [item for item in spec + self._common_inputs(n) if item[0] in self.inputs]
 
-    def _common_inputs(self, n: int) -> list[tuple[str, str, list]]:
-        spec = []
+    def _common_inputs(self, n: int) -> list[InputSpec]:
+        spec: list[InputSpec] = []
         if self.count_server and "return_num_output_tokens" in self.inputs:
             spec.append(("return_num_output_tokens", "BOOL", [True]))
         if self.perf:
@@ -324,7 +331,7 @@ class TritonGrpcTarget(Target):
     async def close(self) -> None:
         streams, self.streams = self.streams, []
         if streams:
-            await asyncio.to_thread(lambda: [stream.close() for stream in streams])
+            await asyncio.to_thread(_close_all, streams)
         for channel in self.channels:
             channel.close()
         self.channels = []
@@ -354,7 +361,7 @@ class TritonGrpcTokensTarget(TritonGrpcTarget):
         if request.input_ids is None:
             raise StepError("--tokenizer", "the token-id target needs token ids", "pass --tokenizer DIR or a dataset with input_ids")
         ids, n = list(request.input_ids), request.output_tokens
-        spec = [
+        spec: list[InputSpec] = [
             ("input_ids", "INT32", ids),
             ("input_lengths", "INT32", [len(ids)]),
             ("request_output_len", "INT32", [n]),
