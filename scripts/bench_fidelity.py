@@ -162,7 +162,7 @@ def render_tables(results: dict) -> str:
     """Both Markdown tables, from a result file alone."""
     machine, client = results["machine"], results["client"]
     lines = [
-        f"bench client: {client['workers']} process(es), {client['streams'] or 'auto (1 per 16 in flight)'} gRPC stream(s); "
+        f"bench client: {client['workers']} process(es), {client['streams'] or 'auto'} gRPC stream(s); "
         f"git {results['git_commit'][:12]}{' (dirty tree)' if results['git_dirty'] else ''}, {results['started_utc']}, "
         f"{machine['cpu_model']}, {machine['usable_cores']} cores, load average {machine['load_average'][0]:.1f} at the start and "
         f"{machine['load_average_end'][0]:.1f} at the end" + (f"; note: {results['note']}" if results.get("note") else ""),

@@ -1,19 +1,32 @@
 #!/usr/bin/env python3
-"""Who measures right? trtllm-forge bench, perf_analyzer and GenAI-Perf on the same server, interleaved.
+"""Who measures right? trtllm-forge bench, perf_analyzer and GenAI-Perf on the same servers, interleaved.
 
-Serves the timing model (a Triton python-backend model with the ensemble's text contract that streams tokens
-on a known schedule: first token TTFT ms after arrival, then one every GAP ms) on the real tritonserver, then
-for each repeat and each concurrency runs, back to back, our bench, perf_analyzer 2.51 (`bench --tool
-perf_analyzer`) and GenAI-Perf (`bench --tool genai-perf`, when FORGE_GENAI_PERF points at it) with the same
-workload, each through the CLI in its own process. Runs taken at different times are never compared: every row of the table is the median over
-repeats of runs that were interleaved. Truth: the configured TTFT and gap (the server can only be late, never
-early); E2E truth = TTFT + (OSL − 1) × gap.
+For each repeat and each concurrency, back to back and in rotated order, runs our bench, perf_analyzer 2.51
+(`bench --tool perf_analyzer`) and GenAI-Perf (`bench --tool genai-perf`, when FORGE_GENAI_PERF points at it
+and --tokenizer is given) with the same workload, each through the CLI in its own process, against:
 
-Writes results/bench_fidelity/tools.json (git commit, machine, load average, every run) and, with
---readme, regenerates the README table between the `tools-fidelity` markers from that file.
+- the timing model (a Triton python-backend model with the ensemble's text contract and a known schedule:
+  first token TTFT ms after the request reaches the model, then one every GAP ms; every response carries
+  the model's own send stamp, and with return_perf_metrics its arrival and first-token stamps);
+- the flood model (the timing model sending 256 tokens back to back): who keeps up with a response flood
+  (our bench and perf_analyzer; GenAI-Perf is perf_analyzer underneath);
+- the CPU deployment (`--cpu-url`: a running `trtllm-forge deploy` of configs/smollm2-cpu.yaml), where there
+  is no truth and the tools are compared with each other.
 
-    .venv/bin/python scripts/bench_tools_fidelity.py [--repeats 3] [--concurrency 1,4,16] [--readme]
-    .venv/bin/python scripts/bench_tools_fidelity.py --readme-only   # table from the committed file
+Truth on the timing model: the configured TTFT and gap (the server can only be late); E2E = TTFT + (OSL − 1)
+× gap. Because the python backend on a busy machine is late by itself, each run is also checked against the
+server's stamps, which every tool records (ours in requests.jsonl, perf_analyzer's raw export keeps the
+response outputs): reference TTFT = the model's first send stamp − the tool's send stamp (an ideal client
+with zero delivery delay), and the delivery lag = each response's receive stamp − its send stamp. The
+server's stamps are CLOCK_MONOTONIC (ours too); perf_analyzer stamps with the wall clock, converted with
+the offset between the two clocks read around each run.
+
+Writes results/bench_fidelity/tools.json (git commit, machine, load average, every run); `readme_table()`
+renders the README block between the `bench-fidelity-table` markers from that file (--readme / --readme-only).
+
+    .venv/bin/python scripts/bench_tools_fidelity.py [--repeats 3] [--concurrency 1,4,16] [--tokenizer DIR]
+        [--cpu-url HOST:PORT] [--readme]
+    .venv/bin/python scripts/bench_tools_fidelity.py --readme-only   # the README block from the committed file
 """
 
 from __future__ import annotations
@@ -26,61 +39,134 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from trtllm_forge.bench.provenance import git_commit, machine
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results" / "bench_fidelity" / "tools.json"
 README = REPO / "README.md"
-MARKERS = ("<!-- tools-fidelity:start -->", "<!-- tools-fidelity:end -->")
+MARKERS = ("<!-- bench-fidelity-table:start -->", "<!-- bench-fidelity-table:end -->")
 TTFT_MS, GAP_MS, OSL, ISL = 40.0, 10.0, 16, 32
+FLOOD_OSL, FLOOD_INSTANCES = 256, 2
 METRICS = (("ttft_ms", "p50"), ("tpot_ms", "p50"), ("itl_ms", "p50"), ("e2e_ms", "p50"))
+TOOLS = ("trtllm-forge", "perf_analyzer", "genai-perf")
+
+Row = dict[str, Any]
 
 
-def _one(tool: str, server, concurrency: int, n: int, out: Path, tokenizer: Path | None) -> dict:
+def wall_minus_monotonic_ns() -> int:
+    """CLOCK_REALTIME − CLOCK_MONOTONIC, from the tightest of a few bracketed reads."""
+    best: tuple[int, int] | None = None
+    for _ in range(200):
+        before = time.monotonic_ns()
+        wall = time.time_ns()
+        after = time.monotonic_ns()
+        if best is None or after - before < best[0]:
+            best = (after - before, wall - (before + after) // 2)
+    assert best is not None
+    return best[1]
+
+
+@dataclass
+class Stamps:
+    """One request's stamps on the server's clock (CLOCK_MONOTONIC): the tool's send and receive stamps of the
+    token-carrying responses, and the model's send stamps, arrival and first-token stamps."""
+
+    sent_ns: int
+    recv_ns: list[int]
+    server_ns: list[int]
+    arrival_ns: int | None
+
+
+def forge_stamps(point_dir: Path) -> list[Stamps]:
+    from trtllm_forge.bench.records import read_jsonl
+
+    out = []
+    for record in read_jsonl(point_dir / "requests.jsonl"):
+        if record.phase != "measure" or not record.ok:
+            continue
+        recv = [t for t, k in zip(record.recv_ns, record.tokens) if k > 0]
+        arrival = (record.server_perf or {}).get("arrival_time_ns")
+        out.append(Stamps(record.sent_ns, recv, list(record.server_send_ns), arrival))
+    return out
+
+
+def pa_export_stamps(export: Path, offset_ns: int) -> list[Stamps]:
+    """perf_analyzer's raw export (its wall-clock stamps moved to CLOCK_MONOTONIC with `offset_ns`)."""
+    data = json.loads(export.read_text())
+    out = []
+    for experiment in data["experiments"]:
+        for request in experiment.get("requests") or []:
+            recv, server, arrival = [], [], None
+            for stamp, output in zip(request.get("response_timestamps") or [], request.get("response_outputs") or []):
+                if not (output or {}).get("text_output") or "send_time_ns" not in output:
+                    continue  # the null final response
+                recv.append(int(stamp) - offset_ns)
+                server.append(int(output["send_time_ns"]))
+                arrival = arrival or output.get("arrival_time_ns")
+            sent = int(request["timestamp"]) - offset_ns
+            if arrival is not None and not (sent - 1_000_000_000 < arrival <= (server or [0])[0]):
+                arrival = None  # an output the request did not ask for (GenAI-Perf): perf_analyzer exports a stale buffer
+            out.append(Stamps(sent, recv, server, arrival))
+    return out
+
+
+def stamp_stats(requests: list[Stamps]) -> dict[str, float | None]:
+    """Reference TTFT (model's first send − tool's send), request path (model's arrival − tool's send), delivery
+    lag (tool's receive − model's send, every response), responses consumed per second, zero gaps."""
+    usable = [r for r in requests if r.recv_ns and len(r.recv_ns) == len(r.server_ns)]
+    if not usable:
+        return {}
+    lags = sorted((a - b) / 1e6 for r in usable for a, b in zip(r.recv_ns, r.server_ns))
+    gaps = [b - a for r in usable for a, b in zip(r.recv_ns, r.recv_ns[1:])]
+    paths = [(r.arrival_ns - r.sent_ns) / 1e6 for r in usable if r.arrival_ns]
+    server_ttft = [(r.server_ns[0] - r.arrival_ns) / 1e6 for r in usable if r.arrival_ns]
+    span_s = (max(r.recv_ns[-1] for r in usable) - min(r.sent_ns for r in usable)) / 1e9
+    return {
+        "ref_ttft_ms_p50": statistics.median((r.server_ns[0] - r.sent_ns) / 1e6 for r in usable),
+        "server_ttft_ms_p50": statistics.median(server_ttft) if server_ttft else None,
+        "request_path_ms_p50": statistics.median(paths) if paths else None,
+        "delivery_lag_ms_p50": lags[len(lags) // 2],
+        "delivery_lag_ms_p99": lags[min(len(lags) - 1, int(len(lags) * 0.99))],
+        "responses_per_s": len(lags) / span_s if span_s > 0 else None,
+        "zero_gap_share": sum(1 for g in gaps if g <= 0) / len(gaps) if gaps else 0.0,
+    }
+
+
+def one_run(tool: str, url: str, model: str, concurrency: int, n: int, osl: int, out: Path, tokenizer: Path | None) -> Row:
     """One run through the CLI, each tool in its own process, as a user runs it."""
-    argv = [
-        sys.executable,
-        "-m",
-        "trtllm_forge",
-        "bench",
-        "--url",
-        server.grpc_url,
-        "--model",
-        "ensemble",
-        "--concurrency",
-        str(concurrency),
-        "--num-requests",
-        str(n),
-        "--warmup",
-        str(min(concurrency, 4)),
-        "--input-len",
-        str(ISL),
-        "--output-len",
-        str(OSL),
-        "--request-timeout",
-        "60",
-        "--no-plots",
-        "--out",
-        str(out),
-        "--json",
-    ]
-    if tokenizer is not None:
-        argv += ["--tokenizer", str(tokenizer)]
-    if tool != "trtllm-forge":
-        argv += ["--tool", tool]
+    from trtllm_forge.bench.cli_argv import bench_argv
+
+    argv = bench_argv(
+        url,
+        model=model,
+        concurrency=concurrency,
+        num_requests=n,
+        warmup=min(concurrency, 4),
+        input_len=ISL,
+        output_len=osl,
+        tokenizer=tokenizer,
+        out=out,
+        tool=None if tool == "trtllm-forge" else tool,
+        extra=("--request-timeout", "120"),
+    )
+    offset_before = wall_minus_monotonic_ns()
     started = time.time()
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}")
+    offset_after = wall_minus_monotonic_ns()
     summary = json.loads(proc.stdout)
     m = summary["metrics"]
-    row = {
+    row: Row = {
         "tool": tool,
+        "model": model,
         "concurrency": concurrency,
         "requests": summary["requests"].get("completed"),
-        "wall_s": time.time() - started,
+        "wall_s": round(time.time() - started, 2),
         "load_average_after": os.getloadavg()[0],
     }
     for name, stat in METRICS:
@@ -88,125 +174,315 @@ def _one(tool: str, server, concurrency: int, n: int, out: Path, tokenizer: Path
     row["request_throughput_per_s"] = (m.get("request_throughput_per_s") or {}).get("avg")
     row["output_tokens_avg"] = (m.get("output_tokens") or {}).get("avg")
     row["client_cpu_busy_share"] = (summary.get("self_checks") or {}).get("client_cpu_busy_share")
+    if tool == "trtllm-forge":
+        stamps = forge_stamps(out)
+    else:
+        exports = [p for p in out.rglob("profile_export.json")]  # PA's raw export (GenAI-Perf keeps it too)
+        stamps = pa_export_stamps(exports[0], (offset_before + offset_after) // 2) if exports else []
+        row["clock_offset_drift_us"] = round((offset_after - offset_before) / 1e3, 1)
+    row.update(stamp_stats(stamps))
     return row
 
 
-def run(repeats: int, concurrencies: list[int], n_per_concurrency: int, tokenizer: Path | None) -> dict:
+def interleaved(
+    document: dict[str, Any],
+    section: str,
+    tools: list[str],
+    url: str,
+    model: str,
+    concurrencies: list[int],
+    n_of,
+    osl: int,
+    root: Path,
+    tokenizer,
+) -> None:
+    """Every tool at every concurrency, `repeats` times, the order of the tools rotated per repeat. Only GenAI-Perf
+    and the CPU deployment get the tokenizer: the timing model counts tokens itself, and loading a tokenizer
+    costs each run tens of seconds on a busy machine."""
+    for repeat in range(document["repeats"]):
+        for concurrency in concurrencies:
+            order = tools[repeat % len(tools) :] + tools[: repeat % len(tools)]
+            for tool in order:
+                out = root / f"{section}-{tool}-{repeat}-c{concurrency}"
+                try:
+                    needs_tokenizer = tool == "genai-perf" or section == "cpu"
+                    row = one_run(tool, url, model, concurrency, n_of(concurrency), osl, out, tokenizer if needs_tokenizer else None)
+                except Exception as exc:  # noqa: BLE001 - one failed run is recorded, the others go on
+                    row = {"tool": tool, "model": model, "concurrency": concurrency, "error": f"{type(exc).__name__}: {exc}"}
+                row["repeat"] = repeat
+                document[section].append(row)
+                print(section, json.dumps(row), flush=True)
+                if document.get("partial_out"):
+                    save(document, Path(document["partial_out"]))  # an interrupted run keeps what it measured
+
+
+def run(
+    repeats: int,
+    concurrencies: list[int],
+    flood_concurrencies: list[int],
+    n_per_run: int,
+    tokenizer: Path | None,
+    cpu_url: str | None,
+    cpu_model: str,
+    cpu_requests: int = 8,
+    cpu_repeats: int | None = None,
+    partial_out: Path | None = None,
+) -> dict[str, Any]:
     from trtllm_forge.bench.local_triton import render_timing_model, start_triton
     from trtllm_forge.bench.perf_analyzer import problem
 
     tools = ["trtllm-forge"]
-    skipped = {}
-    if problem() is None:
+    skipped: dict[str, str] = {}
+    pa_problem = problem()
+    if pa_problem is None:
         tools.append("perf_analyzer")
     else:
-        skipped["perf_analyzer"] = problem()
+        skipped["perf_analyzer"] = pa_problem
     if os.environ.get("FORGE_GENAI_PERF") and tokenizer is not None:
         tools.append("genai-perf")
     else:
         skipped["genai-perf"] = "FORGE_GENAI_PERF or --tokenizer not given"
-    document = {
-        "schema": "trtllm-forge.bench-tools-fidelity/1",
+    document: dict[str, Any] = {
+        "schema": "trtllm-forge.bench-tools-fidelity/2",
         "git_commit": git_commit(),
         "machine": machine(),
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "timing_model": {"ttft_ms": TTFT_MS, "gap_ms": GAP_MS, "output_tokens": OSL, "input_tokens": ISL},
         "truth": {"ttft_ms": TTFT_MS, "itl_ms": GAP_MS, "tpot_ms": GAP_MS, "e2e_ms": TTFT_MS + (OSL - 1) * GAP_MS},
+        "flood_model": {"output_tokens": FLOOD_OSL, "instances": FLOOD_INSTANCES, "ttft_ms": 1.0, "gap_ms": 0.0},
+        "cpu_deployment": {"url": cpu_url, "model": cpu_model} if cpu_url else None,
         "tools": tools,
         "skipped": skipped,
         "repeats": repeats,
+        "partial_out": str(partial_out) if partial_out else None,
+        "cpu_repeats": repeats if cpu_repeats is None else cpu_repeats,
         "runs": [],
+        "flood": [],
+        "cpu": [],
     }
+    flood_tools = [t for t in tools if t != "genai-perf"]
     with tempfile.TemporaryDirectory(prefix="tools-fidelity-") as tmp:
         root = Path(tmp)
         render_timing_model(root / "repo", "ensemble", ttft_ms=TTFT_MS, gap_ms=GAP_MS)
+        render_timing_model(root / "repo", "flood", ttft_ms=1.0, gap_ms=0.0, instances=FLOOD_INSTANCES)
         server = start_triton(root / "repo", root)
         try:
-            for repeat in range(repeats):
-                for concurrency in concurrencies:
-                    order = tools[repeat % len(tools) :] + tools[: repeat % len(tools)]  # rotate who goes first
-                    for tool in order:
-                        n = max(n_per_concurrency, concurrency * 4)
-                        try:
-                            row = _one(tool, server, concurrency, n, root / f"{tool}-{repeat}-c{concurrency}", tokenizer)
-                        except Exception as exc:  # noqa: BLE001 - one failed run is recorded, the others go on
-                            row = {"tool": tool, "concurrency": concurrency, "error": f"{type(exc).__name__}: {exc}"}
-                        row["repeat"] = repeat
-                        document["runs"].append(row)
-                        print(json.dumps(row), flush=True)
+            interleaved(
+                document, "runs", tools, server.grpc_url, "ensemble", concurrencies, lambda c: max(n_per_run, 4 * c), OSL, root, tokenizer
+            )
+            interleaved(
+                document,
+                "flood",
+                flood_tools,
+                server.grpc_url,
+                "flood",
+                flood_concurrencies,
+                lambda c: max(8, 2 * c),
+                FLOOD_OSL,
+                root,
+                tokenizer,
+            )
         finally:
             server.stop()
+        if cpu_url:
+            document["repeats"], timing_repeats = document["cpu_repeats"], repeats
+            interleaved(document, "cpu", tools, cpu_url, cpu_model, concurrencies, lambda c: max(cpu_requests, c), OSL, root, tokenizer)
+            document["repeats"] = timing_repeats
+    document.pop("partial_out", None)
     document["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     document["machine"]["load_average_end"] = list(os.getloadavg())
     return document
 
 
-def table(document: dict) -> str:
-    """Markdown: per concurrency and tool, the median over repeats, and the error against the truth."""
+def save(document: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(document, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+# ---- the README block, from the results file ----
+
+
+def _median(rows: list[Row], key: str) -> float | None:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def _pct(value: float | None, truth: float | None) -> str:
+    if value is None or not truth:
+        return "-"
+    return f"{(value - truth) / truth * 100:+.1f}%"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _groups(document: dict[str, Any], section: str) -> list[tuple[int, str, list[Row]]]:
+    rows = [r for r in document.get(section) or [] if "error" not in r]
+    keys = sorted({(r["concurrency"], r["tool"]) for r in rows}, key=lambda k: (k[0], TOOLS.index(k[1]) if k[1] in TOOLS else 9))
+    return [(c, tool, [r for r in rows if r["concurrency"] == c and r["tool"] == tool]) for c, tool in keys]
+
+
+def timing_table(document: dict[str, Any]) -> list[str]:
     truth = document["truth"]
     lines = [
-        f"Timing model: TTFT {truth['ttft_ms']:g} ms, gap {truth['itl_ms']:g} ms, {document['timing_model']['output_tokens']} tokens "
-        f"(E2E truth {truth['e2e_ms']:g} ms); git {document['git_commit'][:12]}, {document['started_utc']}, "
-        f"{document['machine']['cpus']} CPUs, load average {document['machine']['load_average'][0]:.1f} at start"
+        "| concurrency | tool | runs | TTFT p50 (ms) | error vs schedule | error vs server stamps | delivery lag p50 / p99 (ms) "
+        "| TPOT p50 error | ITL p50 error | E2E p50 error | req/s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for concurrency, tool, rows in _groups(document, "runs"):
+        ttft = _median(rows, "ttft_ms_p50")
+        lag50, lag99 = _median(rows, "delivery_lag_ms_p50"), _median(rows, "delivery_lag_ms_p99")
+        ref = [r["ttft_ms_p50"] / r["ref_ttft_ms_p50"] - 1 for r in rows if r.get("ref_ttft_ms_p50") and r.get("ttft_ms_p50")]
+        rate = _median(rows, "request_throughput_per_s")
+        cells = [
+            str(concurrency),
+            tool,
+            str(len(rows)),
+            _ms(ttft),
+            _pct(ttft, truth["ttft_ms"]),
+            f"{statistics.median(ref) * 100:+.1f}%" if ref else "-",
+            f"{_ms(lag50)} / {_ms(lag99)}",
+            _pct(_median(rows, "tpot_ms_p50"), truth["tpot_ms"]),
+            _pct(_median(rows, "itl_ms_p50"), truth["itl_ms"]),
+            _pct(_median(rows, "e2e_ms_p50"), truth["e2e_ms"]),
+            "-" if rate is None else f"{rate:.1f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def flood_table(document: dict[str, Any]) -> list[str]:
+    lines = [
+        "| concurrency | tool | runs | responses/s consumed | delivery lag p50 / p99 (ms) | zero gaps | server TTFT p50 (ms) |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for concurrency, tool, rows in _groups(document, "flood"):
+        rate, zero = _median(rows, "responses_per_s"), _median(rows, "zero_gap_share")
+        cells = [
+            str(concurrency),
+            tool,
+            str(len(rows)),
+            "-" if rate is None else f"{rate:,.0f}",
+            f"{_ms(_median(rows, 'delivery_lag_ms_p50'))} / {_ms(_median(rows, 'delivery_lag_ms_p99'))}",
+            "-" if zero is None else f"{zero:.2%}",
+            _ms(_median(rows, "server_ttft_ms_p50")),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def cpu_table(document: dict[str, Any]) -> list[str]:
+    lines = [
+        "| concurrency | tool | runs | TTFT p50 (ms) | vs perf_analyzer | TPOT p50 (ms) | ITL p50 (ms) | E2E p50 (ms) | vs perf_analyzer | req/s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    groups = _groups(document, "cpu")
+    pa = {c: rows for c, tool, rows in groups if tool == "perf_analyzer"}
+    for concurrency, tool, rows in groups:
+        base = pa.get(concurrency, [])
+        ttft, e2e, rate = _median(rows, "ttft_ms_p50"), _median(rows, "e2e_ms_p50"), _median(rows, "request_throughput_per_s")
+        cells = [
+            str(concurrency),
+            tool,
+            str(len(rows)),
+            _ms(ttft),
+            _pct(ttft, _median(base, "ttft_ms_p50")),
+            _ms(_median(rows, "tpot_ms_p50")),
+            _ms(_median(rows, "itl_ms_p50")),
+            _ms(e2e),
+            _pct(e2e, _median(base, "e2e_ms_p50")),
+            "-" if rate is None else f"{rate:.2f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def readme_table(document: dict[str, Any] | None = None) -> str:
+    """The README block between the bench-fidelity-table markers, from `document` (default: the committed file)."""
+    if document is None:
+        document = json.loads(RESULTS.read_text())
+    truth, mach = document["truth"], document["machine"]
+    failed = sum(1 for section in ("runs", "flood", "cpu") for r in document.get(section) or [] if "error" in r)
+    lines = [
+        f"git {document['git_commit'][:12]}, {document['started_utc']} to {document.get('finished_utc', '?')}, {mach['cpus']} CPUs, "
+        f"load average {mach['load_average'][0]:.1f} at start, {mach.get('load_average_end', [0])[0]:.1f} at the end; "
+        f"medians over {document['repeats']} interleaved repeats"
+        + (f"; {failed} failed run(s) left out (in the file)" if failed else "")
         + (f"; note: {document['note']}" if document.get("note") else ""),
         "",
-        "| concurrency | tool | runs | TTFT p50 (ms) | error | TPOT p50 | error | ITL p50 | error | E2E p50 | error | req/s |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"Timing model: TTFT {truth['ttft_ms']:g} ms, gap {truth['itl_ms']:g} ms, {document['timing_model']['output_tokens']} tokens "
+        f"(E2E truth {truth['e2e_ms']:g} ms)",
+        "",
+        *timing_table(document),
     ]
-    keys = sorted({(r["concurrency"], r["tool"]) for r in document["runs"]}, key=lambda k: (k[0], document["tools"].index(k[1])))
-    for concurrency, tool in keys:
-        rows = [r for r in document["runs"] if r["concurrency"] == concurrency and r["tool"] == tool]
-        cells = [str(concurrency), tool, str(len(rows))]
-        for metric, truth_key in (
-            ("ttft_ms_p50", "ttft_ms"),
-            ("tpot_ms_p50", "tpot_ms"),
-            ("itl_ms_p50", "itl_ms"),
-            ("e2e_ms_p50", "e2e_ms"),
-        ):
-            values = [r[metric] for r in rows if r.get(metric) is not None]
-            if not values:
-                cells += ["-", "-"]
-                continue
-            value = statistics.median(values)
-            cells += [f"{value:.2f}", f"{(value - truth[truth_key]) / truth[truth_key] * 100:+.1f}%"]
-        rates = [r["request_throughput_per_s"] for r in rows if r.get("request_throughput_per_s")]
-        cells.append(f"{statistics.median(rates):.1f}" if rates else "-")
-        lines.append("| " + " | ".join(cells) + " |")
+    if document.get("flood"):
+        flood = document["flood_model"]
+        lines += [
+            "",
+            f"Flood model: {flood['output_tokens']} tokens back to back per request, {flood['instances']} model instances",
+            "",
+            *flood_table(document),
+        ]
+    if document.get("cpu"):
+        lines += [
+            "",
+            f"CPU deployment (SmolLM2-135M, OpenVINO, `{document['cpu_deployment']['model']}`, {ISL} tokens in, {OSL} out): no truth, "
+            f"the tools side by side; medians over {document.get('cpu_repeats', document['repeats'])} interleaved repeats",
+            "",
+        ]
+        lines += cpu_table(document)
     return "\n".join(lines) + "\n"
 
 
-def update_readme(document: dict) -> None:
+def update_readme(document: dict[str, Any] | None = None) -> None:
     text = README.read_text()
     start, end = MARKERS
     if start not in text or end not in text:
         raise SystemExit(f"README.md has no {start} ... {end} block")
     before, rest = text.split(start, 1)
     _, after = rest.split(end, 1)
-    README.write_text(before + start + "\n" + table(document) + end + after)
+    README.write_text(before + start + "\n" + readme_table(document) + end + after)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--concurrency", default="1,4,16")
-    parser.add_argument("--requests", type=int, default=24, help="requests per run (at least 4 x concurrency)")
+    parser.add_argument("--flood-concurrency", default="1,16", help="concurrencies of the flood part ('' to skip it)")
+    parser.add_argument("--requests", type=int, default=24, help="requests per timing-model run (at least 4 x concurrency)")
     parser.add_argument("--tokenizer", type=Path, default=None, help="HF tokenizer dir (GenAI-Perf needs one)")
+    parser.add_argument("--cpu-url", default=None, help="gRPC HOST:PORT of a running CPU deployment to compare the tools on")
+    parser.add_argument("--cpu-model", default="ensemble")
+    parser.add_argument("--cpu-requests", type=int, default=8, help="requests per CPU-deployment run (at least the concurrency)")
+    parser.add_argument("--cpu-repeats", type=int, default=None, help="repeats on the CPU deployment (default: --repeats)")
     parser.add_argument("--note", default=None, help="a note stored with the results (e.g. that the machine was loaded)")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--readme", action="store_true", help="regenerate the README table from the new file")
-    parser.add_argument("--readme-only", action="store_true", help="regenerate the README table from --out; run nothing")
+    parser.add_argument("--readme", action="store_true", help="regenerate the README block from the new file")
+    parser.add_argument("--readme-only", action="store_true", help="regenerate the README block from --out; run nothing")
     args = parser.parse_args()
     if args.readme_only:
         update_readme(json.loads(args.out.read_text()))
         return 0
-    document = run(args.repeats, [int(c) for c in args.concurrency.split(",")], args.requests, args.tokenizer)
+    document = run(
+        args.repeats,
+        [int(c) for c in args.concurrency.split(",")],
+        [int(c) for c in args.flood_concurrency.split(",") if c],
+        args.requests,
+        args.tokenizer,
+        args.cpu_url,
+        args.cpu_model,
+        args.cpu_requests,
+        args.cpu_repeats,
+        args.out.with_name(args.out.stem + ".partial.json"),
+    )
     if args.note:
         document["note"] = args.note
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(document, indent=2) + "\n")
-    os.replace(tmp, args.out)
-    print(table(document))
+    save(document, args.out)
+    args.out.with_name(args.out.stem + ".partial.json").unlink(missing_ok=True)
+    print(readme_table(document))
     if args.readme:
         update_readme(document)
     return 0

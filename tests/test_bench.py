@@ -18,7 +18,9 @@ import pytest
 import yaml
 
 from aiohttp import web
+from bench_helpers import bench_json, bench_run, wait_for_point
 from conftest import run_cli
+from trtllm_forge.bench.cli_argv import bench_argv
 from trtllm_forge.bench.metrics import LATE_WARN_SHARE, summarize
 from trtllm_forge.bench.records import RequestRecord
 from trtllm_forge.bench.report import to_csv
@@ -203,35 +205,18 @@ def assert_reports_its_records(doc: dict, directory: Path) -> list[dict]:
     return measured
 
 
-def _bench(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess, dict | None]:
-    proc = run_cli("bench", *args, "--json", timeout=timeout)
-    try:
-        return proc, json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        return proc, None
-
-
 @pytest.mark.slow
 def test_grpc_closed_loop_sweep_measures_the_known_schedule(timing_server, tmp_path):
-    proc, doc = _bench(
-        "--target",
-        "triton-grpc",
-        "--url",
+    proc, doc = bench_run(
         timing_server.grpc_url,
-        "--model",
-        "ensemble",
-        "--concurrency",
-        "1,8",
-        "--num-requests",
-        "16",
-        "--input-len",
-        "16",
-        "--output-len",
-        "12",
-        "--metrics-url",
-        timing_server.metrics_url,
-        "--out",
-        str(tmp_path),
+        target="triton-grpc",
+        concurrency="1,8",
+        num_requests=16,
+        input_len=16,
+        output_len=12,
+        out=tmp_path,
+        extra=("--metrics-url", timing_server.metrics_url),
+        plots=True,
     )
     assert proc.returncode == 0, proc.stderr
     assert [p["load"]["value"] for p in doc["points"]] == [1, 8]
@@ -266,25 +251,13 @@ def test_grpc_closed_loop_sweep_measures_the_known_schedule(timing_server, tmp_p
 
 @pytest.mark.slow
 def test_grpc_open_loop_poisson_with_duration_and_tokens_target(timing_server, tmp_path):
-    proc, doc = _bench(
-        "--url",
+    proc, doc = bench_run(
         timing_server.grpc_url,
-        "--model",
-        "ensemble",
-        "--request-rate",
-        "40",
-        "--arrival",
-        "poisson",
-        "--duration",
-        "1.5",
-        "--num-requests",
-        "10",
-        "--output-len",
-        "8",
-        "--seed",
-        "0",
-        "--out",
-        str(tmp_path / "rate"),
+        num_requests=10,
+        output_len=8,
+        out=tmp_path / "rate",
+        extra=("--request-rate", "40", "--arrival", "poisson", "--duration", "1.5", "--seed", "0"),
+        plots=True,
     )
     assert proc.returncode == 0, proc.stderr
     assert doc["load"]["mode"] == "rate" and doc["load"]["arrival"] == "poisson"
@@ -299,22 +272,8 @@ def test_grpc_open_loop_poisson_with_duration_and_tokens_target(timing_server, t
     assert sum(1 for x in expected if x < 1.5) >= 30  # the schedule itself: ~60 arrivals in 1.5 s at 40/s
     assert doc["metrics"]["ttft_from_intended_ms"]["p50"] >= doc["metrics"]["ttft_ms"]["p50"]
 
-    proc, doc = _bench(
-        "--url",
-        timing_server.grpc_url,
-        "--model",
-        "ensemble",
-        "--concurrency",
-        "4",
-        "--workers",
-        "2",
-        "--num-requests",
-        "8",
-        "--output-len",
-        "6",
-        "--no-plots",
-        "--out",
-        str(tmp_path / "sharded"),
+    proc, doc = bench_run(
+        timing_server.grpc_url, concurrency=4, num_requests=8, output_len=6, out=tmp_path / "sharded", extra=("--workers", "2")
     )
     assert proc.returncode == 0, proc.stderr
     assert doc["requests"]["completed"] == 8
@@ -324,7 +283,7 @@ def test_grpc_open_loop_poisson_with_duration_and_tokens_target(timing_server, t
 
     dataset = tmp_path / "ids.jsonl"
     dataset.write_text("".join(json.dumps({"input_ids": list(range(1, 1 + n)), "output_tokens": 6}) + "\n" for n in (4, 9, 17)))
-    proc, doc = _bench(
+    proc, doc = bench_json(
         "--target",
         "triton-grpc-tokens",
         "--url",
@@ -348,23 +307,14 @@ def test_grpc_open_loop_poisson_with_duration_and_tokens_target(timing_server, t
 
 @pytest.mark.slow
 def test_http_targets_triton_generate_stream_and_openai(timing_server, tmp_path):
-    proc, doc = _bench(
-        "--target",
-        "triton-http",
-        "--url",
+    proc, doc = bench_run(
         timing_server.http_url,
-        "--model",
-        "ensemble",
-        "--request-rate",
-        "30",
-        "--arrival",
-        "constant",
-        "--num-requests",
-        "20",
-        "--output-len",
-        "10",
-        "--out",
-        str(tmp_path / "http"),
+        target="triton-http",
+        num_requests=20,
+        output_len=10,
+        out=tmp_path / "http",
+        extra=("--request-rate", "30", "--arrival", "constant"),
+        plots=True,
     )
     assert proc.returncode == 0, proc.stderr
     assert doc["requests"]["completed"] == 20 and doc["metrics"]["output_tokens"]["min"] == 10, proc.stderr[-1500:]
@@ -373,7 +323,7 @@ def test_http_targets_triton_generate_stream_and_openai(timing_server, tmp_path)
     url, stop = start_openai_server(ttft_ms=15.0, gap_ms=5.0)
     try:
         for endpoint in ("completions", "chat"):
-            proc, doc = _bench(
+            proc, doc = bench_json(
                 "--target",
                 "openai",
                 "--url",
@@ -420,7 +370,7 @@ def test_bench_config_uses_the_deployment_and_compare_lists_runs(timing_server, 
     render_timing_model(tmp_path / "repo", "ensemble", ttft_ms=TTFT_MS, gap_ms=GAP_MS)
     start_server(load_config(config_path), wd, tmp_path / "repo")
     try:
-        proc, doc = _bench(str(config_path), "--workdir", str(wd), "--no-plots")
+        proc, doc = bench_json(str(config_path), "--workdir", str(wd), "--no-plots")
     finally:
         stop_server(wd, quiet=True)
     assert proc.returncode == 0, proc.stderr
@@ -430,11 +380,11 @@ def test_bench_config_uses_the_deployment_and_compare_lists_runs(timing_server, 
     assert paced["load"] == {**paced["load"], "mode": "rate", "value": 20.0, "arrival": "constant"}
     assert tiny["server_metrics"]["models"]["ensemble"]["requests"] >= 6  # scraped from the deployment's metrics URL
     assert (wd / "bench" / "tiny" / "summary.json").is_file() and (wd / "bench" / "paced" / "requests.jsonl").is_file()
-    proc2, _ = _bench(
+    proc2, _ = bench_json(
         "--url", timing_server.grpc_url, "--model", "ensemble", "--num-requests", "4", "--output-len", "4", "--out", str(tmp_path / "other")
     )
     assert proc2.returncode == 0, proc2.stderr
-    proc, doc = _bench("compare", str(wd / "bench" / "tiny"), str(tmp_path / "other"), "--out", str(tmp_path / "cmp"))
+    proc, doc = bench_json("compare", str(wd / "bench" / "tiny"), str(tmp_path / "other"), "--out", str(tmp_path / "cmp"))
     assert proc.returncode == 0, proc.stderr
     assert len(doc["runs"]) == 2 and doc["runs"][0]["ttft_ms_p50"] > 0
     assert (tmp_path / "cmp" / "compare.csv").is_file()
@@ -475,9 +425,11 @@ def test_killing_the_server_mid_run_keeps_records_and_exits_1(tmp_path):
             text=True,
             env=os.environ.copy(),
         )
-        time.sleep(2.5)  # ~0.4 s per request: several complete, then the server dies under load
+        started = wait_for_point(bench)
+        time.sleep(2.0)  # ~0.4 s per request: several complete, then the server dies under load
         os.killpg(server.process.pid, signal.SIGKILL)
         stdout, stderr = bench.communicate(timeout=60)
+        stderr = started + stderr
     finally:
         server.stop()
     assert bench.returncode == 1, stderr
@@ -640,57 +592,36 @@ def test_running_total_token_counts_become_per_response_counts():
 
 @pytest.mark.slow
 def test_a_silent_server_and_sigterm_end_the_run_with_records_and_exit_1(timing_server, tmp_path):
-    proc, doc = _bench(
-        "--url",
+    proc, doc = bench_run(
         timing_server.grpc_url,
-        "--model",
-        "silent",
-        "--concurrency",
-        "3",
-        "--num-requests",
-        "9",
-        "--warmup",
-        "0",
-        "--stall-timeout",
-        "1",
-        "--no-plots",
-        "--out",
-        str(tmp_path / "stall"),
+        model="silent",
+        concurrency=3,
+        num_requests=9,
+        warmup=0,
+        out=tmp_path / "stall",
+        extra=("--stall-timeout", "1"),
     )
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith("error: bench: 3 of 3 requests failed (stalled: 3)")
     assert doc["requests"]["errors_by_kind"] == {"stalled": 3} and any("no response" in w for w in doc["warnings"])
     assert len((tmp_path / "stall" / "requests.jsonl").read_text().splitlines()) == 3
 
     bench = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trtllm_forge",
-            "bench",
-            "--url",
+        bench_argv(
             timing_server.grpc_url,
-            "--model",
-            "ensemble",
-            "--request-rate",
-            "10",
-            "--arrival",
-            "constant",
-            "--num-requests",
-            "200",
-            "--warmup",
-            "0",
-            "--no-plots",
-            "--out",
-            str(tmp_path / "term"),
-            "--json",
-        ],
+            num_requests=200,
+            warmup=0,
+            out=tmp_path / "term",
+            extra=("--request-rate", "10", "--arrival", "constant"),
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(2.5)
+    started = wait_for_point(bench)
+    time.sleep(1.5)
     bench.send_signal(signal.SIGTERM)
     stdout, stderr = bench.communicate(timeout=60)
+    stderr = started + stderr
     assert bench.returncode == 1, stderr
     summary = json.loads(stdout)
     assert 5 <= summary["requests"]["sent"] < 200 and summary["requests"]["completed"] >= 5

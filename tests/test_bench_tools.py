@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from bench_helpers import bench_json, bench_run
 from conftest import REPO, run_cli
 from trtllm_forge.bench.perf_analyzer import find_perf_analyzer, problem
 
@@ -213,14 +214,6 @@ def timing_triton(tmp_path_factory):
     server.stop()
 
 
-def _bench(*args: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess, dict | None]:
-    proc = run_cli("bench", *args, "--json", timeout=timeout)
-    try:
-        return proc, json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        return proc, None
-
-
 def test_perf_analyzer_binary_is_installed_and_located():
     """`make setup` installs it; doctor and the tests use the same locator."""
     found = find_perf_analyzer()
@@ -247,7 +240,7 @@ def test_bench_tool_perf_analyzer_on_the_timing_model_matches_the_schedule_and_c
         "6",
         "--no-plots",
     )
-    proc, doc = _bench(*common, "--tool", "perf_analyzer", "--out", str(tmp_path / "pa"))
+    proc, doc = bench_json(*common, "--tool", "perf_analyzer", "--out", str(tmp_path / "pa"))
     assert proc.returncode == 0, proc.stderr
     assert [p["load"]["value"] for p in doc["points"]] == [1, 4]
     for point in doc["points"]:
@@ -266,12 +259,12 @@ def test_bench_tool_perf_analyzer_on_the_timing_model_matches_the_schedule_and_c
         sent = json.loads(Path(argv[argv.index("--input-data") + 1]).read_text())["data"]
         assert len(sent) == 12 and sent[0]["min_tokens"]["content"] == [6] and sent[0]["max_tokens"]["content"] == [6]
     assert (tmp_path / "pa" / "c4" / "requests.jsonl").read_text().count("\n") == 12
-    proc, ours = _bench(*common, "--out", str(tmp_path / "forge"))
+    proc, ours = bench_json(*common, "--out", str(tmp_path / "forge"))
     assert proc.returncode == 0, proc.stderr
     # the same prompts, in the same order, as our own client sent
     prompts = [json.loads(line) for line in (tmp_path / "forge" / "c1" / "requests.jsonl").read_text().splitlines()]
     assert len(prompts) == 14  # 12 + 2 warm-up
-    proc, table = _bench("compare", str(tmp_path / "forge"), str(tmp_path / "pa"))
+    proc, table = bench_json("compare", str(tmp_path / "forge"), str(tmp_path / "pa"))
     assert proc.returncode == 0, proc.stderr
     rows = table["runs"]
     assert [(r["source"], r["load"]) for r in rows] == [
@@ -286,27 +279,14 @@ def test_bench_tool_perf_analyzer_on_the_timing_model_matches_the_schedule_and_c
 @pytest.mark.slow
 @needs_perf_analyzer
 def test_every_emitted_perf_analyzer_command_runs_and_imports(timing_triton, tmp_path):
-    proc, doc = _bench(
-        "--url",
+    proc, doc = bench_run(
         timing_triton.grpc_url,
-        "--model",
-        "ensemble",
-        "--concurrency",
-        "2",
-        "--request-rate",
-        "5",
-        "--arrival",
-        "constant",
-        "--num-requests",
-        "6",
-        "--input-len",
-        "5",
-        "--output-len",
-        "4",
-        "--emit",
-        "perf_analyzer",
-        "--out",
-        str(tmp_path / "w"),
+        concurrency=2,
+        num_requests=6,
+        input_len=5,
+        output_len=4,
+        out=tmp_path / "w",
+        extra=("--request-rate", "5", "--arrival", "constant", "--emit", "perf_analyzer"),
     )
     assert proc.returncode == 0, proc.stderr
     (emitted,) = doc["emitted"]
@@ -329,7 +309,7 @@ def test_every_emitted_perf_analyzer_command_runs_and_imports(timing_triton, tmp
 @needs_perf_analyzer
 def test_bench_tool_perf_analyzer_on_the_cpu_engine_with_token_ids(cpu_engine_server, smollm2_checkpoint, tmp_path):
     """The real CPU engine (OpenVINO SmolLM2 behind the tensorrt_llm model contract), driven by perf_analyzer."""
-    proc, doc = _bench(
+    proc, doc = bench_json(
         "--target",
         "triton-grpc-tokens",
         "--url",
@@ -366,26 +346,15 @@ def test_emitted_genai_perf_command_runs_when_installed(timing_triton, smollm2_c
     exe = os.environ.get("FORGE_GENAI_PERF")
     if not exe or PA_PROBLEM:
         pytest.skip(f"GenAI-Perf not configured (FORGE_GENAI_PERF unset) or perf_analyzer missing: {PA_PROBLEM}")
-    proc, doc = _bench(
-        "--url",
+    proc, doc = bench_run(
         timing_triton.grpc_url,
-        "--model",
-        "ensemble",
-        "--concurrency",
-        "2",
-        "--num-requests",
-        "6",
-        "--input-len",
-        "8",
-        "--output-len",
-        "5",
-        "--tokenizer",
-        str(smollm2_checkpoint),
-        "--tool",
-        "genai-perf",
-        "--no-plots",
-        "--out",
-        str(tmp_path / "gp"),
+        concurrency=2,
+        num_requests=6,
+        input_len=8,
+        output_len=5,
+        tokenizer=smollm2_checkpoint,
+        tool="genai-perf",
+        out=tmp_path / "gp",
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
@@ -394,31 +363,23 @@ def test_emitted_genai_perf_command_runs_when_installed(timing_triton, smollm2_c
     assert argv[argv.index("--endpoint-type") + 1] == "kserve" and "min_tokens:5" in argv
     assert doc["source"] == "genai-perf" and doc["metrics"]["ttft_ms"]["p50"] >= TTFT_MS
     assert doc["metrics"]["output_tokens"]["avg"] == pytest.approx(5, abs=0.5)
-    _run_emitted("genai-perf", exe, ("--url", timing_triton.grpc_url), smollm2_checkpoint, tmp_path)
+    _run_emitted("genai-perf", exe, timing_triton.grpc_url, smollm2_checkpoint, tmp_path)
 
 
-def _run_emitted(tool: str, exe: str, where: tuple[str, ...], tokenizer: Path, tmp_path: Path) -> None:
+def _run_emitted(tool: str, exe: str, url: str, tokenizer: Path, tmp_path: Path, target: str | None = None) -> None:
     """Run the command `--emit TOOL` prints, as printed (only the executable's path filled in), and import its export."""
     from trtllm_forge.bench.tool_runs import executable
 
-    proc, doc = _bench(
-        *where,
-        "--model",
-        "ensemble",
-        "--concurrency",
-        "2",
-        "--num-requests",
-        "4",
-        "--input-len",
-        "8",
-        "--output-len",
-        "4",
-        "--tokenizer",
-        str(tokenizer),
-        "--emit",
-        tool,
-        "--out",
-        str(tmp_path / "emit"),
+    proc, doc = bench_run(
+        url,
+        target=target,
+        concurrency=2,
+        num_requests=4,
+        input_len=8,
+        output_len=4,
+        tokenizer=tokenizer,
+        out=tmp_path / "emit",
+        extra=("--emit", tool),
     )
     assert proc.returncode == 0, proc.stderr
     (command,) = doc["emitted"][0]["commands"]
@@ -492,7 +453,7 @@ def _closing_openai_server() -> tuple[str, callable, dict]:
 def test_openai_requests_on_a_closed_keepalive_connection_are_retried_not_failed(tmp_path):
     url, stop, seen = _closing_openai_server()
     try:
-        proc, doc = _bench(
+        proc, doc = bench_json(
             "--target",
             "openai",
             "--url",
@@ -529,28 +490,16 @@ def test_bench_tool_aiperf_over_http_when_installed(timing_triton, smollm2_check
     exe = os.environ.get("FORGE_AIPERF")
     if not exe:
         pytest.skip("AIPerf not configured (FORGE_AIPERF unset)")
-    proc, doc = _bench(
-        "--target",
-        "triton-http",
-        "--url",
+    proc, doc = bench_run(
         timing_triton.http_url,
-        "--model",
-        "ensemble",
-        "--concurrency",
-        "2",
-        "--num-requests",
-        "6",
-        "--input-len",
-        "8",
-        "--output-len",
-        "5",
-        "--tokenizer",
-        str(smollm2_checkpoint),
-        "--tool",
-        "aiperf",
-        "--no-plots",
-        "--out",
-        str(tmp_path / "ai"),
+        target="triton-http",
+        concurrency=2,
+        num_requests=6,
+        input_len=8,
+        output_len=5,
+        tokenizer=smollm2_checkpoint,
+        tool="aiperf",
+        out=tmp_path / "ai",
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
@@ -558,4 +507,4 @@ def test_bench_tool_aiperf_over_http_when_installed(timing_triton, smollm2_check
     assert '"min_tokens": {{ max_tokens }}' in template and "generate_stream" in " ".join(doc["tool_run"]["argv"])
     assert doc["source"] == "aiperf" and doc["requests"]["completed"] == 6
     assert doc["metrics"]["ttft_ms"]["p50"] >= TTFT_MS and doc["metrics"]["output_tokens"]["avg"] == 5
-    _run_emitted("aiperf", exe, ("--target", "triton-http", "--url", timing_triton.http_url), smollm2_checkpoint, tmp_path)
+    _run_emitted("aiperf", exe, timing_triton.http_url, smollm2_checkpoint, tmp_path, target="triton-http")

@@ -377,35 +377,13 @@ def test_our_client_reads_nvidias_shapes(decoupled_server, reference, model):
 @pytest.mark.parametrize("target", ["triton-grpc", "triton-http"])
 def test_bench_targets_read_nvidias_shapes(decoupled_server, smollm2_checkpoint, tmp_path, target):
     """bench's gRPC and HTTP text targets on the 1-D text_output: every request completes with text."""
-    from conftest import run_cli
+    from bench_helpers import bench_run
 
     url = decoupled_server.grpc_url if target == "triton-grpc" else decoupled_server.http_url
-    proc = run_cli(
-        "bench",
-        "--target",
-        target,
-        "--url",
-        url,
-        "--model",
-        "ensemble",
-        "--concurrency",
-        "2",
-        "--num-requests",
-        "4",
-        "--input-len",
-        "8",
-        "--output-len",
-        "6",
-        "--tokenizer",
-        str(smollm2_checkpoint),
-        "--out",
-        str(tmp_path),
-        "--no-plots",
-        "--json",
-        timeout=300,
+    proc, point = bench_run(
+        url, target=target, concurrency=2, num_requests=4, input_len=8, output_len=6, tokenizer=smollm2_checkpoint, out=tmp_path
     )
-    assert proc.returncode == 0, proc.stderr
-    point = json.loads(proc.stdout)  # one load point: its summary
+    assert proc.returncode == 0, proc.stderr  # point: the summary of the one load point
     assert point["requests"]["completed"] == 4 and point["requests"]["failed"] == 0
     assert point["metrics"]["output_tokens"]["min"] > 0
     records = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]

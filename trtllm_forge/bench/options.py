@@ -261,7 +261,7 @@ class BenchOptions:
         None,
         flag="--streams",
         ge=1,
-        help="gRPC streams (one connection each) to spread requests over. Default: one per 16 requests in flight, at most 16.",
+        help="gRPC streams (one connection each) to spread requests over. Default: one per request in flight, at most 64.",
     )
     stall_timeout_s: float = option(
         60.0,

@@ -166,7 +166,7 @@ async def run_load(
             await asyncio.sleep(0.5)
             if not in_flight:
                 continue
-            last = max((r.recv_ns[-1] if r.recv_ns else r.sent_ns) for r, _ in in_flight.values())
+            last = max((r.recv_ns[-1] if r.recv_ns else r.sent_ns or r.intended_ns) for r, _ in in_flight.values())
             if now_ns() - last > stall_s * 1e9:
                 abort("stalled", f"no response on any of {len(in_flight)} requests in flight for {stall_s:g} s")
 

@@ -1,12 +1,16 @@
 """Triton gRPC streaming targets: the text contract of the ensemble / tensorrt_llm_bls model, and token ids
-straight to the tensorrt_llm model. Uses tritonclient's protobuf messages and service stub over grpc.aio,
-skipping its InferResult wrapper so every response is stamped and parsed with as little work as possible."""
+straight to the tensorrt_llm model. Uses tritonclient's protobuf messages over grpc's threaded (sync) API,
+skipping its InferResult wrapper, so that every response is stamped in grpc's own thread the moment the
+message is handed over, not when the event loop gets round to it (see _Stream)."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import queue
 import struct
+import threading
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -21,6 +25,8 @@ from trtllm_forge.errors import StepError
 
 PERF_OUTPUTS = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
 _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+_STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
+InputSpec = tuple[str, str, list[Any]]  # (input name, Triton datatype, values)
 
 
 def _bytes_tensor(values: list[bytes]) -> bytes:
@@ -42,26 +48,61 @@ def _first_bytes(raw: bytes) -> bytes:
     return raw[4 : 4 + length]
 
 
-class _Stream:
-    """One bidirectional stream; its reader task routes responses to the request they belong to."""
+@dataclass(slots=True)
+class _Outgoing:
+    record: RequestRecord
+    payload: bytes  # the serialized ModelInferRequest
 
-    def __init__(self, target: "TritonGrpcTarget", stub):
+
+def _stamp_sent(item: _Outgoing) -> bytes:
+    """grpc's request serializer, called in grpc's sending thread just before the bytes go to the transport."""
+    item.record.sent_ns = now_ns()
+    return item.payload
+
+
+def _stamp_received(raw: bytes) -> tuple[int, bytes]:
+    """grpc's response deserializer, called in the channel's completion thread as soon as a message is there."""
+    return now_ns(), raw
+
+
+def _resolve(done: asyncio.Future) -> None:
+    if not done.done():
+        done.set_result(None)
+
+
+def _close_all(streams: list["_Stream"]) -> None:
+    for stream in streams:
+        stream.close()
+
+
+class _Stream:
+    """One bidirectional ModelStreamInfer stream on its own channel (own TCP connection), run by threads.
+
+    With grpc.aio a response waits for grpc's poller thread, then the event loop, then the reading
+    coroutine before it can be stamped (two thread wake-ups and several loop turns: milliseconds on a busy
+    machine). Here the receive stamp is taken by the response deserializer, which grpc calls in the channel's
+    completion thread when the message is handed over; the send stamp by the request serializer, right before
+    the serialized request goes to the transport. A reader thread parses and routes the responses and tells
+    the event loop only that a request has ended."""
+
+    def __init__(self, target: "TritonGrpcTarget", channel: grpc.Channel, loop: asyncio.AbstractEventLoop):
         self.target = target
-        self.call = stub.ModelStreamInfer()
+        self.loop = loop
         self.pending: dict[str, tuple[RequestRecord, asyncio.Future]] = {}
         self.broken: BaseException | None = None
-        self.write_lock = asyncio.Lock()  # grpc.aio allows one write in progress per stream
-        self.reader = asyncio.get_running_loop().create_task(self._read())
+        self.outbox: queue.SimpleQueue[_Outgoing | None] = queue.SimpleQueue()
+        method = channel.stream_stream(_STREAM_METHOD, request_serializer=_stamp_sent, response_deserializer=_stamp_received)
+        self.call = method(iter(self.outbox.get, None))
+        self.reader = threading.Thread(target=self._read, name="bench-grpc-stream", daemon=True)
+        self.reader.start()
 
-    async def _read(self) -> None:
+    def _read(self) -> None:
         parse = self.target.parse_response
         pending = self.pending
+        decode = pb.ModelStreamInferResponse.FromString
         try:
-            while True:
-                message = await self.call.read()
-                stamp = now_ns()
-                if message is grpc.aio.EOF:
-                    raise ConnectionError("stream closed by the server")
+            for stamp, raw in self.call:
+                message = decode(raw)
                 response = message.infer_response
                 entry = pending.get(response.id)
                 if entry is None:
@@ -73,29 +114,41 @@ class _Stream:
                 else:
                     final = parse(response, record, stamp)
                 if final:
-                    del pending[response.id]
-                    if not done.done():
-                        done.set_result(None)
-        except (grpc.aio.AioRpcError, ConnectionError, asyncio.CancelledError) as exc:
-            self.broken = exc
-            kind = "connection"
-            message = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
-            if isinstance(exc, grpc.aio.AioRpcError):
-                kind = "connection" if exc.code() == grpc.StatusCode.UNAVAILABLE else f"grpc_{exc.code().name.lower()}"
-            for record, done in pending.values():
-                if record.error_kind is None:
-                    record.error_kind, record.error_message = kind, message or type(exc).__name__
-                if not done.done():
-                    done.set_result(None)
-            pending.clear()
-
-    async def close(self) -> None:
-        try:
-            await self.call.done_writing()
-        except Exception:  # noqa: BLE001 - closing a broken stream
+                    pending.pop(response.id, None)
+                    self.loop.call_soon_threadsafe(_resolve, done)
+            raise ConnectionError("stream closed by the server")
+        except (grpc.RpcError, ConnectionError) as exc:
+            self.fail(exc)
+        except RuntimeError:  # the event loop closed under a stream that was never closed
             pass
+
+    def fail(self, exc: BaseException) -> None:
+        """End every request in flight on this stream as an error (from the reader thread or a failed send)."""
+        self.broken = exc
+        kind, message = "connection", str(exc)
+        if isinstance(exc, grpc.Call) and isinstance(exc, grpc.RpcError):
+            code = exc.code()
+            kind = "connection" if code == grpc.StatusCode.UNAVAILABLE else f"grpc_{code.name.lower()}"
+            message = exc.details() or code.name
+        for key, (record, done) in list(self.pending.items()):
+            if self.pending.pop(key, None) is None:
+                continue
+            if record.error_kind is None:
+                record.error_kind, record.error_message = kind, message or type(exc).__name__
+            self.loop.call_soon_threadsafe(_resolve, done)
+
+    def write(self, record: RequestRecord, payload: bytes, done: asyncio.Future) -> None:
+        self.pending[record.id] = (record, done)
+        self.outbox.put(_Outgoing(record, payload))
+        if self.broken is not None and self.pending.pop(record.id, None) is not None:  # broke while queuing
+            record.error_kind = record.error_kind or "connection"
+            record.error_message = record.error_message or "stream broken before the request was sent"
+            _resolve(done)
+
+    def close(self) -> None:
+        self.outbox.put(None)
         self.call.cancel()
-        self.reader.cancel()
+        self.reader.join(timeout=5)
 
 
 class TritonGrpcTarget(Target):
@@ -106,8 +159,8 @@ class TritonGrpcTarget(Target):
     def __init__(self, *args, streams: int = 1, **kwargs):
         super().__init__(*args, **kwargs)
         self.n_streams = max(1, streams)
-        self.channel: Any = None  # grpc.aio channel, after open()
-        self.stub: Any = None  # tritonclient's GRPCInferenceServiceStub (untyped), after open()
+        self.channels: list[grpc.Channel] = []
+        self.stub: pb_grpc.GRPCInferenceServiceStub | None = None
         self.streams: list[_Stream] = []
         self._next = itertools.count()
         self.inputs: dict[str, dict] = {}
@@ -115,15 +168,20 @@ class TritonGrpcTarget(Target):
         self.batched = False
 
     async def open(self) -> None:
-        self.channel = grpc.aio.insecure_channel(self.url, options=_CHANNEL_OPTIONS)
-        self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
+        # One channel (own TCP connection and completion thread) per stream: Triton writes the responses of
+        # one stream one at a time, so a single stream carrying many requests backs up inside the server.
+        self.channels = [
+            grpc.insecure_channel(self.url, options=_CHANNEL_OPTIONS + [("grpc.use_local_subchannel_pool", 1)])
+            for _ in range(self.n_streams)
+        ]
+        self.stub = stub = pb_grpc.GRPCInferenceServiceStub(self.channels[0])
         try:
-            config = await self.stub.ModelConfig(pb.ModelConfigRequest(name=self.model), timeout=10)
-            metadata = await self.stub.ServerMetadata(pb.ServerMetadataRequest(), timeout=10)
-        except grpc.aio.AioRpcError as exc:
+            config = await asyncio.to_thread(stub.ModelConfig, pb.ModelConfigRequest(name=self.model), timeout=10)
+            metadata = await asyncio.to_thread(stub.ServerMetadata, pb.ServerMetadataRequest(), timeout=10)
+        except grpc.RpcError as exc:
             raise StepError(
                 "--url",
-                f"cannot read model {self.model!r} at {self.url}: {exc.details()}",
+                f"cannot read model {self.model!r} at {self.url}: {exc.details() if isinstance(exc, grpc.Call) else exc}",
                 "check --url, --model and that the server is up",
             ) from None
         self.info.server_version = metadata.version
@@ -135,14 +193,17 @@ class TritonGrpcTarget(Target):
         self.perf = "return_perf_metrics" in self.inputs and "first_token_time_ns" in self.outputs
         if self.perf:
             self.info.notes.append("server timestamps requested (return_perf_metrics)")
-        # One channel (own TCP connection) per stream: Triton writes the responses of one stream one at a
-        # time, so a single stream carrying many requests backs up inside the server.
-        self.extra_channels = [
-            grpc.aio.insecure_channel(self.url, options=_CHANNEL_OPTIONS + [("grpc.use_local_subchannel_pool", 1)])
-            for _ in range(self.n_streams - 1)
-        ]
-        self.stubs = [self.stub] + [pb_grpc.GRPCInferenceServiceStub(c) for c in self.extra_channels]
-        self.streams = [_Stream(self, stub) for stub in self.stubs]
+        # Connect every channel now: a request must not carry a connection set-up in its TTFT.
+        try:
+            await asyncio.to_thread(lambda: [grpc.channel_ready_future(channel).result(timeout=10) for channel in self.channels])
+        except grpc.FutureTimeoutError:
+            raise StepError(
+                "--url",
+                f"cannot open {self.n_streams} connections to {self.url} within 10 s",
+                "check the server, or pass a smaller --streams",
+            ) from None
+        loop = asyncio.get_running_loop()
+        self.streams = [_Stream(self, channel, loop) for channel in self.channels]
         self.info.notes.append(f"{self.n_streams} gRPC stream(s), one connection each")
 
     # NVIDIA's llmapi model names the same inputs differently and streams the whole text so far in each response.
@@ -175,7 +236,7 @@ class TritonGrpcTarget(Target):
         """The inputs one request sends, as (name, Triton datatype, values), only those the model declares.
         bench sends them over its own stream; `bench --tool` writes the same ones for perf_analyzer."""
         n = request.output_tokens
-        spec: list[tuple[str, str, list]] = [
+        spec: list[InputSpec] = [
             ("text_input", "BYTES", [request.prompt]),
             (self.names["max_tokens"], "INT32", [n]),
             (self.names["stream"], "BOOL", [True]),
@@ -183,8 +244,8 @@ class TritonGrpcTarget(Target):
         ]
         return [item for item in spec + self._common_inputs(n) if item[0] in self.inputs]
 
-    def _common_inputs(self, n: int) -> list[tuple[str, str, list]]:
-        spec: list[tuple[str, str, list]] = []
+    def _common_inputs(self, n: int) -> list[InputSpec]:
+        spec: list[InputSpec] = []
         if self.count_server and "return_num_output_tokens" in self.inputs:
             spec.append(("return_num_output_tokens", "BOOL", [True]))
         if self.perf:
@@ -240,14 +301,16 @@ class TritonGrpcTarget(Target):
         stream = self.streams[index]
         if stream.broken is not None:
             try:
-                await self.stub.ServerReady(pb.ServerReadyRequest(), timeout=2)
-            except grpc.aio.AioRpcError as exc:
-                raise TargetDown(exc.details() or "server unreachable") from None
-            stream = self.streams[index] = _Stream(self, self.stubs[index])
+                assert self.stub is not None
+                await asyncio.to_thread(self.stub.ServerReady, pb.ServerReadyRequest(), timeout=2)
+            except grpc.RpcError as exc:
+                raise TargetDown((exc.details() if isinstance(exc, grpc.Call) else None) or "server unreachable") from None
+            stream.close()
+            stream = self.streams[index] = _Stream(self, self.channels[index], asyncio.get_running_loop())
         return stream
 
     async def send(self, request: BenchRequest, record: RequestRecord) -> None:
-        message = self.build(request, record.id)
+        payload = self.build(request, record.id).SerializeToString()
         if self.tokenizer is not None and not self.count_server:
             record.texts = []
         record.output_tokens_source = self.info.output_tokens_source
@@ -258,26 +321,20 @@ class TritonGrpcTarget(Target):
             record.sent_ns = now_ns()
             record.error_kind, record.error_message = "connection", str(exc)
             raise
-        stream.pending[record.id] = (record, done)
-        try:
-            async with stream.write_lock:
-                record.sent_ns = now_ns()
-                await stream.call.write(message)
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, Exception) as exc:  # noqa: BLE001 - any write failure ends this request
-            stream.pending.pop(record.id, None)
-            if record.error_kind is None:
-                record.error_kind, record.error_message = "connection", str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            return
+        stream.write(record, payload, done)
         await wait_done(done, record, self.request_timeout)
         if record.error_kind == "timeout":
             stream.pending.pop(record.id, None)
+        if not record.sent_ns:  # never handed to the transport
+            record.sent_ns = now_ns()
 
     async def close(self) -> None:
-        for stream in self.streams:
-            await stream.close()
-        for channel in [self.channel, *getattr(self, "extra_channels", [])]:
-            if channel is not None:
-                await channel.close()
+        streams, self.streams = self.streams, []
+        if streams:
+            await asyncio.to_thread(_close_all, streams)
+        for channel in self.channels:
+            channel.close()
+        self.channels = []
 
 
 class TritonGrpcTokensTarget(TritonGrpcTarget):
@@ -304,7 +361,7 @@ class TritonGrpcTokensTarget(TritonGrpcTarget):
         if request.input_ids is None:
             raise StepError("--tokenizer", "the token-id target needs token ids", "pass --tokenizer DIR or a dataset with input_ids")
         ids, n = list(request.input_ids), request.output_tokens
-        spec: list[tuple[str, str, list]] = [
+        spec: list[InputSpec] = [
             ("input_ids", "INT32", ids),
             ("input_lengths", "INT32", [len(ids)]),
             ("request_output_len", "INT32", [n]),
