@@ -3,42 +3,38 @@ then write the TensorRT-LLM-shaped engine config.json beside it. Output: <workdi
 
 from __future__ import annotations
 
-import shlex
 import shutil
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import click
 
 from trtllm_forge.build_result import BuildResult
 from trtllm_forge.builders.onnxruntime import engine_json
 from trtllm_forge.builders.onnxruntime.plan import BACKEND, MODEL_FILES, OrtExportPlan, plan_export
-from trtllm_forge.builders.openvino.plan import HF_TOKENIZER_FILES
+from trtllm_forge.builders.cpu_export import (
+    ENGINE_SUBDIR,
+    EXPORT_TIMEOUT_S,
+    OFFLINE_ENV,
+    STAGE,
+    check_checkpoint,
+    check_export,
+    copy_tokenizer_files,
+    package_versions,
+    show_dry_run,
+)
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.engine_config import ENGINE_CONFIG
-from trtllm_forge.errors import ConfigError, StepError
+from trtllm_forge.errors import ConfigError
 from trtllm_forge.stages import StageRecorder, run_stage
-from trtllm_forge.ui import emit_json, info
 
-STAGE = "build"
-ENGINE_SUBDIR = "engine"
 CACHE_SUBDIR = "builder-cache"  # the builder's scratch (-c); removed after the export
-EXPORT_TIMEOUT_S = 3600
 # Packages whose versions change what the export produces (part of the stage's input hash).
 TOOL_PACKAGES = ("onnxruntime-genai", "onnxruntime", "onnx", "onnx-ir", "transformers", "torch")
 
 
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def tool_versions() -> dict[str, str]:
-    return {name: _version(name) for name in TOOL_PACKAGES}
+    return package_versions(TOOL_PACKAGES)
 
 
 @dataclass(frozen=True)
@@ -92,28 +88,6 @@ def _hash_values(config: ForgeConfig, plan: OrtExportPlan) -> dict:
     }
 
 
-def _check_checkpoint(checkpoint_dir: Path) -> None:
-    if not (checkpoint_dir / "config.json").is_file():
-        raise ConfigError(
-            "build.checkpoint",
-            f"{checkpoint_dir} holds no Hugging Face checkpoint (config.json missing)",
-            "run `trtllm-forge import CONFIG` first, or pass --checkpoint DIR",
-        )
-
-
-def _check_export(engine_dir: Path) -> None:
-    missing = [n for n in MODEL_FILES if not (engine_dir / n).is_file()]
-    if missing:
-        raise StepError(f"{STAGE}.export", f"the export did not write {', '.join(missing)}", "see the export log in <workdir>/logs")
-
-
-def _copy_tokenizer_files(checkpoint_dir: Path, engine_dir: Path) -> None:
-    for name in HF_TOKENIZER_FILES:
-        src = checkpoint_dir / name
-        if src.is_file() and not (engine_dir / name).exists():
-            shutil.copy2(src, engine_dir / name)
-
-
 class OnnxRuntimeBuilder:
     """The ONNX Runtime GenAI builder (engine.backend onnxruntime, engine.target engine); implements
     builders.protocol.Builder."""
@@ -130,15 +104,7 @@ class OnnxRuntimeBuilder:
         return plan.to_json()
 
     def show_dry_run(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, as_json: bool) -> None:
-        if as_json:
-            emit_json({"dry_run": True, **plan.to_json()})
-            return
-        info("[bold]build-engine (dry run)[/bold]: would run")
-        for argv in plan.commands:
-            click.echo(shlex.join(argv), err=True)
-        info("and write:")
-        for path in plan.files:
-            click.echo(f"  {path}", err=True)
+        show_dry_run(plan.to_json(), plan.files, as_json)
 
     def execute(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, force: bool = False) -> BuildResult:
         return _execute(config, Path(workdir), plan, force)
@@ -152,7 +118,7 @@ def build_engine(config: ForgeConfig, workdir: Path, checkpoint_dir: Path, force
 
 def _execute(config: ForgeConfig, workdir: Path, recorded: BuildPlan, force: bool) -> BuildResult:
     checkpoint_dir = recorded.checkpoint_dir
-    _check_checkpoint(checkpoint_dir)
+    check_checkpoint(checkpoint_dir)
 
     def body(tmp: Path, recorder: StageRecorder) -> dict:
         engine_dir = tmp / ENGINE_SUBDIR
@@ -162,10 +128,10 @@ def _execute(config: ForgeConfig, workdir: Path, recorded: BuildPlan, force: boo
         # Offline: the checkpoint is local and a build must never reach a hub. The builder is run from the stage's
         # directory: it imports its own top-level `builders` package, which our repository's `builders/` would
         # shadow when the current directory is the repository.
-        recorder.run(run_plan.argv, "export", env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, cwd=tmp, timeout=EXPORT_TIMEOUT_S)
+        recorder.run(run_plan.argv, "export", env=OFFLINE_ENV, cwd=tmp, timeout=EXPORT_TIMEOUT_S)
         shutil.rmtree(tmp / CACHE_SUBDIR, ignore_errors=True)
-        _check_export(engine_dir)
-        _copy_tokenizer_files(checkpoint_dir, engine_dir)
+        check_export(engine_dir, MODEL_FILES)
+        copy_tokenizer_files(checkpoint_dir, engine_dir)
         engine_json.write(engine_dir, checkpoint_dir, config, recorded.export, versions["onnxruntime-genai"], versions)
         size = sum(p.stat().st_size for p in engine_dir.iterdir() if p.is_file())
         return {

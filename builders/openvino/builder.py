@@ -3,19 +3,15 @@ TensorRT-LLM-shaped engine config.json beside it. Output: <workdir>/build/engine
 
 from __future__ import annotations
 
-import shlex
 import shutil
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import click
 
 from trtllm_forge.stage_results import BuildResult
 from trtllm_forge.builders.openvino import engine_json
 from trtllm_forge.builders.openvino.plan import (
-    HF_TOKENIZER_FILES,
     DraftPlan,
     IR_FILES,
     TOKENIZER_IR_FILES,
@@ -23,33 +19,34 @@ from trtllm_forge.builders.openvino.plan import (
     plan_draft_export,
     plan_export,
 )
+from trtllm_forge.builders.cpu_export import (
+    ENGINE_SUBDIR,
+    EXPORT_TIMEOUT_S,
+    OFFLINE_ENV,
+    STAGE,
+    check_checkpoint,
+    check_export,
+    copy_tokenizer_files,
+    package_version,
+    package_versions,
+    show_dry_run,
+)
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.engine_config import ENGINE_CONFIG
-from trtllm_forge.errors import ConfigError, StepError
+from trtllm_forge.errors import StepError
 from trtllm_forge.stages import StageRecorder, run_stage
-from trtllm_forge.ui import emit_json, info
 
-STAGE = "build"
-ENGINE_SUBDIR = "engine"
 LLMAPI_SUBDIR = "llmapi"
-EXPORT_TIMEOUT_S = 3600
 # Packages whose versions change what the export produces (part of the stage's input hash).
 TOOL_PACKAGES = ("openvino", "openvino-genai", "openvino-tokenizers", "optimum", "optimum-intel", "nncf", "transformers", "torch")
 
 
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def tool_versions() -> dict[str, str]:
-    return {name: _version(name) for name in TOOL_PACKAGES}
+    return package_versions(TOOL_PACKAGES)
 
 
 def genai_version() -> str:
-    return _version("openvino-genai")
+    return package_version("openvino-genai")
 
 
 @dataclass(frozen=True)
@@ -99,34 +96,12 @@ def _hash_values(config: ForgeConfig, plan: ExportPlan) -> dict:
     }
 
 
-def _check_checkpoint(checkpoint_dir: Path) -> None:
-    if not (checkpoint_dir / "config.json").is_file():
-        raise ConfigError(
-            "build.checkpoint",
-            f"{checkpoint_dir} holds no Hugging Face checkpoint (config.json missing)",
-            "run `trtllm-forge import CONFIG` first, or pass --checkpoint DIR",
-        )
-
-
-def _copy_tokenizer_files(checkpoint_dir: Path, engine_dir: Path) -> None:
-    for name in HF_TOKENIZER_FILES:
-        src = checkpoint_dir / name
-        if src.is_file() and not (engine_dir / name).exists():
-            shutil.copy2(src, engine_dir / name)
-
-
-def _check_export(engine_dir: Path) -> None:
-    missing = [n for n in (*IR_FILES, *TOKENIZER_IR_FILES, "config.json") if not (engine_dir / n).is_file()]
-    if missing:
-        raise StepError(f"{STAGE}.export", f"the export did not write {', '.join(missing)}", "see the export log in <workdir>/logs")
-
-
 def _export_draft(draft: DraftPlan, recorder: StageRecorder) -> None:
     """The draft model of draft-target speculative decoding, into <engine>/draft (see plan.DraftPlan)."""
     if draft.argv is None:
         shutil.copytree(draft.source, draft.output_dir)
     else:
-        recorder.run(draft.argv, "export-draft", env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, timeout=EXPORT_TIMEOUT_S)
+        recorder.run(draft.argv, "export-draft", env=OFFLINE_ENV, timeout=EXPORT_TIMEOUT_S)
     if not (draft.output_dir / IR_FILES[0]).is_file():
         raise StepError(f"{STAGE}.export-draft", f"no draft model in {draft.output_dir}", "see the export-draft log in <workdir>/logs")
 
@@ -151,15 +126,7 @@ class OpenVINOBuilder:
         return plan.to_json()
 
     def show_dry_run(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, as_json: bool) -> None:
-        if as_json:
-            emit_json({"dry_run": True, **plan.to_json()})
-            return
-        info("[bold]build-engine (dry run)[/bold]: would run")
-        for argv in plan.to_json()["commands"]:
-            click.echo(shlex.join(argv), err=True)
-        info("and write:")
-        for path in plan.files:
-            click.echo(f"  {path}", err=True)
+        show_dry_run(plan.to_json(), plan.files, as_json)
 
     def execute(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, force: bool = False) -> BuildResult:
         return _execute(config, Path(workdir), plan, force)
@@ -167,7 +134,7 @@ class OpenVINOBuilder:
 
 def _execute(config: ForgeConfig, workdir: Path, recorded: BuildPlan, force: bool) -> BuildResult:
     checkpoint_dir = recorded.checkpoint_dir
-    _check_checkpoint(checkpoint_dir)
+    check_checkpoint(checkpoint_dir)
     input_paths = {"checkpoint": checkpoint_dir}
     if recorded.export.calibration_file:
         input_paths["calibration"] = recorded.export.calibration_file
@@ -179,10 +146,9 @@ def _execute(config: ForgeConfig, workdir: Path, recorded: BuildPlan, force: boo
         run_plan = plan_export(config, checkpoint_dir, engine_dir)
         versions = tool_versions()
         recorder.tool_versions.update(versions)
-        # Offline: the checkpoint is local and a build must never reach a hub.
-        recorder.run(run_plan.argv, "export", env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, timeout=EXPORT_TIMEOUT_S)
-        _check_export(engine_dir)
-        _copy_tokenizer_files(checkpoint_dir, engine_dir)
+        recorder.run(run_plan.argv, "export", env=OFFLINE_ENV, timeout=EXPORT_TIMEOUT_S)
+        check_export(engine_dir, (*IR_FILES, *TOKENIZER_IR_FILES, "config.json"))
+        copy_tokenizer_files(checkpoint_dir, engine_dir)
         run_draft = plan_draft_export(config, engine_dir)
         if run_draft is not None:
             _export_draft(run_draft, recorder)

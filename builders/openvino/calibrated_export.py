@@ -19,7 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from trtllm_forge.builders.openvino.plan import HF_TOKENIZER_FILES
+from trtllm_forge.builders.cpu_export import HF_TOKENIZER_FILES
 
 
 def read_samples(path: Path, limit: int) -> list[str]:

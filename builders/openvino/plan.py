@@ -26,19 +26,6 @@ from trtllm_forge.errors import ConfigError
 # Files the engine directory must hold after an export; the CPU engine model and GenAI load them.
 IR_FILES = ("openvino_model.xml", "openvino_model.bin")
 TOKENIZER_IR_FILES = ("openvino_tokenizer.xml", "openvino_detokenizer.xml")
-# HF tokenizer files copied from the checkpoint when the export did not write them (pre/post-processing
-# load the tokenizer from the engine directory).
-HF_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "tokenizer.model",
-    "vocab.json",
-    "merges.txt",
-    "added_tokens.json",
-    "chat_template.jinja",
-    "generation_config.json",
-)
 
 # TensorRT-LLM's names for the algorithms, so pretrained_config.quantization reads like a TRT-LLM engine's.
 QUANT_ALGO_NAMES = {"none": None, "int8_wo": "W8A16", "int4_wo": "W4A16", "int4_awq": "W4A16_AWQ"}

@@ -1,0 +1,80 @@
+"""What the CPU engine builders (OpenVINO, ONNX Runtime GenAI) share: the checkpoint check, the tokenizer files
+the engine directory needs, the export's offline environment, tool versions and the dry-run listing."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import click
+
+from trtllm_forge.errors import ConfigError, StepError
+from trtllm_forge.ui import emit_json, info
+
+STAGE = "build"
+ENGINE_SUBDIR = "engine"
+EXPORT_TIMEOUT_S = 3600
+# Offline: the checkpoint is local and a build must never reach a hub.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+# HF tokenizer files copied from the checkpoint when the export did not write them (pre/post-processing
+# load the tokenizer from the engine directory).
+HF_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "generation_config.json",
+)
+
+
+def package_version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def package_versions(packages: tuple[str, ...]) -> dict[str, str]:
+    return {name: package_version(name) for name in packages}
+
+
+def check_checkpoint(checkpoint_dir: Path) -> None:
+    if not (checkpoint_dir / "config.json").is_file():
+        raise ConfigError(
+            "build.checkpoint",
+            f"{checkpoint_dir} holds no Hugging Face checkpoint (config.json missing)",
+            "run `trtllm-forge import CONFIG` first, or pass --checkpoint DIR",
+        )
+
+
+def check_export(engine_dir: Path, expected: tuple[str, ...]) -> None:
+    missing = [n for n in expected if not (engine_dir / n).is_file()]
+    if missing:
+        raise StepError(f"{STAGE}.export", f"the export did not write {', '.join(missing)}", "see the export log in <workdir>/logs")
+
+
+def copy_tokenizer_files(checkpoint_dir: Path, engine_dir: Path) -> None:
+    for name in HF_TOKENIZER_FILES:
+        src = checkpoint_dir / name
+        if src.is_file() and not (engine_dir / name).exists():
+            shutil.copy2(src, engine_dir / name)
+
+
+def show_dry_run(document: dict[str, Any], files: list[Path], as_json: bool) -> None:
+    """`build-engine --dry-run`: the plan's document as JSON, or its commands and the files it would write."""
+    if as_json:
+        emit_json({"dry_run": True, **document})
+        return
+    info("[bold]build-engine (dry run)[/bold]: would run")
+    for argv in document["commands"]:
+        click.echo(shlex.join(argv), err=True)
+    info("and write:")
+    for path in files:
+        click.echo(f"  {path}", err=True)
