@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import json
 import queue
-import shutil
 import threading
 import time
 
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, run_cli
+from chain_helpers import assert_chain_passed, kept_run, run_document
+from conftest import CONFIGS
 from trtllm_forge.client import stream_request
-from trtllm_forge.hardware import HOST_PROFILE_ENV
 from trtllm_forge.llmapi_cpu.llm import STATS_ENV
 
 pytestmark = pytest.mark.slow
@@ -26,23 +25,13 @@ PROMPT = "The capital of France is"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, imported_smollm2):
     root = tmp_path_factory.mktemp("llmapi-e2e")
-    workdir = root / "wd"
-    workdir.mkdir()
-    # Same model section as smollm2-cpu.yaml: the session's import is reused (the stage's input hash matches).
-    shutil.copytree(imported_smollm2.parent, workdir / "import", symlinks=True)
     stats = root / "engine-stats.json"
-    env = {HOST_PROFILE_ENV: str(root / "hardware-cpu.json"), STATS_ENV: str(stats)}
-    proc = run_cli(
-        "run", str(CONFIGS / "smollm2-cpu-llmapi.yaml"), "--workdir", str(workdir), "--json", "--keep-serving", env=env, timeout=1500
-    )
-    yield workdir, proc, stats
-    run_cli("deploy", "stop", "--workdir", str(workdir))
+    with kept_run(root, CONFIGS / "smollm2-cpu-llmapi.yaml", imported_smollm2, env={STATS_ENV: str(stats)}) as (workdir, proc):
+        yield workdir, proc, stats
 
 
 def _doc(served):
-    workdir, proc, _ = served
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout)
+    return run_document(served[1])
 
 
 def _url(served) -> str:
@@ -59,15 +48,7 @@ def _texts(result) -> list[str]:
 
 
 def test_run_passes_every_stage_exactly(served):
-    doc = _doc(served)
-    assert [s["name"] for s in doc["stages"]] == ["import", "build", "render", "deploy", "smoke", "verify", "bench"]
-    assert all(s["status"] in ("done", "skipped") for s in doc["stages"])
-    assert doc["stages"][0]["status"] == "skipped"  # the session's import was reused
-    assert "Paris" in doc["answer"] and doc["stream_matches"] is True
-    assert doc["verify"]["passed"] and doc["verify"]["agreement"]["prefix"] == 1.0
-    points = doc["bench"]["workloads"][0]["points"]
-    assert [p["load"]["value"] for p in points] == [1, 4]
-    assert all(p["requests"]["failed"] == 0 and p["requests"]["completed"] == 4 for p in points)
+    assert_chain_passed(_doc(served), concurrencies=[1, 4], requests_per_point=4)
     workdir = served[0]
     version = workdir / "render" / "model_repository" / "tensorrt_llm" / "1"
     assert "NOT TensorRT-LLM" in (version / "tensorrt_llm" / "__init__.py").read_text()

@@ -7,16 +7,15 @@ and generates. One deployment for the whole module."""
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, REPO, run_cli
+from chain_helpers import assert_chain_passed, kept_run, run_document
+from conftest import CONFIGS, REPO
 from trtllm_forge.client import stream_request
-from trtllm_forge.hardware import HOST_PROFILE_ENV
 
 pytestmark = pytest.mark.slow
 CONFIG = CONFIGS / "smollm2-cpu-onnxruntime.yaml"
@@ -26,21 +25,12 @@ ADAPTER_DIR = REPO / "model_repo_templates" / "cpu" / "tensorrt_llm"
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, imported_smollm2):
-    root = tmp_path_factory.mktemp("onnxruntime-e2e")
-    workdir = root / "wd"
-    workdir.mkdir()
-    # Same model section as smollm2-cpu.yaml: the session's import is reused (the stage's input hash matches).
-    shutil.copytree(imported_smollm2.parent, workdir / "import", symlinks=True)
-    env = {HOST_PROFILE_ENV: str(root / "hardware-cpu.json")}
-    proc = run_cli("run", str(CONFIG), "--workdir", str(workdir), "--json", "--keep-serving", env=env, timeout=1500)
-    yield workdir, proc
-    run_cli("deploy", "stop", "--workdir", str(workdir))
+    with kept_run(tmp_path_factory.mktemp("onnxruntime-e2e"), CONFIG, imported_smollm2) as run:
+        yield run
 
 
 def _doc(served) -> dict:
-    _, proc = served
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout)
+    return run_document(served[1])
 
 
 def _url(served) -> str:
@@ -64,15 +54,7 @@ def _tokens(result) -> list[int]:
 
 
 def test_run_passes_every_stage_and_verify_is_exact(served):
-    doc = _doc(served)
-    assert [s["name"] for s in doc["stages"]] == ["import", "build", "render", "deploy", "smoke", "verify", "bench"]
-    assert all(s["status"] in ("done", "skipped") for s in doc["stages"])
-    assert doc["stages"][0]["status"] == "skipped"  # the session's import was reused
-    assert "Paris" in doc["answer"] and doc["stream_matches"] is True
-    assert doc["verify"]["passed"] and doc["verify"]["agreement"]["prefix"] == 1.0
-    points = doc["bench"]["workloads"][0]["points"]
-    assert [p["load"]["value"] for p in points] == [1, 4]
-    assert all(p["requests"]["failed"] == 0 and p["requests"]["completed"] == 4 for p in points)
+    assert_chain_passed(_doc(served), concurrencies=[1, 4], requests_per_point=4)
 
     workdir = served[0]
     engine = json.loads((workdir / "build" / "engine" / "config.json").read_text())
