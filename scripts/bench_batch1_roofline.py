@@ -229,10 +229,7 @@ def render_report(document: dict[str, Any]) -> str:
     machine = document["machine"]
     rows = _summary(document)
     lines = [
-        f"git {document['git_commit'][:12]}{' (dirty tree)' if document['git_dirty'] else ''}, {document['started_utc']}, "
-        f"{machine['cpu_model']}, {machine['usable_cores']} cores, load average {machine['load_average'][0]:.1f} at the start and "
-        f"{machine.get('load_average_end', [float('nan')])[0]:.1f} at the end"
-        + (f"; note: {document['note']}" if document.get("note") else "")
+        provenance.measured_where(document)
         + f". Batch 1, {document['output_tokens']} tokens decoded per run, medians over the runs; the roofline is `plan`'s at the copy "
         "bandwidth measured right before each run.",
         "",

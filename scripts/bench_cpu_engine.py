@@ -393,10 +393,7 @@ def render_table(document: dict) -> str:
     meta, machine = document["meta"], document["machine"]
     lines = [
         f"Workload: {meta['prompts']} prompts x up to {meta['max_tokens']} new tokens, greedy, all at once; each row the median of "
-        f"{meta['repeats']} runs. git {document['git_commit'][:12]}{' (dirty tree)' if document['git_dirty'] else ''}, "
-        f"{document['started_utc']}, {machine['cpu_model']}, {machine['usable_cores']} cores, "
-        f"{machine.get('bandwidth_gb_s', '?')} GB/s measured at the start, load average {machine['load_average'][0]:.1f} at the start"
-        + (f"; note: {document['note']}" if document.get("note") else ""),
+        f"{meta['repeats']} runs. " + provenance.measured_where(document),
         "",
         "| | method | weights | output tok/s | vs (b) | outputs identical to (a) |",
         "|---|---|---|---:|---:|---:|",

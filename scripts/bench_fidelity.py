@@ -163,9 +163,7 @@ def render_tables(results: dict) -> str:
     machine, client = results["machine"], results["client"]
     lines = [
         f"bench client: {client['workers']} process(es), {client['streams'] or 'auto'} gRPC stream(s); "
-        f"git {results['git_commit'][:12]}{' (dirty tree)' if results['git_dirty'] else ''}, {results['started_utc']}, "
-        f"{machine['cpu_model']}, {machine['usable_cores']} cores, load average {machine['load_average'][0]:.1f} at the start and "
-        f"{machine['load_average_end'][0]:.1f} at the end" + (f"; note: {results['note']}" if results.get("note") else ""),
+        + provenance.measured_where(results),
         "",
         f"Timing model: TTFT {results['timing']['ttft_ms']:g} ms, gap {results['timing']['gap_ms']:g} ms, {results['timing']['tokens']} tokens",
         "",

@@ -273,11 +273,7 @@ def render_table(document: dict[str, Any]) -> str:
     machine = document["machine"]
     lines = [
         f"{document['workload']['input_tokens']} tokens in, {document['workload']['output_tokens']} out (forced), streamed; "
-        f"{document['llama_cpp']['version']} with `-np {SLOTS}`, f32 GGUF of the same checkpoint. git {document['git_commit'][:12]}"
-        f"{' (dirty tree)' if document['git_dirty'] else ''}, {document['started_utc']}, {machine['cpu_model']}, "
-        f"{machine['usable_cores']} cores, {machine.get('bandwidth_gb_s', '?')} GB/s measured, load average "
-        f"{machine['load_average'][0]:.1f} at the start, {machine.get('load_average_end', [float('nan')])[0]:.1f} at the end"
-        + (f"; note: {document['note']}" if document.get("note") else ""),
+        f"{document['llama_cpp']['version']} with `-np {SLOTS}`, f32 GGUF of the same checkpoint. " + provenance.measured_where(document),
         "",
         "| concurrency | server | runs | output tok/s | TTFT p50 (ms) | TPOT p50 (ms) | ITL p99 (ms) | ITL p99 / TPOT p50 |",
         "|---:|---|---:|---:|---:|---:|---:|---:|",

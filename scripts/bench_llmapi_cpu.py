@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trtllm_forge.bench.provenance import git_commit, machine, utc_now
+from trtllm_forge.bench.provenance import git_commit, machine, measured_where, utc_now
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "results" / "llmapi_cpu"
@@ -254,9 +254,7 @@ def render_llmapi_table(results_dir: Path) -> str:
     lines = [
         f"Workload: {work['input_tokens']} prompt tokens → {work['output_tokens']} output tokens, greedy, "
         f"{'/'.join(str(c) for c in work['concurrency'])} concurrent; median of {document['repeats']} interleaved repeats; "
-        f"git `{document['git_commit'][:12]}{'-dirty' if document['git_commit'].endswith('-dirty') else ''}`, {document['started_utc']}, {mach['cpu_model']}, {mach['usable_cores']} cores, "
-        f"load average {mach['load_average'][0]:.1f} at start, {mach.get('load_average_end', [float('nan')])[0]:.1f} at the end"
-        + (f"; {document['note']}" if document.get("note") else "")
+        + measured_where(document)
         + ("" if document.get("finished_utc") else f"; INCOMPLETE: stopped after {len(document['runs'])} runs"),
         "",
         "| concurrency | path | runs | TTFT p50 (ms) | TPOT p50 (ms) | ITL p50 (ms) | E2E p50 (ms) | output tok/s | vs engine path | output tokens |",

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trtllm_forge.bench.provenance import git_commit, machine
+from trtllm_forge.bench.provenance import git_commit, machine, measured_where
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results" / "bench_fidelity" / "tools.json"
@@ -407,9 +407,8 @@ def readme_table(document: dict[str, Any] | None = None) -> str:
     truth, mach = document["truth"], document["machine"]
     failed = sum(1 for section in ("runs", "flood", "cpu") for r in document.get(section) or [] if "error" in r)
     lines = [
-        f"git {document['git_commit'][:12]}, {document['started_utc']} to {document.get('finished_utc', '?')}, {mach['cpus']} CPUs, "
-        f"load average {mach['load_average'][0]:.1f} at start, {mach.get('load_average_end', [0])[0]:.1f} at the end; "
-        f"medians over {document['repeats']} interleaved repeats"
+        measured_where({k: v for k, v in document.items() if k != "note"})
+        + f"; medians over {document['repeats']} interleaved repeats"
         + (f"; {failed} failed run(s) left out (in the file)" if failed else "")
         + (f"; note: {document['note']}" if document.get("note") else ""),
         "",

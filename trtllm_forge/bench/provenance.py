@@ -101,3 +101,22 @@ def write_result(path: Path, document: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, document)
     return path
+
+
+def measured_where(document: dict[str, Any]) -> str:
+    """One line for a README block: the commit (and a dirty tree), when, the machine, its load (and bandwidth when
+    measured) and the run's note, from a result file `record` started."""
+    commit = str(document.get("git_commit", "unknown"))
+    dirty = document.get("git_dirty", commit.endswith("-dirty"))
+    found = document.get("machine", {})
+    cores = f"{found['usable_cores']} cores" if "usable_cores" in found else f"{found.get('cpus', '?')} CPUs"
+    parts = [f"git {commit.removesuffix('-dirty')[:12]}{' (dirty tree)' if dirty else ''}", str(document.get("started_utc", "?"))]
+    parts += [str(found["cpu_model"])] if "cpu_model" in found else []
+    parts.append(cores)
+    if "bandwidth_gb_s" in found:
+        parts.append(f"{found['bandwidth_gb_s']} GB/s measured at the start")
+    load = f"load average {found['load_average'][0]:.1f} at the start" if found.get("load_average") else "load average unknown"
+    if found.get("load_average_end"):
+        load += f" and {found['load_average_end'][0]:.1f} at the end"
+    parts.append(load)
+    return ", ".join(parts) + (f"; note: {document['note']}" if document.get("note") else "")
