@@ -95,6 +95,7 @@ def start_triton(repository: Path, workdir: Path, ready_timeout: float = 120.0) 
             stdin=subprocess.DEVNULL,
             env={**os.environ, **server_environment(install)},
             start_new_session=True,
+            preexec_fn=dying_with_parent(new_group=False),  # a bench or test killed outright takes its server along
         )
     server = LocalTriton(process, ports, log_path)
     deadline = time.monotonic() + ready_timeout
