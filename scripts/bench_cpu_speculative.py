@@ -15,15 +15,16 @@ Engines are built (and cached) under --root with the project's own stages; nothi
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+from trtllm_forge.bench import provenance
 
 REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "results" / "bench_cpu_speculative" / "batch1.json"
+GOAL_RATIO = 1.3
 
 
 def info(message: str) -> None:
@@ -47,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft-len", type=int, default=3, help="engine.speculative.max_draft_len")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--json", dest="json_out", type=Path, help="Write the results here (default <root>/bench.json).")
+    parser.add_argument("--json", dest="json_out", type=Path, default=RESULTS)
+    parser.add_argument("--note", help="stored with the results, e.g. what else ran on the machine")
     args = parser.parse_args(argv)
+    document = provenance.record()
 
     from transformers import AutoTokenizer
 
@@ -63,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     root = args.root.resolve()
     checkpoint = args.checkpoint
     if checkpoint is None:
-        from trtllm_forge.importer.stage import checkpoint_dir_of, import_checkpoint
+        from trtllm_forge.importer.stage import import_checkpoint
 
-        checkpoint = checkpoint_dir_of(import_checkpoint(base, root / "import"))
+        checkpoint = import_checkpoint(base, root / "import").checkpoint_dir
     checkpoint = Path(checkpoint).resolve()
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
     prompt_ids = [tokenizer(p)["input_ids"] for p in PROMPTS[: args.prompts]]
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         for key, config in configs.items():
             workdir = root / key
             info(f"building {key} in {workdir} …")
-            engine_dir = Path(build_engine(config, workdir, checkpoint).manifest["outputs"]["engine_dir"])
+            engine_dir = build_engine(config, workdir, checkpoint).engine_dir
             render_repository(config, workdir, engine_dir)
             deployments[key] = start_server(config, workdir)
         name = base.triton.model_names.tensorrt_llm
@@ -105,37 +108,45 @@ def main(argv: list[str] | None = None) -> int:
         for deployment in deployments.values():
             stop_server(deployment, quiet=True)
 
-    ratio = tok_s["draft"] / tok_s["alone"]
-    goals = [
-        f"{'PASS' if ratio >= 1.3 else 'MISS'}: served batch 1 with the int8 draft >= 1.3x without ({ratio:.2f}x)",
-        f"{'PASS' if identical == len(prompt_ids) else 'MISS'}: tokens identical with and without the draft ({identical}/{len(prompt_ids)})",
-    ]
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    result = {
-        "meta": {
-            "git_commit": commit,
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    document.update(
+        meta={
             "prompts": len(prompt_ids),
             "max_tokens": args.max_tokens,
             "draft_len": args.draft_len,
             "draft": "int8 export of the same checkpoint",
         },
-        "tok_s": tok_s,
-        "ratio": ratio,
-        "identical": identical,
-        "goals": goals,
-    }
-    print(
-        f"alone {tok_s['alone']:.1f} tok/s, with draft {tok_s['draft']:.1f} tok/s ({ratio:.2f}x); identical {identical}/{len(prompt_ids)}"
+        tok_s=tok_s,
+        ratio=tok_s["draft"] / tok_s["alone"],
+        identical=identical,
     )
-    for goal in goals:
-        print(f"- {goal}")
-    out = args.json_out or root / "bench.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    info(f"wrote {out}")
+    if args.note:
+        document["note"] = args.note
+    provenance.write_result(args.json_out, provenance.finish(document))
+    print(render_table(document))
+    info(f"wrote {args.json_out}")
     return 0
+
+
+def render_table(document: dict[str, Any]) -> str:
+    """The README table, from a result file alone, with the goals' verdicts."""
+    meta, tok_s, ratio = document["meta"], document["tok_s"], document["ratio"]
+    return (
+        "\n".join(
+            [
+                f"Batch 1, {meta['prompts']} prompts × up to {meta['max_tokens']} tokens, greedy, not streamed, the `tensorrt_llm` model of "
+                f"two servers asked in turn; draft: {meta['draft']}, {meta['draft_len']} drafted tokens per step. "
+                + provenance.measured_where(document),
+                "",
+                "| engine | output tok/s | vs alone | prompts with identical tokens |",
+                "|---|---:|---:|---:|",
+                f"| fp32 alone | {tok_s['alone']:.1f} | 1.00× | |",
+                f"| fp32 + int8 draft | {tok_s['draft']:.1f} | {ratio:.2f}× | {document['identical']}/{meta['prompts']} |",
+                "",
+                f"Goal ≥ {GOAL_RATIO}× with identical tokens: {'met' if ratio >= GOAL_RATIO and document['identical'] == meta['prompts'] else 'not met'} in this run.",
+            ]
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

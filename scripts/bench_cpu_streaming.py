@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
-import time
 from pathlib import Path
+from typing import Any
+
+from trtllm_forge.bench import provenance
 
 REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "results" / "bench_cpu_streaming" / "streaming.json"
 ENTRY_POINTS = (("tensorrt_llm", "triton-grpc-tokens"), ("ensemble", "triton-grpc"), ("tensorrt_llm_bls", "triton-grpc"))
 GOAL_RATIO = 1.5
 
@@ -65,12 +66,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-requests", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--entry-points", default=",".join(m for m, _ in ENTRY_POINTS), help="Comma-separated models to measure.")
-    parser.add_argument("--json", dest="json_out", type=Path, default=REPO / "results" / "bench_cpu_streaming" / "latest.json")
+    parser.add_argument("--json", dest="json_out", type=Path, default=RESULTS)
+    parser.add_argument("--note", help="stored with the results, e.g. what else ran on the machine")
     args = parser.parse_args(argv)
     deployments = dict(item.split("=", 1) for item in args.deployments)
     wanted = set(args.entry_points.split(","))
 
-    rows = []
+    document = provenance.record()
+    document["meta"] = {
+        "workload": f"concurrency {args.concurrency}, 64 tokens in, 64 out, streamed, {args.num_requests} requests",
+        "deployments": deployments,
+        "goal": f"ITL p99 <= {GOAL_RATIO}x TPOT p50",
+    }
+    if args.note:
+        document["note"] = args.note
+    rows: list[dict[str, Any]] = document.setdefault("rows", [])
     scratch = args.json_out.parent / "runs"
     for round_ in range(args.rounds):
         for model, target in [e for e in ENTRY_POINTS if e[0] in wanted]:
@@ -78,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = bench(args.config, Path(workdir), model, target, args, scratch / f"{label}-{model}-{round_}")
                 row = {"deployment": label, "entry_point": model, "round": round_, **result}
                 rows.append(row)
-                write_result(args, deployments, rows)
+                provenance.write_result(args.json_out, document)  # after every row: an interrupted run keeps what it measured
                 if "error" in row:
                     print(f"{label:>10} {model:<17} failed: {row['error']}", flush=True)
                     continue
@@ -88,28 +98,30 @@ def main(argv: list[str] | None = None) -> int:
                     f"p99/TPOT {row['itl_p99_over_tpot_p50']:.2f}",
                     flush=True,
                 )
+    provenance.write_result(args.json_out, provenance.finish(document))
+    print(render_table(document))
     print(f"wrote {args.json_out}", file=sys.stderr)
     return 0
 
 
-def write_result(args: argparse.Namespace, deployments: dict[str, str], rows: list[dict]) -> None:
-    """Written after every row, so an interrupted run keeps what it measured."""
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    load = os.getloadavg()
-    result = {
-        "meta": {
-            "git_commit": commit,
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-            "load_average_at_end": [round(x, 2) for x in load],
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "workload": f"concurrency {args.concurrency}, 64 tokens in, 64 out, streamed, {args.num_requests} requests",
-            "deployments": deployments,
-            "goal": f"ITL p99 <= {GOAL_RATIO}x TPOT p50",
-        },
-        "rows": rows,
-    }
-    args.json_out.parent.mkdir(parents=True, exist_ok=True)
-    args.json_out.write_text(json.dumps(result, indent=2) + "\n")
+def render_table(document: dict[str, Any]) -> str:
+    """The README table, from a result file alone: one row per entry point, deployment and round."""
+    lines = [
+        f"{document['meta']['workload']}; goal {document['meta']['goal']}. " + provenance.measured_where(document),
+        "",
+        "| entry point | deployment | output tok/s | ITL p50 ms | ITL p90 ms | ITL p99 ms | TPOT p50 ms | ITL p99 / TPOT p50 |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in document["rows"]:
+        head = f"| `{row['entry_point']}` | {row['deployment']} |"
+        if "error" in row:
+            lines.append(f"{head} failed: {row['error']} | | | | | |")
+            continue
+        lines.append(
+            f"{head} {row['output_tok_s']:.1f} | {row['itl_p50_ms']:.1f} | {row['itl_p90_ms']:.1f} | {row['itl_p99_ms']:.1f} | "
+            f"{row['tpot_p50_ms']:.1f} | {row['itl_p99_over_tpot_p50']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

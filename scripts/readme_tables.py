@@ -47,9 +47,9 @@ TABLES: dict[str, TableSource] = {
     "batch1-roofline": TableSource("bench_batch1_roofline.py", "render_report", "results/bench_batch1_roofline/batch1.json"),
     "llamacpp-peer-table": TableSource("bench_llamacpp_peer.py", "render_table", "results/bench_llamacpp_peer/peer.json"),
     "bench-fidelity-timing": TableSource("bench_fidelity.py", "render_tables", "results/bench_fidelity/timing.json"),
-    "tools-fidelity": TableSource("bench_tools_fidelity.py", "table", "results/bench_fidelity/tools.json"),
-    # helper h6's renamed block of the same script (readme_table(document))
     "bench-fidelity-table": TableSource("bench_tools_fidelity.py", "readme_table", "results/bench_fidelity/tools.json"),
+    "cpu-streaming-table": TableSource("bench_cpu_streaming.py", "render_table", "results/bench_cpu_streaming/streaming.json"),
+    "cpu-speculative-table": TableSource("bench_cpu_speculative.py", "render_table", "results/bench_cpu_speculative/batch1.json"),
     # helper h5's LLM API table: its renderer picks the newest file of the folder
     "llmapi-cpu-table": TableSource("bench_llmapi_cpu.py", "render_llmapi_table", "results/llmapi_cpu", load_json=False),
 }
