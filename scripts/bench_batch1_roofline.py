@@ -226,7 +226,6 @@ def _summary(document: dict[str, Any]) -> list[dict[str, Any]]:
 
 def render_report(document: dict[str, Any]) -> str:
     """The README table and a paragraph whose every number comes from `document`."""
-    machine = document["machine"]
     rows = _summary(document)
     lines = [
         provenance.measured_where(document)

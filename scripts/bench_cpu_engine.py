@@ -390,7 +390,7 @@ def run_triton(
 
 def render_table(document: dict) -> str:
     """The README table (and the script's printout), from a result file alone."""
-    meta, machine = document["meta"], document["machine"]
+    meta = document["meta"]
     lines = [
         f"Workload: {meta['prompts']} prompts x up to {meta['max_tokens']} new tokens, greedy, all at once; each row the median of "
         f"{meta['repeats']} runs. " + provenance.measured_where(document),

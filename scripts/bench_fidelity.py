@@ -160,7 +160,7 @@ def main() -> int:
 
 def render_tables(results: dict) -> str:
     """Both Markdown tables, from a result file alone."""
-    machine, client = results["machine"], results["client"]
+    client = results["client"]
     lines = [
         f"bench client: {client['workers']} process(es), {client['streams'] or 'auto'} gRPC stream(s); "
         + provenance.measured_where(results),

@@ -270,7 +270,6 @@ def _median(rows: list[dict[str, Any]], key: str) -> float | None:
 def render_table(document: dict[str, Any]) -> str:
     """Markdown for the README: per concurrency and server, medians over the repeats, and the ratio of ours
     to llama.cpp from the same repeats (tokens/s: higher is better; times: lower is better)."""
-    machine = document["machine"]
     lines = [
         f"{document['workload']['input_tokens']} tokens in, {document['workload']['output_tokens']} out (forced), streamed; "
         f"{document['llama_cpp']['version']} with `-np {SLOTS}`, f32 GGUF of the same checkpoint. " + provenance.measured_where(document),

@@ -250,7 +250,7 @@ def render_llmapi_table(results_dir: Path) -> str:
     repeats, and each path's output tokens/s against the engine path's from the same repeat."""
     document = newest_result(results_dir)
     runs = [r for r in document["runs"] if "error" not in r]
-    work, mach = document["workload"], document["machine"]
+    work = document["workload"]
     lines = [
         f"Workload: {work['input_tokens']} prompt tokens → {work['output_tokens']} output tokens, greedy, "
         f"{'/'.join(str(c) for c in work['concurrency'])} concurrent; median of {document['repeats']} interleaved repeats; "

@@ -404,7 +404,7 @@ def readme_table(document: dict[str, Any] | None = None) -> str:
     """The README block between the bench-fidelity-table markers, from `document` (default: the committed file)."""
     if document is None:
         document = json.loads(RESULTS.read_text())
-    truth, mach = document["truth"], document["machine"]
+    truth = document["truth"]
     failed = sum(1 for section in ("runs", "flood", "cpu") for r in document.get(section) or [] if "error" in r)
     lines = [
         measured_where({k: v for k, v in document.items() if k != "note"})

@@ -22,6 +22,7 @@ from trtllm_forge.deploy.server_argv import PORT_NAMES, tritonserver_argv
 from trtllm_forge.deploy.server import server_ready, stop_group
 from trtllm_forge.deploy.state import ServerUrls
 from trtllm_forge.errors import StepError
+from trtllm_forge.processes import dying_with_parent
 from trtllm_forge.render.stub_env import project_env
 
 TIMING_MODEL_DIR = Path(__file__).parent / "timing_model"
