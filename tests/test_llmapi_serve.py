@@ -4,6 +4,7 @@ the LLM-API stand-in behind the same argv, served for real and measured by our b
 from __future__ import annotations
 
 import json
+import os
 import urllib.request
 from pathlib import Path
 
@@ -214,7 +215,7 @@ def test_run_with_trtllm_serve_smokes_verifies_and_benches_its_openai_endpoint(i
     config_file = _serve_config(tmp_path)  # the workload's target is left unset: openai for trtllm-serve
     workdir = tmp_path / "wd"
     workdir.mkdir()
-    shutil.copytree(imported_smollm2.parent, workdir / "import", symlinks=True)  # the session's import, reused
+    shutil.copytree(imported_smollm2.parent, workdir / "import", symlinks=True, copy_function=os.link)  # the session's import, reused
     env = {HOST_PROFILE_ENV: str(tmp_path / "hardware-cpu.json")}
     proc = run_cli("run", str(config_file), "--workdir", str(workdir), "--json", env=env, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-4000:]
