@@ -28,7 +28,7 @@ FACTS = json.loads((FIXTURES / "triton_contract_1.2.json").read_text())["models"
 MODELS = ("ensemble", "preprocessing", "tensorrt_llm", "postprocessing", "tensorrt_llm_bls")
 EXAMPLES = sorted(p.name for p in ENGINES.iterdir() if p.is_dir())
 # Examples whose engine model is NVIDIA's C++ backend (the cpu kind's is our python model).
-GPU_EXAMPLES = [e for e in EXAMPLES if load_config(CONFIGS / f"{e}.yaml").engine.backend != "openvino"]
+GPU_EXAMPLES = [e for e in EXAMPLES if not load_config(CONFIGS / f"{e}.yaml").engine.on_cpu]
 
 # Parameters we add to NVIDIA's set, and why (the README lists the same).
 OUR_ADDITIONS = {
@@ -76,7 +76,7 @@ def rendered(tmp_path_factory):
     out = {}
     for example in EXAMPLES:
         config = load_config(CONFIGS / f"{example}.yaml")
-        kind = "cpu" if config.engine.backend == "openvino" else "inflight_batcher_llm"
+        kind = "cpu" if config.engine.on_cpu else "inflight_batcher_llm"
         workdir = tmp_path_factory.mktemp(f"parity-{example}")
         repo = write_repository(config, workdir, read_engine_config(ENGINES / example), kind, workdir / "repo").repository
         out[example] = (kind, {m: parse(repo / m / "config.pbtxt") for m in MODELS})
