@@ -133,6 +133,7 @@ def test_deploy_start_and_stop_with_server_trtllm_serve(cpu_engine_fp32, tmp_pat
     engine_dir = result.manifest["outputs"]["engine_dir"]
     source = yaml.safe_load((CONFIGS / "smollm2-cpu-llmapi.yaml").read_text())
     source["deploy"]["server"] = "trtllm-serve"
+    source["bench"]["workloads"][0]["target"] = "openai"  # trtllm-serve speaks OpenAI only (a config rule)
     config_file = tmp_path / "serve.yaml"
     config_file.write_text(yaml.safe_dump(source))
     workdir = tmp_path / "wd"
