@@ -121,27 +121,6 @@ def test_twice_max_batch_size_in_flight_never_stalls(loaded, model, stream):
     assert health.healthy, health.problems()
 
 
-def test_bls_streams_long_answers_at_concurrency_8_and_its_stub_survives(loaded):
-    """8 streamed requests of 48 tokens at once on the one BLS instance: all complete and the stub lives. (The
-    benchmark's heavier load, 16 x 64 tokens at concurrency 8 on max_batch_size 16, killed the BLS stub with heap
-    corruption before deploy ran stubs with PYTHONMALLOC=malloc; this lighter load did not reproduce it.)"""
-    deployment, repository, _ = loaded
-    inputs = {"max_tokens": 48, "stream": True}
-
-    def one(prompt: str):
-        return stream_request(
-            deployment.grpc_url, "tensorrt_llm_bls", {"text_input": prompt, **inputs}, timeout_s=REQUEST_BOUND_S, raise_on_error=False
-        )
-
-    with ThreadPoolExecutor(max_workers=len(PROMPTS)) as pool:
-        results = list(pool.map(one, PROMPTS))
-    failed = [r.error for r in results if r.error]
-    assert not failed, failed
-    assert all(len(r.responses) > 8 for r in results)
-    health = stub_health(deployment.pgid or deployment.pid, repository)
-    assert health.healthy, health.problems()
-
-
 def test_after_the_load_every_stub_lives_and_answers(loaded):
     deployment, repository, tokenizer = loaded
     health = stub_health(deployment.pgid or deployment.pid, repository)

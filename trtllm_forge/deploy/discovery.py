@@ -173,10 +173,6 @@ def server_environment(install: TritonInstall, base: dict[str, str] | None = Non
         if base.get("LD_LIBRARY_PATH"):
             dirs.append(base["LD_LIBRARY_PATH"])
         env["LD_LIBRARY_PATH"] = os.pathsep.join(dirs)
-    # Triton 2.51's python stub builds the tensors of BLS responses on its monitor thread without holding the GIL
-    # (ParentToStubMQMonitor -> PbTensor), racing pymalloc in the model's own thread: the BLS stub died with heap
-    # corruption at concurrency 8 (2 runs of 2). glibc's malloc is thread-safe; with it the same runs stayed up.
-    env["PYTHONMALLOC"] = "malloc"
     bin_dir = str(Path(sys.executable).parent)
     path = base.get("PATH", "")
     if path.split(os.pathsep)[0] != bin_dir:
