@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from trtllm_forge.builders.openvino import build_engine
     from trtllm_forge.config import load_config
-    from trtllm_forge.importer.stage import checkpoint_dir_of, import_checkpoint
+    from trtllm_forge.importer.stage import import_checkpoint
     from trtllm_forge.plan.host import measure_bandwidth
     from trtllm_forge.plan.planner import Workload, make_plan, resolve_inputs
 
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     document["schema"] = "trtllm-forge.bench-batch1-roofline/1"
     base = load_config(args.config)
     root = args.root.resolve()
-    checkpoint = Path(checkpoint_dir_of(import_checkpoint(base, root / "import"))).resolve()
+    checkpoint = import_checkpoint(base, root / "import").checkpoint_dir.resolve()
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
     shape, device = resolve_inputs(base)
     threads_all = len(os.sched_getaffinity(0))
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for variant in variants:
         if variant.precision not in configs:
             config = cpu.precision_config(base, variant.precision)
-            engine_dir = Path(build_engine(config, root / variant.precision, checkpoint).manifest["outputs"]["engine_dir"])
+            engine_dir = build_engine(config, root / variant.precision, checkpoint).engine_dir
             configs[variant.precision] = (config, engine_dir)
         key = (variant.precision, variant.threads)
         if key not in pipelines:

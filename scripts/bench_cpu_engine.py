@@ -497,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         config = precision_config(base, precision)
         workdir = root / precision
         info(f"building the {precision} engine in {workdir} …")
-        engine_dir = Path(build_engine(config, workdir, checkpoint).manifest["outputs"]["engine_dir"])
+        engine_dir = build_engine(config, workdir, checkpoint).engine_dir
         nll, count = engine_nll(engine_dir, tokenizer)
         perplexity[f"engine {precision}"] = math.exp(nll / count)
         info(f"(c) engine in-process {precision} …")

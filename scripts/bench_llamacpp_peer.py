@@ -207,13 +207,13 @@ def our_deployment(config_path: Path, root: Path) -> Iterator[tuple[str, Path]]:
     from trtllm_forge.builders.openvino import build_engine
     from trtllm_forge.config import load_config
     from trtllm_forge.deploy import start_server, stop_server
-    from trtllm_forge.importer.stage import checkpoint_dir_of, import_checkpoint
+    from trtllm_forge.importer.stage import import_checkpoint
     from trtllm_forge.render.repository import render_repository
 
     base = load_config(config_path)
-    checkpoint = Path(checkpoint_dir_of(import_checkpoint(base, root / "import"))).resolve()
+    checkpoint = import_checkpoint(base, root / "import").checkpoint_dir.resolve()
     config, workdir = cpu.precision_config(base, "fp32"), root / "fp32"
-    engine_dir = Path(build_engine(config, workdir, checkpoint).manifest["outputs"]["engine_dir"])
+    engine_dir = build_engine(config, workdir, checkpoint).engine_dir
     render_repository(config, workdir, engine_dir)
     deployment = start_server(config, workdir)
     try:

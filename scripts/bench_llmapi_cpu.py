@@ -92,11 +92,11 @@ def _configs() -> tuple[Any, Any]:
 def prepare(workdir: Path) -> tuple[Any, Any, Path, Any, Any]:
     """Import once, build both (cached when unchanged), render both repositories."""
     from trtllm_forge.builders.openvino import build_engine
-    from trtllm_forge.importer.stage import checkpoint_dir_of, import_checkpoint
+    from trtllm_forge.importer.stage import import_checkpoint
     from trtllm_forge.render.repository import render_repository
 
     engine_cfg, llmapi_cfg = _configs()
-    checkpoint = checkpoint_dir_of(import_checkpoint(engine_cfg, workdir / "engine"))
+    checkpoint = import_checkpoint(engine_cfg, workdir / "engine").checkpoint_dir
     engine_build = build_engine(engine_cfg, workdir / "engine", checkpoint)
     llmapi_build = build_engine(llmapi_cfg, workdir / "llmapi", checkpoint)
     render_repository(engine_cfg, workdir / "engine", engine_build.engine_dir)
