@@ -67,6 +67,17 @@ def copy_tokenizer_files(checkpoint_dir: Path, engine_dir: Path) -> None:
             shutil.copy2(src, engine_dir / name)
 
 
+class CpuExportBuilder:
+    """The `Builder` methods the CPU builders share: their plans describe themselves (`to_json`, with the argv lists
+    under "commands") and list the files they write (`files`). Subclasses give plan, commands and execute."""
+
+    def describe(self, plan: Any) -> dict[str, Any]:
+        return plan.to_json()
+
+    def show_dry_run(self, config: Any, workdir: Path, plan: Any, as_json: bool) -> None:
+        show_dry_run(plan.to_json(), plan.files, as_json)
+
+
 def show_dry_run(document: dict[str, Any], files: list[Path], as_json: bool) -> None:
     """`build-engine --dry-run`: the plan's document as JSON, or its commands and the files it would write."""
     if as_json:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 
 from trtllm_forge.build_result import BuildResult
@@ -17,11 +16,11 @@ from trtllm_forge.builders.cpu_export import (
     EXPORT_TIMEOUT_S,
     OFFLINE_ENV,
     STAGE,
+    CpuExportBuilder,
     check_checkpoint,
     check_export,
     copy_tokenizer_files,
     package_versions,
-    show_dry_run,
 )
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.engine_config import ENGINE_CONFIG
@@ -88,7 +87,7 @@ def _hash_values(config: ForgeConfig, plan: OrtExportPlan) -> dict:
     }
 
 
-class OnnxRuntimeBuilder:
+class OnnxRuntimeBuilder(CpuExportBuilder):
     """The ONNX Runtime GenAI builder (engine.backend onnxruntime, engine.target engine); implements
     builders.protocol.Builder."""
 
@@ -99,12 +98,6 @@ class OnnxRuntimeBuilder:
 
     def commands(self, plan: BuildPlan) -> list[list[str]]:
         return [list(argv) for argv in plan.commands]
-
-    def describe(self, plan: BuildPlan) -> dict[str, Any]:
-        return plan.to_json()
-
-    def show_dry_run(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, as_json: bool) -> None:
-        show_dry_run(plan.to_json(), plan.files, as_json)
 
     def execute(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, force: bool = False) -> BuildResult:
         return _execute(config, Path(workdir), plan, force)

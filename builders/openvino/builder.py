@@ -6,7 +6,6 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 
 from trtllm_forge.stage_results import BuildResult
@@ -24,12 +23,12 @@ from trtllm_forge.builders.cpu_export import (
     EXPORT_TIMEOUT_S,
     OFFLINE_ENV,
     STAGE,
+    CpuExportBuilder,
     check_checkpoint,
     check_export,
     copy_tokenizer_files,
     package_version,
     package_versions,
-    show_dry_run,
 )
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.engine_config import ENGINE_CONFIG
@@ -112,7 +111,7 @@ def build_engine(config: ForgeConfig, workdir: Path, checkpoint_dir: Path, force
     return _execute(config, Path(workdir), plan_build(config, Path(workdir), Path(checkpoint_dir)), force)
 
 
-class OpenVINOBuilder:
+class OpenVINOBuilder(CpuExportBuilder):
     """The CPU builder (engine.backend openvino, both targets); implements builders.protocol.Builder."""
 
     def plan(self, config: ForgeConfig, workdir: Path, checkpoint_dir: Path) -> BuildPlan:
@@ -121,12 +120,6 @@ class OpenVINOBuilder:
     def commands(self, plan: BuildPlan) -> list[list[str]]:
         written = [["trtllm-forge:write-yaml", str(plan.model_yaml)]] if plan.model_yaml else []
         return [list(plan.export.argv), *written]
-
-    def describe(self, plan: BuildPlan) -> dict[str, Any]:
-        return plan.to_json()
-
-    def show_dry_run(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, as_json: bool) -> None:
-        show_dry_run(plan.to_json(), plan.files, as_json)
 
     def execute(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, force: bool = False) -> BuildResult:
         return _execute(config, Path(workdir), plan, force)
