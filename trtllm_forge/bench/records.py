@@ -44,6 +44,11 @@ class RequestRecord:
     def add_response(self, stamp: int, tokens: int, text: str | None = None, final: bool = False, server_ns: int | None = None) -> None:
         """Record one response as it arrived: receive stamp, token count, empty/final flags, server stamp."""
         self.recv_ns.append(stamp)
+        self.add_content(tokens, text, final, server_ns)
+
+    def add_content(self, tokens: int, text: str | None = None, final: bool = False, server_ns: int | None = None) -> None:
+        """What the next response carried, when its receive stamp is already in `recv_ns` (a client that
+        stamps responses as they come and decodes them later)."""
         self.tokens.append(tokens)
         self.empty.append(tokens == 0)
         self.final.append(final)

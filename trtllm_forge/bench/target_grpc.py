@@ -1,19 +1,22 @@
 """Triton gRPC streaming targets: the text contract of the ensemble / tensorrt_llm_bls model, and token ids
 straight to the tensorrt_llm model. Uses tritonclient's protobuf messages over grpc's threaded (sync) API,
-skipping its InferResult wrapper, so that every response is stamped in grpc's own thread the moment the
-message is handed over, not when the event loop gets round to it (see _Stream)."""
+skipping its InferResult wrapper. Each request is its own ModelStreamInfer call, carried by a client thread
+(a lane) that polls the call itself, stamps each response as it hands it over and decodes the responses only
+when the call has ended (see _Lane)."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import collections
 import queue
 import struct
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
+import grpc.experimental
 from google.protobuf.json_format import MessageToDict
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
@@ -24,8 +27,19 @@ from trtllm_forge.bench.workload import BenchRequest
 from trtllm_forge.errors import StepError
 
 PERF_OUTPUTS = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns")
-_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.max_send_message_length", 64 << 20),
+    ("grpc.use_local_subchannel_pool", 1),  # a connection per channel, not one shared by equal channels
+    (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),  # the calling thread polls its call (see _Lane)
+]
 _STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
+# While the target is open, a thread that wants the GIL gets it after at most this long (Python's default is
+# 5 ms). A lane woken by a response needs the GIL before it can stamp; the first response of a call comes
+# with the call's headers, handled as a separate completion, so it needs the GIL twice. Under load the
+# default let another lane's Python run 5 ms ahead of a stamp (TTFT error vs the model's stamps at
+# concurrency 16: +2.4% to +5.7% with 5 ms, +1.8% to +2.7% with 0.2 ms, interleaved runs, load average 11-13).
+GIL_SWITCH_S = 0.0002
 InputSpec = tuple[str, str, list[Any]]  # (input name, Triton datatype, values)
 
 
@@ -52,16 +66,18 @@ def _first_bytes(raw: bytes) -> bytes:
 class _Outgoing:
     record: RequestRecord
     payload: bytes  # the serialized ModelInferRequest
+    done: asyncio.Future
 
 
 def _stamp_sent(item: _Outgoing) -> bytes:
-    """grpc's request serializer, called in grpc's sending thread just before the bytes go to the transport."""
+    """grpc's request serializer: called in the lane's thread right before the call starts; the request was
+    serialized before, so only the stamp is taken here."""
     item.record.sent_ns = now_ns()
     return item.payload
 
 
 def _stamp_received(raw: bytes) -> tuple[int, bytes]:
-    """grpc's response deserializer, called in the channel's completion thread as soon as a message is there."""
+    """grpc's response deserializer: the receive stamp, taken first, before anything is decoded."""
     return now_ns(), raw
 
 
@@ -70,85 +86,116 @@ def _resolve(done: asyncio.Future) -> None:
         done.set_result(None)
 
 
-def _close_all(streams: list["_Stream"]) -> None:
-    for stream in streams:
-        stream.close()
+def _close_all(lanes: list["_Lane"]) -> None:
+    for lane in lanes:
+        lane.close()
 
 
-class _Stream:
-    """One bidirectional ModelStreamInfer stream on its own channel (own TCP connection), run by threads.
+_DECODE = pb.ModelStreamInferResponse.FromString
 
-    With grpc.aio a response waits for grpc's poller thread, then the event loop, then the reading
-    coroutine before it can be stamped (two thread wake-ups and several loop turns: milliseconds on a busy
-    machine). Here the receive stamp is taken by the response deserializer, which grpc calls in the channel's
-    completion thread when the message is handed over; the send stamp by the request serializer, right before
-    the serialized request goes to the transport. A reader thread parses and routes the responses and tells
-    the event loop only that a request has ended."""
 
-    def __init__(self, target: "TritonGrpcTarget", channel: grpc.Channel, loop: asyncio.AbstractEventLoop):
+class _Lane:
+    """One client thread that carries one request at a time as its own ModelStreamInfer call (one request,
+    then the client half-closes; Triton ends the call after the final response).
+
+    The call runs in grpc's single-threaded unary-stream mode: this thread polls the call's completion queue
+    itself, so a response is stamped by the thread that asked for it, with one thread wake-up, and no other
+    client thread has to run first. (grpc's bidirectional streams hand every message from the channel's
+    completion thread to the reading thread: two wake-ups per message, and a message is only asked for when
+    the reader is back; under a response flood that doubled our stamp lag and cost a third more CPU per
+    response than perf_analyzer.) Between two responses the thread only stamps and keeps the raw bytes; they
+    are decoded when the call has ended, so decoding never delays a stamp."""
+
+    def __init__(
+        self, target: "TritonGrpcTarget", channel: grpc.Channel, loop: asyncio.AbstractEventLoop, free: "collections.deque[_Lane]"
+    ):
         self.target = target
         self.loop = loop
-        self.pending: dict[str, tuple[RequestRecord, asyncio.Future]] = {}
+        self.free = free
+        self.call = channel.unary_stream(_STREAM_METHOD, request_serializer=_stamp_sent, response_deserializer=_stamp_received)
+        self.inbox: queue.SimpleQueue[_Outgoing | None] = queue.SimpleQueue()
+        self.running: Any = None  # the call in flight, for cancel()
+        self.current: RequestRecord | None = None
         self.broken: BaseException | None = None
-        self.outbox: queue.SimpleQueue[_Outgoing | None] = queue.SimpleQueue()
-        method = channel.stream_stream(_STREAM_METHOD, request_serializer=_stamp_sent, response_deserializer=_stamp_received)
-        self.call = method(iter(self.outbox.get, None))
-        self.reader = threading.Thread(target=self._read, name="bench-grpc-stream", daemon=True)
-        self.reader.start()
+        self.thread = threading.Thread(target=self._serve, name="bench-grpc-lane", daemon=True)
+        self.thread.start()
 
-    def _read(self) -> None:
-        parse = self.target.parse_response
-        pending = self.pending
-        decode = pb.ModelStreamInferResponse.FromString
+    def submit(self, record: RequestRecord, payload: bytes, done: asyncio.Future) -> None:
+        self.inbox.put(_Outgoing(record, payload, done))
+
+    def _serve(self) -> None:
+        while (item := self.inbox.get()) is not None:
+            self.current = item.record
+            try:
+                self._carry(item)
+            finally:
+                self.current = None
+                self.free.append(self)  # free before the loop learns the request ended: the next one may come here
+                try:
+                    self.loop.call_soon_threadsafe(_resolve, item.done)
+                except RuntimeError:  # the event loop closed under a lane that was never closed
+                    return
+
+    def _carry(self, item: _Outgoing) -> None:
+        record = item.record
+        stamps: list[int] = []
+        raws: list[bytes] = []
+        record.recv_ns = stamps  # filled as responses come: the runner's stall watchdog reads the last stamp
         try:
-            for stamp, raw in self.call:
-                message = decode(raw)
-                response = message.infer_response
-                entry = pending.get(response.id)
-                if entry is None:
-                    continue
-                record, done = entry
-                if message.error_message:
-                    record.error_kind, record.error_message = "server_error", message.error_message
-                    final = True
-                else:
-                    final = parse(response, record, stamp)
-                if final:
-                    pending.pop(response.id, None)
-                    self.loop.call_soon_threadsafe(_resolve, done)
-            raise ConnectionError("stream closed by the server")
-        except (grpc.RpcError, ConnectionError) as exc:
-            self.fail(exc)
-        except RuntimeError:  # the event loop closed under a stream that was never closed
-            pass
-
-    def fail(self, exc: BaseException) -> None:
-        """End every request in flight on this stream as an error (from the reader thread or a failed send)."""
-        self.broken = exc
-        kind, message = "connection", str(exc)
-        if isinstance(exc, grpc.Call) and isinstance(exc, grpc.RpcError):
-            code = exc.code()
-            kind = "connection" if code == grpc.StatusCode.UNAVAILABLE else f"grpc_{code.name.lower()}"
-            message = exc.details() or code.name
-        for key, (record, done) in list(self.pending.items()):
-            if self.pending.pop(key, None) is None:
-                continue
+            self.running = call = self.call(item)
+            for stamp, raw in call:
+                stamps.append(stamp)
+                raws.append(raw)
+            self.broken = None
+        except grpc.RpcError as exc:
             if record.error_kind is None:
-                record.error_kind, record.error_message = kind, message or type(exc).__name__
-            self.loop.call_soon_threadsafe(_resolve, done)
+                record.error_kind, record.error_message = _rpc_error(exc)
+            if isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.UNAVAILABLE:
+                self.broken = exc
+        finally:
+            self.running = None
+            item.payload = b""
+        self.decode(record, raws)
 
-    def write(self, record: RequestRecord, payload: bytes, done: asyncio.Future) -> None:
-        self.pending[record.id] = (record, done)
-        self.outbox.put(_Outgoing(record, payload))
-        if self.broken is not None and self.pending.pop(record.id, None) is not None:  # broke while queuing
-            record.error_kind = record.error_kind or "connection"
-            record.error_message = record.error_message or "stream broken before the request was sent"
-            _resolve(done)
+    def decode(self, record: RequestRecord, raws: list[bytes]) -> None:
+        """After the call: parse the responses whose stamps are in `record.recv_ns`, in arrival order; stamps
+        after the final response (or a server error) are dropped."""
+        parse = self.target.parse_response
+        used = 0
+        for raw in raws:
+            message = _DECODE(raw)
+            if message.error_message:
+                if record.error_kind is None:
+                    record.error_kind, record.error_message = "server_error", message.error_message
+                break
+            used += 1
+            if parse(message.infer_response, record):
+                break
+        else:
+            if record.error_kind is None:
+                record.error_kind, record.error_message = "connection", "the call ended without a final response"
+        del record.recv_ns[used:]
+
+    def cancel(self, record: RequestRecord) -> None:
+        """End `record`'s call (its timeout passed); the lane then takes the next request."""
+        call = self.running
+        if call is not None and self.current is record:
+            call.cancel()
 
     def close(self) -> None:
-        self.outbox.put(None)
-        self.call.cancel()
-        self.reader.join(timeout=5)
+        self.inbox.put(None)
+        call = self.running
+        if call is not None:
+            call.cancel()
+        self.thread.join(timeout=5)
+
+
+def _rpc_error(exc: grpc.RpcError) -> tuple[str, str]:
+    if isinstance(exc, grpc.Call):
+        code = exc.code()
+        kind = "connection" if code == grpc.StatusCode.UNAVAILABLE else f"grpc_{code.name.lower()}"
+        return kind, exc.details() or code.name
+    return "connection", str(exc) or type(exc).__name__
 
 
 class TritonGrpcTarget(Target):
@@ -161,19 +208,16 @@ class TritonGrpcTarget(Target):
         self.n_streams = max(1, streams)
         self.channels: list[grpc.Channel] = []
         self.stub: pb_grpc.GRPCInferenceServiceStub | None = None
-        self.streams: list[_Stream] = []
-        self._next = itertools.count()
+        self.lanes: list[_Lane] = []
+        self.free: collections.deque[_Lane] = collections.deque()
+        self.switch_interval: float | None = None  # the process's GIL switch interval before open()
         self.inputs: dict[str, dict] = {}
         self.outputs: set[str] = set()
         self.batched = False
 
     async def open(self) -> None:
-        # One channel (own TCP connection and completion thread) per stream: Triton writes the responses of
-        # one stream one at a time, so a single stream carrying many requests backs up inside the server.
-        self.channels = [
-            grpc.insecure_channel(self.url, options=_CHANNEL_OPTIONS + [("grpc.use_local_subchannel_pool", 1)])
-            for _ in range(self.n_streams)
-        ]
+        # One channel (own TCP connection) per lane, as perf_analyzer has one per concurrency slot.
+        self.channels = [grpc.insecure_channel(self.url, options=_CHANNEL_OPTIONS) for _ in range(self.n_streams)]
         self.stub = stub = pb_grpc.GRPCInferenceServiceStub(self.channels[0])
         try:
             config = await asyncio.to_thread(stub.ModelConfig, pb.ModelConfigRequest(name=self.model), timeout=10)
@@ -203,8 +247,11 @@ class TritonGrpcTarget(Target):
                 "check the server, or pass a smaller --streams",
             ) from None
         loop = asyncio.get_running_loop()
-        self.streams = [_Stream(self, channel, loop) for channel in self.channels]
-        self.info.notes.append(f"{self.n_streams} gRPC stream(s), one connection each")
+        self.switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self.switch_interval, GIL_SWITCH_S))
+        self.lanes = [_Lane(self, channel, loop, self.free) for channel in self.channels]
+        self.free.extend(self.lanes)
+        self.info.notes.append(f"{self.n_streams} gRPC connection(s) with a client thread each; one ModelStreamInfer call per request")
 
     # NVIDIA's llmapi model names the same inputs differently and streams the whole text so far in each response.
     LLMAPI_NAMES = {
@@ -265,8 +312,8 @@ class TritonGrpcTarget(Target):
             message.raw_input_contents.append(_pack(datatype, values))
         return message
 
-    def parse_response(self, response, record: RequestRecord, stamp: int) -> bool:
-        """Record one response; return whether it was the final one."""
+    def parse_response(self, response, record: RequestRecord) -> bool:
+        """Record what one response carried (its stamp is already in `record.recv_ns`); return whether it was the final one."""
         tokens = 0
         text = None
         server_ns = None
@@ -293,21 +340,26 @@ class TritonGrpcTarget(Target):
             self.seen_text.pop(record.id, None)
         if not response.outputs and final:
             tokens, text = 0, None
-        record.add_response(stamp, tokens, text, final, server_ns)
+        record.add_content(tokens, text, final, server_ns)
         return final
 
-    async def _usable_stream(self) -> _Stream:
-        index = next(self._next) % len(self.streams)
-        stream = self.streams[index]
-        if stream.broken is not None:
+    async def _free_lane(self) -> _Lane:
+        """A lane with no request in flight: one is free per request in flight up to --streams; past that a new
+        lane (thread) shares a connection round robin. After a connection failure, the server must answer first."""
+        try:
+            lane = self.free.popleft()
+        except IndexError:
+            lane = _Lane(self, self.channels[len(self.lanes) % len(self.channels)], asyncio.get_running_loop(), self.free)
+            self.lanes.append(lane)
+        if lane.broken is not None:
             try:
                 assert self.stub is not None
                 await asyncio.to_thread(self.stub.ServerReady, pb.ServerReadyRequest(), timeout=2)
             except grpc.RpcError as exc:
+                self.free.append(lane)
                 raise TargetDown((exc.details() if isinstance(exc, grpc.Call) else None) or "server unreachable") from None
-            stream.close()
-            stream = self.streams[index] = _Stream(self, self.channels[index], asyncio.get_running_loop())
-        return stream
+            lane.broken = None
+        return lane
 
     async def send(self, request: BenchRequest, record: RequestRecord) -> None:
         payload = self.build(request, record.id).SerializeToString()
@@ -316,25 +368,29 @@ class TritonGrpcTarget(Target):
         record.output_tokens_source = self.info.output_tokens_source
         done = asyncio.get_running_loop().create_future()
         try:
-            stream = await self._usable_stream()
+            lane = await self._free_lane()
         except TargetDown as exc:
             record.sent_ns = now_ns()
             record.error_kind, record.error_message = "connection", str(exc)
             raise
-        stream.write(record, payload, done)
+        lane.submit(record, payload, done)
         await wait_done(done, record, self.request_timeout)
         if record.error_kind == "timeout":
-            stream.pending.pop(record.id, None)
+            lane.cancel(record)
         if not record.sent_ns:  # never handed to the transport
             record.sent_ns = now_ns()
 
     async def close(self) -> None:
-        streams, self.streams = self.streams, []
-        if streams:
-            await asyncio.to_thread(_close_all, streams)
+        lanes, self.lanes = self.lanes, []
+        self.free.clear()
+        if lanes:
+            await asyncio.to_thread(_close_all, lanes)
         for channel in self.channels:
             channel.close()
         self.channels = []
+        if self.switch_interval is not None:
+            sys.setswitchinterval(self.switch_interval)
+            self.switch_interval = None
 
 
 class TritonGrpcTokensTarget(TritonGrpcTarget):
@@ -371,7 +427,7 @@ class TritonGrpcTokensTarget(TritonGrpcTarget):
         # output_ids are counted directly: no return_num_output_tokens
         return [item for item in spec + self._common_inputs(n) if item[0] in self.inputs and item[0] != "return_num_output_tokens"]
 
-    def parse_response(self, response, record: RequestRecord, stamp: int) -> bool:
+    def parse_response(self, response, record: RequestRecord) -> bool:
         tokens = 0
         server_ns = None
         for output, raw in zip(response.outputs, response.raw_output_contents):
@@ -384,5 +440,5 @@ class TritonGrpcTokensTarget(TritonGrpcTarget):
                     record.server_perf = {}
                 record.server_perf[output.name] = struct.unpack_from("<q", raw, 0)[0]
         final = response.parameters["triton_final_response"].bool_param
-        record.add_response(stamp, tokens, None, final, server_ns)
+        record.add_content(tokens, None, final, server_ns)
         return final
