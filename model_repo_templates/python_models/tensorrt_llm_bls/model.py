@@ -129,6 +129,7 @@ class TritonPythonModel:
         self.preprocessing_model = params.get("preprocessing_model_name", "preprocessing")
         self.engine_decoupled = as_bool(params, "tensorrt_llm_decoupled", self.decoupled)
         self.output_names = {o["name"] for o in model_config.get("output", [])}
+        self.forwarded_outputs = [name for name in PASS_THROUGH_OUTPUTS if name in self.output_names]
         # Finished engine streams whose map entry may still be alive in the stub (module docstring).
         self.retired_streams: list = []
 
@@ -238,18 +239,16 @@ class TritonPythonModel:
         for response in self._engine_responses(engine_request, stream):
             if response.has_error():
                 reraise(pb_utils, response.error(), self.engine_model)
-            output_ids = pb_utils.get_output_tensor_by_name(response, "output_ids")
-            forwarded = {}
-            for name in PASS_THROUGH_OUTPUTS:
-                tensor = pb_utils.get_output_tensor_by_name(response, name)
-                if tensor is not None:
-                    forwarded[name] = tensor.as_numpy()
+            # One pass over the response's tensors (get_output_tensor_by_name scans them on each call).
+            outputs = {tensor.name(): tensor for tensor in response.output_tensors()}
+            output_ids = outputs.get("output_ids")
+            forwarded = {name: outputs[name].as_numpy() for name in self.forwarded_outputs if name in outputs}
             if output_ids is None:
                 if forwarded:
                     yield "", forwarded
                 continue
             ids = output_ids.as_numpy()
-            lengths = pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy().reshape(-1)
+            lengths = outputs["sequence_length"].as_numpy().reshape(-1)
             new_ids = ids.reshape(-1, ids.shape[-1])[0][: int(lengths[0])].tolist()
             piece = detok.push(new_ids)
             stop_at = self._stop_position(produced + piece, stop_words, len(produced))
