@@ -22,12 +22,13 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m trtllm_forge.bench.perf_analyzer install
 	touch $(STAMP)
 
-# Debian packages perf_analyzer links against (libb64.so.0d). Needs root; elsewhere it says what to run,
-# and the perf_analyzer tests skip with that reason.
+# Debian packages perf_analyzer links against (libb64.so.0d), and gdb (test_load_entrypoints watches which
+# thread of the BLS stub frees response iterators). Needs root; elsewhere it says what to run, and the
+# perf_analyzer tests skip with that reason (the gdb check is left out without gdb).
 system-deps:
-	@if dpkg -s libb64-0d >/dev/null 2>&1; then :; \
-	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libb64-0d; \
-	else echo "perf_analyzer needs libb64-0d: run 'sudo apt-get install libb64-0d' (or 'sudo make system-deps')"; fi
+	@if dpkg -s libb64-0d gdb >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libb64-0d gdb; \
+	else echo "perf_analyzer needs libb64-0d and the BLS load test gdb: run 'sudo apt-get install libb64-0d gdb' (or 'sudo make system-deps')"; fi
 
 # Optional, not part of `make test`: GenAI-Perf and AIPerf, each in its own venv (they fight our pins; install
 # took ~80 s and ~13 min here). Then: FORGE_GENAI_PERF=.venv-genai-perf/bin/genai-perf FORGE_AIPERF=.venv-aiperf/bin/aiperf

@@ -7,15 +7,26 @@ ids; streamed and not) gets twice the deployment's max_batch_size in flight; eve
 or error within a generous bound (never a stall; no speed is asserted), every python stub must be alive
 afterwards, and a normal request must still be answered correctly. Then a stub is SIGKILLed and the
 deployment must report itself unhealthy (`deploy status` and the readiness the deploy stage uses).
+
+Issue 16.2: the BLS stub died of heap corruption after a few rounds of streamed requests, and only sometimes:
+the stub's stub-to-parent thread freed finished BLS response iterators (and their numpy arrays) without the GIL
+while Python ran (the BLS model's docstring has the details). So the BLS streams round after round with the
+server log checked for the stub's death after each, and, where gdb is installed, a breakpoint on the stub's
+ResponseIterator destructor records which thread frees each iterator: none may be freed off the GIL by
+Stub::SendCleanupId. The breakpoint sees the cause on every run; the crash itself needs an unlucky interleaving.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +46,11 @@ IN_FLIGHT = 2 * MAX_BATCH_SIZE
 OUTPUT_TOKENS = 12
 # Generous on purpose: a busy 2-core machine is slow, but a stalled request never finishes at all.
 REQUEST_BOUND_S = 240.0
+# Before the fix the stub died within 2-4 rounds of 16 streamed requests of 64 tokens (bench_cpu_streaming.py),
+# and the breakpoint below saw 10 of 12 iterators freed by SendCleanupId in one round.
+STREAM_ROUNDS = 3
+STREAM_TOKENS = 32
+STUB_DIED = re.compile(r"malloc|fastbin|free\(\)|double free|corrupted|Segmentation fault|core dumped|Stub process .* is not healthy")
 PROMPTS = [
     "The capital of France is",
     "Write a haiku about the sea:",
@@ -119,6 +135,77 @@ def test_twice_max_batch_size_in_flight_never_stalls(loaded, model, stream):
 
     health = stub_health(deployment.pgid or deployment.pid, repository)
     assert health.healthy, health.problems()
+
+
+ITERATOR_FREES_GDB = """set pagination off
+handle all nostop noprint pass
+break triton::backend::python::ResponseIterator::~ResponseIterator
+commands
+silent
+printf "ITERATOR-FREED\\n"
+bt 4
+continue
+end
+continue
+detach
+quit
+"""
+
+
+@contextmanager
+def iterator_frees(stub_pid: int, scratch: Path):
+    """Yields a callable returning the backtraces (one string each) of the stub's ResponseIterator frees so far."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    script, out = scratch / "frees.gdb", scratch / "frees.txt"
+    script.write_text(ITERATOR_FREES_GDB)
+    with out.open("w") as sink:
+        gdb = subprocess.Popen(["gdb", "-p", str(stub_pid), "-batch", "-x", str(script)], stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while "Breakpoint 1 at" not in out.read_text(errors="replace"):
+            assert gdb.poll() is None and time.monotonic() < deadline, f"gdb did not attach: {out.read_text()[-2000:]}"
+            time.sleep(0.2)
+        yield lambda: out.read_text(errors="replace").split("ITERATOR-FREED")[1:]
+    finally:
+        gdb.send_signal(signal.SIGINT)  # interrupts `continue`; the script then detaches
+        try:
+            gdb.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            gdb.kill()
+            gdb.wait()
+
+
+def test_bls_streams_round_after_round_and_its_stub_survives(loaded, tmp_path):
+    deployment, repository, tokenizer = loaded
+    log = Path(deployment.log)
+    log_start = log.stat().st_size
+    bls_stubs = [pid for pid in _stub_pids(deployment.pid) if _model_of(pid) == "tensorrt_llm_bls"]
+    assert len(bls_stubs) == 1, bls_stubs
+
+    def one(prompt: str):
+        inputs = {"text_input": prompt, "max_tokens": STREAM_TOKENS, "stream": True}
+        return stream_request(deployment.grpc_url, "tensorrt_llm_bls", inputs, timeout_s=REQUEST_BOUND_S, raise_on_error=False)
+
+    with iterator_frees(bls_stubs[0], tmp_path) if shutil.which("gdb") else nullcontext() as frees:
+        for round_ in range(1, STREAM_ROUNDS + 1):
+            prompts = [PROMPTS[(round_ + i) % len(PROMPTS)] for i in range(2 * IN_FLIGHT)]
+            with ThreadPoolExecutor(max_workers=IN_FLIGHT) as pool:
+                results = list(pool.map(one, prompts))
+            with log.open("rb") as stream:
+                stream.seek(log_start)
+                written = stream.read().decode("utf-8", errors="replace")
+            died = [line for line in written.splitlines() if STUB_DIED.search(line)]
+            assert not died, f"round {round_}: the BLS stub died: {died[:4]}"
+            failed = [r.error for r in results if r.error]
+            assert not failed, f"round {round_}: {failed[:3]}"
+            assert all(len(r.responses) > 1 for r in results), f"round {round_}: a stream arrived in one piece"
+            health = stub_health(deployment.pgid or deployment.pid, repository)
+            assert health.healthy, f"round {round_}: {health.problems()}"
+        if frees is not None:
+            freed = frees()
+            off_gil = [bt for bt in freed if "SendCleanupId" in bt]
+            assert freed, "the breakpoint saw no BLS response iterator freed"
+            assert not off_gil, f"{len(off_gil)} of {len(freed)} BLS response iterators freed without the GIL:{off_gil[0]}"
 
 
 def test_after_the_load_every_stub_lives_and_answers(loaded):

@@ -8,12 +8,24 @@ What it adds over the ensemble: per-request incremental detokenization (streamed
 and multi-byte characters) and stop words applied to the text.
 
 One request at a time per instance, like NVIDIA's tensorrt_llm_bls; concurrency comes from more instances
-(`triton.instances.bls`, each its own stub process). Never from threads inside one stub: the python backend
-stub (2.51) turns every BLS response into numpy arrays without holding the GIL (Stub::ParentToStubMQMonitor
--> ProcessBLSResponseDecoupled -> PbTensor, and InferRequest::Exec after releasing the GIL), so Python code
-running in another thread of the same stub races with it. With a worker thread per request that corrupted
-the stub's heap under load (`malloc(): unaligned fastbin chunk detected`, a general protection fault in
-pymalloc_alloc under PbTensor::PbTensor; trtllm-forge issue 12).
+(`triton.instances.bls`, each its own stub process).
+
+Who frees a decoupled BLS stream (trtllm-forge issues 12 and 16.2). `exec(decoupled=True)` returns a
+ResponseIterator that the stub also keeps in its `response_iterator_map_`; the iterator holds every response
+of the stream, and each response's tensors hold numpy arrays. Consuming the final response enqueues a cleanup
+message; the stub's stub-to-parent thread (Stub::ServiceStubToParentRequests -> SendCleanupId) erases the map
+entry there, without taking the GIL. If Python has already dropped its reference by then, that erase is the
+last reference: ~ResponseIterator -> ~InferResponse -> ~PbTensor runs Py_DECREF/_Py_Dealloc on the arrays on
+that thread while this stub's main thread runs Python, which corrupted the heap under streaming load
+(`malloc(): unaligned fastbin chunk detected`). (Building the tensors is not the race: in the 2.51 stub
+InferResponse::LoadFromSharedMemory takes the GIL around PbTensor::LoadFromSharedMemory.) So every stream is
+consumed to its final response and its iterator stays referenced here until a `request.is_cancelled()` call has
+come back: that query travels through the same FIFO queue and thread after the cleanup message, so when it
+returns the map no longer holds the iterator and the last reference is dropped here, under the GIL. Sources:
+triton-inference-server/python_backend src/pb_stub.cc (SendCleanupId, ServiceStubToParentRequests,
+ProcessBLSResponseDecoupled), src/pb_response_iterator.cc, src/pb_cancel.cc, src/pb_tensor.cc (PbTensor from
+shared memory builds numpy arrays), src/infer_response.cc (GIL taken around the tensor loads); the 2.51 stub
+binary in nvidia-pytriton 0.7.0 was checked with gdb for the same calls.
 """
 
 from __future__ import annotations
@@ -117,9 +129,12 @@ class TritonPythonModel:
         self.preprocessing_model = params.get("preprocessing_model_name", "preprocessing")
         self.engine_decoupled = as_bool(params, "tensorrt_llm_decoupled", self.decoupled)
         self.output_names = {o["name"] for o in model_config.get("output", [])}
+        self.forwarded_outputs = [name for name in PASS_THROUGH_OUTPUTS if name in self.output_names]
+        # Finished engine streams whose map entry may still be alive in the stub (module docstring).
+        self.retired_streams: list = []
 
     def execute(self, requests):
-        # In this thread, one after another: see the module docstring for why there are no worker threads.
+        # In this thread, one after another (module docstring).
         if not self.decoupled:
             return [self._run_collecting(request) for request in requests]
         for request in requests:
@@ -130,35 +145,62 @@ class TritonPythonModel:
 
     def _run_collecting(self, request):
         """Non-decoupled: one response holding the whole text."""
+        stream: dict = {}
         try:
-            pieces, last = [], {}
-            for text, tensors in self._generate(request, streaming=False):
-                pieces.append(text)
-                last = tensors
-            return self._response("".join(pieces), last)
+            response = self._collect(request, stream)
         except Exception as exc:  # noqa: BLE001 - reported to the client, never crashes the stub
-            return pb_utils.InferenceResponse(error=triton_error(pb_utils, exc, "tensorrt_llm_bls"))
+            response = pb_utils.InferenceResponse(error=triton_error(pb_utils, exc, "tensorrt_llm_bls"))
+        self._release_engine_stream(request, stream)
+        return response
 
     def _run_streaming(self, request):
         sender = request.get_response_sender()
+        stream: dict = {}
+        last = None
         try:
-            streaming = bool(first(get(request, "stream"), False))
-            if streaming:
-                for text, tensors in self._generate(request, streaming=True):
+            if bool(first(get(request, "stream"), False)):
+                for text, tensors in self._generate(request, True, stream):
                     if text or tensors:
                         sender.send(self._response(text, tensors))
-                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             else:
-                pieces, last = [], {}
-                for text, tensors in self._generate(request, streaming=False):
-                    pieces.append(text)
-                    last = tensors
-                sender.send(self._response("".join(pieces), last), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                last = self._collect(request, stream)
         except Exception as exc:  # noqa: BLE001
-            sender.send(
-                pb_utils.InferenceResponse(error=triton_error(pb_utils, exc, "tensorrt_llm_bls")),
-                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
-            )
+            last = pb_utils.InferenceResponse(error=triton_error(pb_utils, exc, "tensorrt_llm_bls"))
+        # Before the final flag: after it the request may be released, and the release needs the request.
+        self._release_engine_stream(request, stream)
+        if last is None:
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        else:
+            sender.send(last, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    def _collect(self, request, stream: dict):
+        pieces, last = [], {}
+        for text, tensors in self._generate(request, False, stream):
+            pieces.append(text)
+            last = tensors
+        return self._response("".join(pieces), last)
+
+    def _release_engine_stream(self, request, stream: dict) -> None:
+        """Consume the engine stream to its end, then drop it only once the stub's map has let go of it
+        (module docstring): `is_cancelled()` returns after the stub-to-parent thread handled every message
+        queued before it, the stream's cleanup included."""
+        iterator = stream.pop("iterator", None)
+        if iterator is None:
+            return
+        if not stream.get("finished"):
+            try:
+                for _ in iterator:  # after a stop word or an error: the engine still ends the stream
+                    pass
+            except Exception as exc:  # noqa: BLE001 - the stream stays referenced; never crashes the stub
+                pb_utils.Logger.log_warn(f"tensorrt_llm_bls: engine stream not drained: {exc}")
+        self.retired_streams.append(iterator)
+        del iterator
+        try:
+            # A cancelled request answers from its cache without the round trip: keep the streams for the next call.
+            if not request.is_cancelled():
+                self.retired_streams.clear()
+        except Exception as exc:  # noqa: BLE001
+            pb_utils.Logger.log_warn(f"tensorrt_llm_bls: is_cancelled failed, engine streams kept: {exc}")
 
     def _response(self, text: str, tensors: dict):
         # 1-D, one string per request, like NVIDIA's BLS (its text_output is the postprocessing OUTPUT).
@@ -168,7 +210,7 @@ class TritonPythonModel:
                 outputs.append(pb_utils.Tensor(name, value))
         return pb_utils.InferenceResponse(output_tensors=outputs)
 
-    def _generate(self, request, streaming: bool):
+    def _generate(self, request, streaming: bool, stream: dict):
         """Yield (new text, engine outputs to forward) until the engine is done or a stop word is seen."""
         text_input = get(request, "text_input")
         max_tokens = get(request, "max_tokens")
@@ -194,28 +236,25 @@ class TritonPythonModel:
         if not exclude_input and not streaming:
             produced = prompt
             yield prompt, {}
-        holder: dict = {}
-        for response in self._engine_responses(engine_request, holder):
+        for response in self._engine_responses(engine_request, stream):
             if response.has_error():
                 reraise(pb_utils, response.error(), self.engine_model)
-            output_ids = pb_utils.get_output_tensor_by_name(response, "output_ids")
-            forwarded = {}
-            for name in PASS_THROUGH_OUTPUTS:
-                tensor = pb_utils.get_output_tensor_by_name(response, name)
-                if tensor is not None:
-                    forwarded[name] = tensor.as_numpy()
+            # One pass over the response's tensors (get_output_tensor_by_name scans them on each call).
+            outputs = {tensor.name(): tensor for tensor in response.output_tensors()}
+            output_ids = outputs.get("output_ids")
+            forwarded = {name: outputs[name].as_numpy() for name in self.forwarded_outputs if name in outputs}
             if output_ids is None:
                 if forwarded:
                     yield "", forwarded
                 continue
             ids = output_ids.as_numpy()
-            lengths = pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy().reshape(-1)
+            lengths = outputs["sequence_length"].as_numpy().reshape(-1)
             new_ids = ids.reshape(-1, ids.shape[-1])[0][: int(lengths[0])].tolist()
             piece = detok.push(new_ids)
             stop_at = self._stop_position(produced + piece, stop_words, len(produced))
             if stop_at is not None:
                 yield (produced + piece)[len(produced) : stop_at], forwarded
-                self._cancel(holder)
+                self._cancel(stream)
                 return
             produced += piece
             yield piece, forwarded
@@ -238,8 +277,8 @@ class TritonPythonModel:
         return best
 
     @staticmethod
-    def _cancel(holder: dict) -> None:
-        iterator = holder.get("iterator")
+    def _cancel(stream: dict) -> None:
+        iterator = stream.get("iterator")
         if iterator is not None and hasattr(iterator, "cancel"):
             try:
                 iterator.cancel()
@@ -311,12 +350,14 @@ class TritonPythonModel:
                 tensors.append(pb_utils.Tensor(target, value.reshape(1, 1) if source in SCALAR_INPUTS else value))
         return pb_utils.InferenceRequest(model_name=self.engine_model, inputs=tensors, requested_output_names=[])
 
-    def _engine_responses(self, engine_request, holder: dict):
+    def _engine_responses(self, engine_request, stream: dict):
+        """The engine's responses; a decoupled stream's iterator is left in `stream` for _release_engine_stream."""
         if self.engine_decoupled:
-            holder["iterator"] = engine_request.exec(decoupled=True)
-            for response in holder["iterator"]:
+            stream["iterator"] = engine_request.exec(decoupled=True)
+            for response in stream["iterator"]:
                 if response is None:
                     continue
                 yield response
+            stream["finished"] = True
         else:
             yield engine_request.exec()
