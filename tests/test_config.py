@@ -216,22 +216,12 @@ RULE_CASES = {
             model={"source": "smollm2-135m", "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
         ),
     ),
-    "fp8_needs_ada_or_newer": (
+    "quantization_fits_gpu": (
         merged(GPU_BASE, quantization={"algorithm": "fp8"}, hardware={"gpu": "A100-80GB"}),
         "quantization.algorithm",
         merged(GPU_BASE, quantization={"algorithm": "fp8"}, hardware={"gpu": "L40S"}),
     ),
-    "blackwell_rejects_int8_int4": (
-        merged(GPU_BASE, quantization={"algorithm": "int8_wo"}, hardware={"gpu": "B200"}),
-        "quantization.algorithm",
-        merged(GPU_BASE, quantization={"algorithm": "int8_wo"}, hardware={"gpu": "H100-SXM"}),
-    ),
-    "nvfp4_needs_blackwell": (
-        merged(GPU_BASE, quantization={"algorithm": "nvfp4"}, hardware={"gpu": "H100-SXM"}),
-        "quantization.algorithm",
-        merged(GPU_BASE, quantization={"algorithm": "nvfp4"}, hardware={"gpu": "B200"}),
-    ),
-    "openvino_supports": (
+    "cpu_backend_supports": (
         merged(CPU_BASE, quantization={"algorithm": "fp8"}),
         "quantization.algorithm",
         merged(CPU_BASE, quantization={"algorithm": "int8_wo"}),
@@ -335,12 +325,20 @@ def test_kv_reuse_impossible_with_int8_kv():
     assert any("int8 KV cache" in e for e in errors_of(data))
 
 
-def test_fp8_kv_cache_needs_ada():
-    assert_rejected(merged(GPU_BASE, quantization={"kv_cache": "fp8"}, hardware={"gpu": "A10G"}), "quantization.kv_cache")
-
-
-def test_blackwell_rejects_int8_kv():
-    assert_rejected(merged(GPU_BASE, quantization={"kv_cache": "int8"}, hardware={"gpu": "GB200"}), "quantization.kv_cache")
+# Each row of config/checks.py's GPU_QUANT_LIMITS: (quantization setting, a GPU that refuses it, one that takes it).
+@pytest.mark.parametrize(
+    ("quantization", "refused_on", "taken_on"),
+    [
+        ({"kv_cache": "fp8"}, "A10G", "L40S"),
+        ({"algorithm": "int8_wo"}, "B200", "H100-SXM"),
+        ({"kv_cache": "int8"}, "GB200", "H100-SXM"),
+        ({"algorithm": "nvfp4"}, "H100-SXM", "B200"),
+    ],
+)
+def test_quantization_limit_by_compute_capability(quantization, refused_on, taken_on):
+    field = "quantization." + next(iter(quantization))
+    assert_rejected(merged(GPU_BASE, quantization=quantization, hardware={"gpu": refused_on}), field)
+    assert errors_of(merged(GPU_BASE, quantization=quantization, hardware={"gpu": taken_on})) == []
 
 
 def test_draft_len_zero_rejected():
