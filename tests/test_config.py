@@ -10,6 +10,7 @@ import yaml
 
 from conftest import CONFIGS
 from cli_inprocess import run_in_process
+from tiny_checkpoint import write_checkpoint_config
 from trtllm_forge.config import load_config
 from trtllm_forge.config.checks import RULES
 from trtllm_forge.config.load import parse_config
@@ -348,22 +349,7 @@ def test_draft_len_zero_rejected():
 
 def test_rule_on_local_checkpoint_config(tmp_path):
     """Shape rules read a local checkpoint's config.json, which wins over the catalog."""
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    (ckpt / "config.json").write_text(
-        json.dumps(
-            {
-                "model_type": "llama",
-                "num_hidden_layers": 2,
-                "hidden_size": 64,
-                "num_attention_heads": 6,
-                "num_key_value_heads": 2,
-                "intermediate_size": 128,
-                "vocab_size": 100,
-                "max_position_embeddings": 512,
-            }
-        )
-    )
+    write_checkpoint_config(tmp_path / "ckpt", hidden_size=64, num_attention_heads=6, max_position_embeddings=512)
     config_file = tmp_path / "c.yaml"
     config_file.write_text(
         textwrap.dedent("""
