@@ -8,22 +8,19 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import CONFIGS, REPO
+from conftest import CONFIGS
 from cli_inprocess import run_in_process
+from cpu_repository import ENGINES, write_clean_cpu_repository
 
 from trtllm_forge.config import load_config
 from trtllm_forge.engine_config import read_engine_config
 from trtllm_forge.render.repository import write_repository
 from trtllm_forge.render.validate import check_repository
 
-ENGINES = REPO / "tests" / "fixtures" / "engines"
-
 
 @pytest.fixture(scope="module")
 def clean_repo(tmp_path_factory) -> Path:
-    workdir = tmp_path_factory.mktemp("clean")
-    config = load_config(CONFIGS / "smollm2-cpu.yaml")
-    return write_repository(config, workdir, read_engine_config(ENGINES / "smollm2-cpu"), "cpu", workdir / "model_repository").repository
+    return write_clean_cpu_repository(tmp_path_factory.mktemp("clean"))
 
 
 @pytest.fixture
