@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from trtllm_forge.build_result import BuildResult
+from trtllm_forge.stage_results import BuildResult
 from trtllm_forge.builders.onnxruntime import engine_json
 from trtllm_forge.builders.onnxruntime.plan import BACKEND, MODEL_FILES, OrtExportPlan, plan_export
 from trtllm_forge.builders.cpu_export import (
