@@ -314,6 +314,13 @@ def test_every_rule_has_a_case():
     assert set(RULES) == set(RULE_CASES)
 
 
+def test_every_cpu_backend_has_its_limits():
+    from trtllm_forge.config.checks import CPU_BACKEND_LIMITS
+    from trtllm_forge.config.schema import CPU_BACKENDS
+
+    assert set(CPU_BACKEND_LIMITS) == set(CPU_BACKENDS)
+
+
 @pytest.mark.parametrize("rule_name", sorted(RULE_CASES))
 def test_rule_rejects_and_neighbour_passes(rule_name):
     bad, field, good = RULE_CASES[rule_name]

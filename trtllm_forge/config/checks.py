@@ -52,16 +52,15 @@ INT4_ALGOS = {"int4_wo", "int4_awq", "w4a8_awq"}
 class CpuBackendLimits:
     """What a CPU engine backend serves: the quantization, KV cache and speculative modes it takes."""
 
-    name: str
     algorithms: frozenset[str]
     kv_caches: tuple[str, ...]
     speculative_modes: tuple[str, ...]
 
 
-CPU_BACKENDS = {
-    "openvino": CpuBackendLimits("openvino", frozenset(OPENVINO_ALGOS), ("int8", "none"), ("none", "draft_target", "prompt_lookup")),
+CPU_BACKEND_LIMITS = {
+    "openvino": CpuBackendLimits(frozenset(OPENVINO_ALGOS), ("int8", "none"), ("none", "draft_target", "prompt_lookup")),
     # ONNX Runtime GenAI: fp32/int8/int4 weights, an fp32 KV cache of max_seq_len per sequence, no speculative decoding.
-    "onnxruntime": CpuBackendLimits("onnxruntime", frozenset(ONNXRUNTIME_ALGOS), ("none",), ("none",)),
+    "onnxruntime": CpuBackendLimits(frozenset(ONNXRUNTIME_ALGOS), ("none",), ("none",)),
 }
 
 
@@ -197,26 +196,27 @@ def cpu_backend_supports(ctx: CheckContext) -> Iterator[ConfigError]:
     if ctx.is_trtllm:
         return
     cfg = ctx.config
-    limits = CPU_BACKENDS[cfg.engine.backend]
+    backend = cfg.engine.backend
+    limits = CPU_BACKEND_LIMITS[backend]
     if cfg.quantization.algorithm not in limits.algorithms:
         yield ConfigError(
             "quantization.algorithm",
-            f"{cfg.quantization.algorithm} is not available on the {limits.name} backend",
+            f"{cfg.quantization.algorithm} is not available on the {backend} backend",
             f"one of {', '.join(sorted(limits.algorithms))}",
         )
     if cfg.quantization.kv_cache not in limits.kv_caches:
         yield ConfigError(
             "quantization.kv_cache",
-            f"{cfg.quantization.kv_cache} KV cache is not available on {limits.name}",
+            f"{cfg.quantization.kv_cache} KV cache is not available on {backend}",
             f"use {' or '.join(limits.kv_caches)}",
         )
     if cfg.parallel.world_size != 1:
-        yield ConfigError("parallel.tp", f"the {limits.name} backend runs one process (tp * pp must be 1)", "set tp: 1 and pp: 1")
+        yield ConfigError("parallel.tp", f"the {backend} backend runs one process (tp * pp must be 1)", "set tp: 1 and pp: 1")
     if cfg.engine.max_beam_width != 1:
         yield ConfigError("engine.max_beam_width", "beam search is not served by the CPU engine model", "set 1")
     if cfg.engine.speculative.mode not in limits.speculative_modes:
         yield ConfigError(
-            "engine.speculative.mode", f"{cfg.engine.speculative.mode} is not available on {limits.name}", _one_of(limits.speculative_modes)
+            "engine.speculative.mode", f"{cfg.engine.speculative.mode} is not available on {backend}", _one_of(limits.speculative_modes)
         )
     if cfg.engine.backend == "openvino" and cfg.engine.kv_cache_type != "paged":
         yield ConfigError("engine.kv_cache_type", "the openvino engine always uses a paged KV cache", "set paged")
