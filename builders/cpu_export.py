@@ -67,6 +67,25 @@ def copy_tokenizer_files(checkpoint_dir: Path, engine_dir: Path) -> None:
             shutil.copy2(src, engine_dir / name)
 
 
+def stage_hash_values(config: Any, export: dict[str, Any], tools: dict[str, str], **extra: Any) -> dict[str, Any]:
+    """What the build stage's input hash covers on CPU: the export's settings (its argv left out: it holds paths),
+    the engine and quantization sections, trust_remote_code and the tool versions, plus the builder's `extra`."""
+    settings = {key: value for key, value in export.items() if key != "argv"}
+    return {
+        **extra,
+        "export": settings,
+        "engine": config.engine.model_dump(mode="json"),
+        "quantization": config.quantization.model_dump(mode="json"),
+        "trust_remote_code": config.model.trust_remote_code,
+        "tools": tools,
+    }
+
+
+def size_bytes(directory: Path) -> int:
+    """The files directly in `directory`, summed."""
+    return sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
+
+
 class CpuExportBuilder:
     """The `Builder` methods the CPU builders share: their plans describe themselves (`to_json`, with the argv lists
     under "commands") and list the files they write (`files`). Subclasses give plan, commands and execute."""

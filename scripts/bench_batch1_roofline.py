@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if variant.precision not in configs:
             config = cpu.precision_config(base, variant.precision)
             engine_dir = build_engine(config, root / variant.precision, checkpoint).engine_dir
+            assert engine_dir is not None  # an engine-target build
             configs[variant.precision] = (config, engine_dir)
         key = (variant.precision, variant.threads)
         if key not in pipelines:

@@ -202,7 +202,7 @@ def run_engine_in_process(config, engine_dir: Path, prompt_ids, max_tokens, refe
         handles = [
             pipeline.add_request(i, ov.Tensor(np.asarray([ids], dtype=np.int64)), generation_config(n)) for i, ids in enumerate(batch)
         ]
-        outputs = [[] for _ in batch]
+        outputs: list[list[int]] = [[] for _ in batch]
         while pipeline.has_non_finished_requests():
             pipeline.step()
             for i, handle in enumerate(handles):
@@ -242,6 +242,7 @@ def run_onnxruntime_in_process(
     data["runtime"].update({"enable_kv_cache_reuse": False, "enable_chunked_context": False})
     ort_config = type(config).model_validate({**data, "config_dir": str(config.config_dir)})
     engine_dir = build_onnxruntime(ort_config, workdir, checkpoint).engine_dir
+    assert engine_dir is not None  # an engine-target build
     sys.path.insert(0, str(REPO / "model_repo_templates" / "cpu" / "tensorrt_llm"))
     import ort_engine
 
@@ -498,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir = root / precision
         info(f"building the {precision} engine in {workdir} …")
         engine_dir = build_engine(config, workdir, checkpoint).engine_dir
+        assert engine_dir is not None  # an engine-target build
         nll, count = engine_nll(engine_dir, tokenizer)
         perplexity[f"engine {precision}"] = math.exp(nll / count)
         info(f"(c) engine in-process {precision} …")

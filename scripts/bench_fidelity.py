@@ -59,6 +59,7 @@ def _run(server, model: str, concurrency: int, n: int, tokens: int, out: Path, s
 
 
 def _reference(records) -> dict:
+    gaps: list[float]
     ttft, gaps, lag, zero, n_gaps, responses = [], [], [], 0, 0, 0
     for r in records:
         recv = [t for t, k in zip(r.recv_ns, r.tokens) if k > 0]

@@ -295,8 +295,8 @@ def render_table(document: dict[str, Any]) -> str:
         ours, peer = medians[(concurrency, "trtllm-forge")], medians[(concurrency, "llama.cpp")]
         parts = []
         for key, label in (("output_token_throughput_per_s", "tokens/s"), ("ttft_ms_p50", "TTFT p50"), ("tpot_ms_p50", "TPOT p50")):
-            if ours[key] and peer[key]:
-                parts.append(f"{label} {ours[key] / peer[key]:.2f}×")
+            if (mine := ours[key]) and (theirs := peer[key]):
+                parts.append(f"{label} {mine / theirs:.2f}×")
         lines.append(f"- concurrency {concurrency}, ours ÷ llama.cpp: " + (", ".join(parts) if parts else "no complete pair"))
     if failed:
         lines.append(f"- {len(failed)} failed runs (in the result file)")

@@ -1,5 +1,7 @@
 #!/usr/bin/env python
-"""Run mypy over the installed package layout: trtllm_forge plus the top-level folders that install as its subpackages.
+"""Run mypy over the installed package layout (trtllm_forge plus the top-level folders that install as its
+subpackages) and over the scripts in scripts/ (benchmarks and tools, each checked as a top-level module: they import
+each other that way), so a refactor that breaks a script's calls fails here instead of at its next run.
 
 pyproject.toml maps `builders/`, `plugins/` and `model_repo_templates/` to `trtllm_forge.builders` etc. (package-dir);
 the editable install serves that mapping through an import hook, which mypy does not run. So mypy would see
@@ -22,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "trtllm_forge"
+SCRIPTS = Path(__file__).resolve().parent
 TREE = ROOT / "build" / "typecheck"
 
 
@@ -47,7 +50,8 @@ def link_tree() -> dict[Path, Path]:
 
 def main(argv: list[str]) -> int:
     links = link_tree()
-    command = [sys.executable, "-m", "mypy", *argv, PACKAGE, *(str(link.relative_to(ROOT)) for link in links)]
+    targets = [PACKAGE, *(str(link.relative_to(ROOT)) for link in links), str(SCRIPTS.relative_to(ROOT))]
+    command = [sys.executable, "-m", "mypy", *argv, *targets]
     print(" ".join(command), flush=True)
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     output = result.stdout + result.stderr

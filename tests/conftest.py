@@ -269,6 +269,7 @@ def write_cpu_engine_repository(root: Path, engine_dir: Path, **params) -> Path:
     (model_dir / "config.pbtxt").write_text(cpu_engine_model_config(engine_dir, **params))
     (model_dir / "1" / "model.py").write_text(CPU_ENGINE_MODEL.read_text())
     shutil.copyfile(REPO / "model_repo_templates" / "python_models" / "request_checks.py", model_dir / "1" / "request_checks.py")
+    shutil.copyfile(CPU_ENGINE_MODEL.parent / "genai_settings.py", model_dir / "1" / "genai_settings.py")
     return root
 
 

@@ -10,6 +10,7 @@ import yaml
 
 from conftest import CONFIGS
 from cli_inprocess import run_in_process
+from tiny_checkpoint import write_checkpoint_config
 from trtllm_forge.config import load_config
 from trtllm_forge.config.checks import RULES
 from trtllm_forge.config.load import parse_config
@@ -216,22 +217,12 @@ RULE_CASES = {
             model={"source": "smollm2-135m", "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
         ),
     ),
-    "fp8_needs_ada_or_newer": (
+    "quantization_fits_gpu": (
         merged(GPU_BASE, quantization={"algorithm": "fp8"}, hardware={"gpu": "A100-80GB"}),
         "quantization.algorithm",
         merged(GPU_BASE, quantization={"algorithm": "fp8"}, hardware={"gpu": "L40S"}),
     ),
-    "blackwell_rejects_int8_int4": (
-        merged(GPU_BASE, quantization={"algorithm": "int8_wo"}, hardware={"gpu": "B200"}),
-        "quantization.algorithm",
-        merged(GPU_BASE, quantization={"algorithm": "int8_wo"}, hardware={"gpu": "H100-SXM"}),
-    ),
-    "nvfp4_needs_blackwell": (
-        merged(GPU_BASE, quantization={"algorithm": "nvfp4"}, hardware={"gpu": "H100-SXM"}),
-        "quantization.algorithm",
-        merged(GPU_BASE, quantization={"algorithm": "nvfp4"}, hardware={"gpu": "B200"}),
-    ),
-    "openvino_supports": (
+    "cpu_backend_supports": (
         merged(CPU_BASE, quantization={"algorithm": "fp8"}),
         "quantization.algorithm",
         merged(CPU_BASE, quantization={"algorithm": "int8_wo"}),
@@ -323,6 +314,13 @@ def test_every_rule_has_a_case():
     assert set(RULES) == set(RULE_CASES)
 
 
+def test_every_cpu_backend_has_its_limits():
+    from trtllm_forge.config.checks import CPU_BACKEND_LIMITS
+    from trtllm_forge.config.schema import CPU_BACKENDS
+
+    assert set(CPU_BACKEND_LIMITS) == set(CPU_BACKENDS)
+
+
 @pytest.mark.parametrize("rule_name", sorted(RULE_CASES))
 def test_rule_rejects_and_neighbour_passes(rule_name):
     bad, field, good = RULE_CASES[rule_name]
@@ -335,12 +333,20 @@ def test_kv_reuse_impossible_with_int8_kv():
     assert any("int8 KV cache" in e for e in errors_of(data))
 
 
-def test_fp8_kv_cache_needs_ada():
-    assert_rejected(merged(GPU_BASE, quantization={"kv_cache": "fp8"}, hardware={"gpu": "A10G"}), "quantization.kv_cache")
-
-
-def test_blackwell_rejects_int8_kv():
-    assert_rejected(merged(GPU_BASE, quantization={"kv_cache": "int8"}, hardware={"gpu": "GB200"}), "quantization.kv_cache")
+# Each row of config/checks.py's GPU_QUANT_LIMITS: (quantization setting, a GPU that refuses it, one that takes it).
+@pytest.mark.parametrize(
+    ("quantization", "refused_on", "taken_on"),
+    [
+        ({"kv_cache": "fp8"}, "A10G", "L40S"),
+        ({"algorithm": "int8_wo"}, "B200", "H100-SXM"),
+        ({"kv_cache": "int8"}, "GB200", "H100-SXM"),
+        ({"algorithm": "nvfp4"}, "H100-SXM", "B200"),
+    ],
+)
+def test_quantization_limit_by_compute_capability(quantization, refused_on, taken_on):
+    field = "quantization." + next(iter(quantization))
+    assert_rejected(merged(GPU_BASE, quantization=quantization, hardware={"gpu": refused_on}), field)
+    assert errors_of(merged(GPU_BASE, quantization=quantization, hardware={"gpu": taken_on})) == []
 
 
 def test_draft_len_zero_rejected():
@@ -350,22 +356,7 @@ def test_draft_len_zero_rejected():
 
 def test_rule_on_local_checkpoint_config(tmp_path):
     """Shape rules read a local checkpoint's config.json, which wins over the catalog."""
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    (ckpt / "config.json").write_text(
-        json.dumps(
-            {
-                "model_type": "llama",
-                "num_hidden_layers": 2,
-                "hidden_size": 64,
-                "num_attention_heads": 6,
-                "num_key_value_heads": 2,
-                "intermediate_size": 128,
-                "vocab_size": 100,
-                "max_position_embeddings": 512,
-            }
-        )
-    )
+    write_checkpoint_config(tmp_path / "ckpt", hidden_size=64, num_attention_heads=6, max_position_embeddings=512)
     config_file = tmp_path / "c.yaml"
     config_file.write_text(
         textwrap.dedent("""

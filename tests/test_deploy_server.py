@@ -170,11 +170,16 @@ def test_broken_model_fails_with_log_tail_and_leaves_nothing(tmp_path, write_con
     assert not group_alive(state["pgid"])
 
 
-def test_readiness_timeout_stops_the_server(tmp_path, write_config):
-    repo = tmp_path / "repo"
+def _slow_repository(repo: Path) -> Path:
+    """A repository whose one model takes long to load (_SLOW_MODEL)."""
     (repo / "slow" / "1").mkdir(parents=True)
     (repo / "slow" / "config.pbtxt").write_text(_PROBE_CONFIG)
     (repo / "slow" / "1" / "model.py").write_text(_SLOW_MODEL)
+    return repo
+
+
+def test_readiness_timeout_stops_the_server(tmp_path, write_config):
+    repo = _slow_repository(tmp_path / "repo")
     workdir = tmp_path / "wd"
     result = run_cli("deploy", str(write_config(CONFIG)), "--workdir", str(workdir), "--repository", str(repo), "--timeout", "3")
     assert result.returncode == 1
@@ -208,10 +213,7 @@ def test_serving_stops_the_server_on_errors(tmp_path):
 
 
 def test_ctrl_c_while_waiting_stops_the_server(tmp_path, write_config):
-    repo = tmp_path / "repo"
-    (repo / "slow" / "1").mkdir(parents=True)
-    (repo / "slow" / "config.pbtxt").write_text(_PROBE_CONFIG)
-    (repo / "slow" / "1" / "model.py").write_text(_SLOW_MODEL)
+    repo = _slow_repository(tmp_path / "repo")
     workdir = tmp_path / "wd"
     argv = [sys.executable, "-m", "trtllm_forge", "deploy", str(write_config(CONFIG)), "--workdir", str(workdir), "--repository", str(repo)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -13,17 +13,8 @@ from trtllm_forge.cli import cli
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.dtypes import ENGINE_DEFAULT_DTYPES, resolve_model_dtype, stored_dtype
 
-LLAMA = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "num_hidden_layers": 2,
-    "hidden_size": 256,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "intermediate_size": 512,
-    "vocab_size": 1000,
-    "max_position_embeddings": 4096,
-}
+from tiny_checkpoint import write_checkpoint_config
+
 ENGINES = {
     "tensorrt-llm": {"backend": "tensorrt-llm", "max_batch_size": 4, "max_input_len": 512, "max_seq_len": 1024, "max_num_tokens": 2048},
     "openvino": {
@@ -39,9 +30,7 @@ HARDWARE = {"tensorrt-llm": "H100-SXM", "openvino": "cpu"}
 
 
 def checkpoint(directory: Path, **declared) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps({**LLAMA, **declared}))
-    return directory
+    return write_checkpoint_config(directory, **declared)
 
 
 def config_for(source: str | Path, backend: str, dtype: str = "auto") -> ForgeConfig:

@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_inprocess import run_in_process
-from conftest import CONFIGS, REPO
+from conftest import CONFIGS
+from cpu_repository import write_clean_cpu_repository
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from trtllm_forge.config import ForgeConfig, load_config
+from trtllm_forge.config import ForgeConfig
 
 EXAMPLES = int(os.environ.get("FORGE_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(
@@ -195,13 +196,7 @@ def test_config_loading_never_crashes_and_names_file_and_field(tmp_path_factory,
 
 @pytest.fixture(scope="module")
 def clean_repository(tmp_path_factory) -> Path:
-    from trtllm_forge.engine_config import read_engine_config
-    from trtllm_forge.render.repository import write_repository
-
-    workdir = tmp_path_factory.mktemp("fuzz-clean")
-    config = load_config(CONFIGS / "smollm2-cpu.yaml")
-    engine = read_engine_config(REPO / "tests" / "fixtures" / "engines" / "smollm2-cpu")
-    return write_repository(config, workdir, engine, "cpu", workdir / "model_repository").repository
+    return write_clean_cpu_repository(tmp_path_factory.mktemp("fuzz-clean"))
 
 
 PBTXT_EDITS = ("data_type", "dims", "name", "truncate", "bytes", "parameter", "drop_version", "loop", "brace", "key")

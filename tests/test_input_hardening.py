@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 from cli_inprocess import run_in_process
-from conftest import CONFIGS, REPO
+from conftest import REPO
+from cpu_repository import write_clean_cpu_repository
 
 from trtllm_forge.config import load_config
 from trtllm_forge.errors import ConfigError
@@ -222,13 +223,7 @@ def test_render_never_writes_outside_the_repository(write_config, tmp_path):
 
 @pytest.fixture(scope="module")
 def clean_repository(tmp_path_factory) -> Path:
-    from trtllm_forge.engine_config import read_engine_config
-    from trtllm_forge.render.repository import write_repository
-
-    workdir = tmp_path_factory.mktemp("clean")
-    config = load_config(CONFIGS / "smollm2-cpu.yaml")
-    engine = read_engine_config(REPO / "tests" / "fixtures" / "engines" / "smollm2-cpu")
-    return write_repository(config, workdir, engine, "cpu", workdir / "model_repository").repository
+    return write_clean_cpu_repository(tmp_path_factory.mktemp("clean"))
 
 
 @pytest.fixture

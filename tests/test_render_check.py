@@ -8,22 +8,19 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import CONFIGS, REPO
+from conftest import CONFIGS
 from cli_inprocess import run_in_process
+from cpu_repository import ENGINES, write_clean_cpu_repository
 
 from trtllm_forge.config import load_config
 from trtllm_forge.engine_config import read_engine_config
 from trtllm_forge.render.repository import write_repository
 from trtllm_forge.render.validate import check_repository
 
-ENGINES = REPO / "tests" / "fixtures" / "engines"
-
 
 @pytest.fixture(scope="module")
 def clean_repo(tmp_path_factory) -> Path:
-    workdir = tmp_path_factory.mktemp("clean")
-    config = load_config(CONFIGS / "smollm2-cpu.yaml")
-    return write_repository(config, workdir, read_engine_config(ENGINES / "smollm2-cpu"), "cpu", workdir / "model_repository").repository
+    return write_clean_cpu_repository(tmp_path_factory.mktemp("clean"))
 
 
 @pytest.fixture
@@ -37,6 +34,12 @@ def edit(path: Path, old: str, new: str, count: int = 1) -> None:
     text = path.read_text()
     assert old in text, f"{old!r} not in {path}"
     path.write_text(text.replace(old, new, count))
+
+
+def add_tensor(path: Path, kind: str, name: str, data_type: str, dims: str, optional: bool = False) -> None:
+    """Declare one more `input` or `output` (kind) before the config's first one."""
+    extra = "  optional: true\n" if optional else ""
+    edit(path, f"{kind} {{", f'{kind} {{\n  name: "{name}"\n  data_type: {data_type}\n  dims: {dims}\n{extra}}}\n{kind} {{')
 
 
 def errors(repo: Path) -> list:
@@ -135,20 +138,12 @@ def test_fault_ensemble_batch_above_a_composing_model(repo):
 
 
 def test_fault_ensemble_input_feeds_nothing(repo):
-    edit(
-        repo / "ensemble" / "config.pbtxt",
-        "input {",
-        'input {\n  name: "unused_knob"\n  data_type: TYPE_FP32\n  dims: [1]\n  optional: true\n}\ninput {',
-    )
+    add_tensor(repo / "ensemble" / "config.pbtxt", "input", "unused_knob", "TYPE_FP32", "[1]", optional=True)
     assert_found(repo, r"ensemble input 'unused_knob' feeds no step", "ensemble/config.pbtxt")
 
 
 def test_fault_ensemble_output_never_produced(repo):
-    edit(
-        repo / "ensemble" / "config.pbtxt",
-        "output {",
-        'output {\n  name: "ghost_output"\n  data_type: TYPE_INT32\n  dims: [1]\n}\noutput {',
-    )
+    add_tensor(repo / "ensemble" / "config.pbtxt", "output", "ghost_output", "TYPE_INT32", "[1]")
     assert_found(repo, r"ensemble output 'ghost_output' is produced by no step", "ensemble/config.pbtxt")
 
 
@@ -193,18 +188,12 @@ def test_fault_warmup_on_the_ensemble(repo):
 
 
 def test_fault_duplicate_input(repo):
-    edit(
-        repo / "postprocessing" / "config.pbtxt",
-        "input {",
-        'input {\n  name: "SEQUENCE_LENGTH"\n  data_type: TYPE_INT32\n  dims: [-1]\n}\ninput {',
-    )
+    add_tensor(repo / "postprocessing" / "config.pbtxt", "input", "SEQUENCE_LENGTH", "TYPE_INT32", "[-1]")
     assert_found(repo, r"input 'SEQUENCE_LENGTH' is declared twice", "postprocessing/config.pbtxt")
 
 
 def test_duplicate_output_is_only_a_warning(repo):
-    edit(
-        repo / "ensemble" / "config.pbtxt", "output {", 'output {\n  name: "batch_index"\n  data_type: TYPE_INT32\n  dims: [1]\n}\noutput {'
-    )
+    add_tensor(repo / "ensemble" / "config.pbtxt", "output", "batch_index", "TYPE_INT32", "[1]")
     problems = check_repository(repo)
     assert any(p.level == "warning" and "declared twice" in p.message for p in problems)
     assert errors(repo) == []

@@ -14,7 +14,7 @@ from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.deploy import launch as deploy_launch
 from trtllm_forge.deploy import targets
 from trtllm_forge.deploy.discovery import find_tritonserver
-from trtllm_forge.deploy.server_argv import PORT_NAMES, tritonserver_args
+from trtllm_forge.deploy.server_argv import PORT_NAMES, tritonserver_argv
 from trtllm_forge.render import launch as render_launch
 
 PARAMETERS = {"model-repository", "backend-directory", *(f"{n}-port" for n in PORT_NAMES), *(f"{n}-address" for n in PORT_NAMES)}
@@ -99,8 +99,9 @@ def test_launch_sh_carries_the_flags_the_local_deploy_passes(setup):
 
 
 def test_leader_mode_ranks_differ_only_in_what_they_load():
-    leader = flags(tritonserver_args("/repo", {"http": 1, "grpc": 2, "metrics": 3}, "0.0.0.0"))
-    worker = flags(tritonserver_args("/repo", {"http": 1, "grpc": 2, "metrics": 3}, "0.0.0.0", rank=2, engine_model="tensorrt_llm"))
+    ports = {"http": 1, "grpc": 2, "metrics": 3}
+    leader = flags(tritonserver_argv("tritonserver", "/repo", ports, "0.0.0.0")[1:])
+    worker = flags(tritonserver_argv("tritonserver", "/repo", ports, "0.0.0.0", rank=2, engine_model="tensorrt_llm")[1:])
     assert worker.pop("load-model") == "tensorrt_llm" and worker.pop("model-control-mode") == "explicit"
     assert leader.pop("model-control-mode") == "none"
     assert worker.pop("backend-config") == "python,shm-region-prefix-name=prefix2_"

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tiny_checkpoint import write_checkpoint_config
+
 FAKE_QUANTIZE = """
 import argparse, json, os, pathlib, sys
 if os.environ.get("FAKE_FAIL") == "quantize":
@@ -104,24 +106,7 @@ def fake_trtllm(tmp_path):
 
 @pytest.fixture
 def gpu_project(tmp_path):
-    hf = tmp_path / "hf-llama"
-    hf.mkdir()
-    (hf / "config.json").write_text(
-        json.dumps(
-            {
-                "model_type": "llama",
-                "architectures": ["LlamaForCausalLM"],
-                "torch_dtype": "bfloat16",
-                "num_hidden_layers": 2,
-                "hidden_size": 256,
-                "num_attention_heads": 4,
-                "num_key_value_heads": 2,
-                "intermediate_size": 512,
-                "vocab_size": 1000,
-                "max_position_embeddings": 4096,
-            }
-        )
-    )
+    hf = write_checkpoint_config(tmp_path / "hf-llama", torch_dtype="bfloat16")
     calib = tmp_path / "calib.jsonl"
     calib.write_text("".join(json.dumps({"text": f"calibration sample {i}"}) + "\n" for i in range(20)))
     plugin = tmp_path / "libfake_plugin.so"

@@ -19,22 +19,16 @@ import numpy as np
 
 from trtllm_forge.errors import StepError
 
-# Triton config data_type -> (wire datatype, numpy dtype)
-_TYPES: dict[str, tuple[str, Any]] = {
-    "TYPE_BOOL": ("BOOL", np.bool_),
-    "TYPE_UINT8": ("UINT8", np.uint8),
-    "TYPE_UINT16": ("UINT16", np.uint16),
-    "TYPE_UINT32": ("UINT32", np.uint32),
-    "TYPE_UINT64": ("UINT64", np.uint64),
-    "TYPE_INT8": ("INT8", np.int8),
-    "TYPE_INT16": ("INT16", np.int16),
-    "TYPE_INT32": ("INT32", np.int32),
-    "TYPE_INT64": ("INT64", np.int64),
-    "TYPE_FP16": ("FP16", np.float16),
-    "TYPE_FP32": ("FP32", np.float32),
-    "TYPE_FP64": ("FP64", np.float64),
-    "TYPE_STRING": ("BYTES", np.object_),
-}
+
+def _wire_type(data_type: str) -> tuple[str, Any]:
+    """A config data_type (TYPE_FP32) as (wire datatype, numpy dtype), by tritonclient's own table."""
+    from tritonclient.utils import triton_to_np_dtype
+
+    wire = "BYTES" if data_type == "TYPE_STRING" else data_type.removeprefix("TYPE_")
+    dtype = triton_to_np_dtype(wire)
+    if dtype is None:
+        raise StepError("client", f"input data_type {data_type} has no numpy type in tritonclient", "a TYPE_* of Triton's model config")
+    return wire, dtype
 
 
 def grpc_url_of(target: Any) -> str:
@@ -100,7 +94,7 @@ def make_inputs(values: dict[str, Any], specs: dict[str, dict], batched: bool) -
     for name, value in values.items():
         if name not in specs:
             raise StepError("client", f"model has no input named {name!r}", f"its inputs: {', '.join(sorted(specs))}")
-        wire, dtype = _TYPES[specs[name]["data_type"]]
+        wire, dtype = _wire_type(specs[name]["data_type"])
         if dtype is np.object_:
             items = value if isinstance(value, (list, tuple)) else [value]
             array = np.array([v.encode() if isinstance(v, str) else v for v in items], dtype=np.object_)

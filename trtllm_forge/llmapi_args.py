@@ -128,10 +128,8 @@ TORCH_LLM_ARGS = (
     "attention_dp_config",
     "disable_overlap_scheduler",
     "moe_config",
-    "nvfp4_gemm_config",
     "attn_backend",
     "sampler_type",
-    "sampler_force_async_worker",
     "enable_iter_perf_stats",
     "enable_iter_req_stats",
     "print_iter_log",
@@ -150,34 +148,26 @@ TORCH_LLM_ARGS = (
     "kv_connector_config",
     "mm_encoder_only",
     "ray_worker_extension_cls",
-    "ray_placement_config",
-    "enable_sleep",
-    "use_cute_dsl_blockscaling_mm",
-    "use_cute_dsl_blockscaling_bmm",
-    "disable_flashinfer_sampling",
-    "max_stats_len",
-    "layer_wise_benchmarks_config",
     # quant_config is a property of TorchLlmArgs (settable); the engine path (TrtLlmArgs) has it as a field.
     "quant_config",
-    "ray_worker_nsight_options",  # in the 1.3.0rc7 reference
     "build_config",  # the 1.1-era TorchLlmArgs keeps it as a deprecated dummy; not in the 1.3.0rc7 reference
 )
-TOP_LEVEL = frozenset(BASE_LLM_ARGS + TORCH_LLM_ARGS)
 # In the 1.3.0rc7 reference but not in the 1.1-era TorchLlmArgs: whether 1.2.x has them is uncertain (accepted).
 AFTER_1_1 = frozenset(
     (
         "nvfp4_gemm_config",
         "sampler_force_async_worker",
         "ray_placement_config",
-        "ray_worker_nsight_options",
         "enable_sleep",
         "use_cute_dsl_blockscaling_mm",
         "use_cute_dsl_blockscaling_bmm",
         "disable_flashinfer_sampling",
         "max_stats_len",
         "layer_wise_benchmarks_config",
+        "ray_worker_nsight_options",
     )
 )
+TOP_LEVEL = frozenset(BASE_LLM_ARGS + TORCH_LLM_ARGS) | AFTER_1_1
 
 # Nested configs whose keys are checked too (others are passed through unchecked).
 NESTED: dict[str, frozenset[str]] = {

@@ -274,53 +274,42 @@ def run_stage(
     """
     workdir.mkdir(parents=True, exist_ok=True)
     with stage_lock(workdir, name):
-        return _run_stage_locked(workdir, name, values, input_paths, body, force)
+        remove_stale(workdir, name)
+        final = workdir / name
+        input_hash = hash_inputs(values, input_paths)
+        previous = read_manifest(final)
+        if previous and previous.get("input_hash") == input_hash and not force:
+            info(f"[green]✓[/green] {name}: inputs unchanged, skipped (use --force to redo) → {final}")
+            return StageResult(name, final, True, previous)
 
-
-def _run_stage_locked(
-    workdir: Path,
-    name: str,
-    values: Mapping[str, Any],
-    input_paths: Mapping[str, Path],
-    body: Callable[[Path, StageRecorder], Mapping[str, Any]],
-    force: bool,
-) -> StageResult:
-    remove_stale(workdir, name)
-    final = workdir / name
-    input_hash = hash_inputs(values, input_paths)
-    previous = read_manifest(final)
-    if previous and previous.get("input_hash") == input_hash and not force:
-        info(f"[green]✓[/green] {name}: inputs unchanged, skipped (use --force to redo) → {final}")
-        return StageResult(name, final, True, previous)
-
-    recorder = StageRecorder(stage=name, logs_dir=workdir / "logs")
-    # Named by the run id its children carry, so a later run can find what a killed one left running.
-    tmp = workdir / f".{name}{TMP_INFIX}{recorder.run_id}"
-    tmp.mkdir()
-    tmp.chmod(0o755)  # stage outputs are read by servers and containers as other users
-    started = time.time()
-    try:
-        with terminate_as_error(name, workdir), console.status(f"{name} …"):
-            outputs = dict(body(tmp, recorder))
-        manifest: dict[str, Any] = {
-            "stage": name,
-            "status": "ok",
-            "input_hash": input_hash,
-            "inputs": {"values": dict(values), "paths": {k: str(v) for k, v in input_paths.items()}},
-            "tool_versions": {"trtllm-forge": __version__, **recorder.tool_versions},
-            "commands": [asdict(c) for c in recorder.commands],
-            "timings": {**recorder.timings, "total_s": round(time.time() - started, 3)},
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-            "notes": recorder.notes,
-            "outputs": outputs,
-        }
-        write_json_atomic(tmp / MANIFEST, manifest)
-        replace_directory(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    info(f"[green]✓[/green] {name}: done in {manifest['timings']['total_s']:.1f}s → {final}")
-    return StageResult(name, final, False, manifest)
+        recorder = StageRecorder(stage=name, logs_dir=workdir / "logs")
+        # Named by the run id its children carry, so a later run can find what a killed one left running.
+        tmp = workdir / f".{name}{TMP_INFIX}{recorder.run_id}"
+        tmp.mkdir()
+        tmp.chmod(0o755)  # stage outputs are read by servers and containers as other users
+        started = time.time()
+        try:
+            with terminate_as_error(name, workdir), console.status(f"{name} …"):
+                outputs = dict(body(tmp, recorder))
+            manifest: dict[str, Any] = {
+                "stage": name,
+                "status": "ok",
+                "input_hash": input_hash,
+                "inputs": {"values": dict(values), "paths": {k: str(v) for k, v in input_paths.items()}},
+                "tool_versions": {"trtllm-forge": __version__, **recorder.tool_versions},
+                "commands": [asdict(c) for c in recorder.commands],
+                "timings": {**recorder.timings, "total_s": round(time.time() - started, 3)},
+                "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+                "notes": recorder.notes,
+                "outputs": outputs,
+            }
+            write_json_atomic(tmp / MANIFEST, manifest)
+            replace_directory(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        info(f"[green]✓[/green] {name}: done in {manifest['timings']['total_s']:.1f}s → {final}")
+        return StageResult(name, final, False, manifest)
 
 
 def replace_directory(new: Path, final: Path) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from trtllm_forge.build_result import BuildResult
+from trtllm_forge.stage_results import BuildResult
 from trtllm_forge.builders.onnxruntime import engine_json
 from trtllm_forge.builders.onnxruntime.plan import BACKEND, MODEL_FILES, OrtExportPlan, plan_export
 from trtllm_forge.builders.cpu_export import (
@@ -21,6 +21,8 @@ from trtllm_forge.builders.cpu_export import (
     check_export,
     copy_tokenizer_files,
     package_versions,
+    size_bytes,
+    stage_hash_values,
 )
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.engine_config import ENGINE_CONFIG
@@ -75,16 +77,7 @@ def plan_build(config: ForgeConfig, workdir: Path, checkpoint_dir: Path) -> Buil
 
 
 def _hash_values(config: ForgeConfig, plan: OrtExportPlan) -> dict:
-    export = plan.to_json()
-    export.pop("argv")  # holds paths; the meaningful parts are the fields beside it
-    return {
-        "backend": BACKEND,
-        "export": export,
-        "engine": config.engine.model_dump(mode="json"),
-        "quantization": config.quantization.model_dump(mode="json"),
-        "trust_remote_code": config.model.trust_remote_code,
-        "tools": tool_versions(),
-    }
+    return stage_hash_values(config, plan.to_json(), tool_versions(), backend=BACKEND)
 
 
 class OnnxRuntimeBuilder(CpuExportBuilder):
@@ -126,14 +119,13 @@ def _execute(config: ForgeConfig, workdir: Path, recorded: BuildPlan, force: boo
         check_export(engine_dir, MODEL_FILES)
         copy_tokenizer_files(checkpoint_dir, engine_dir)
         engine_json.write(engine_dir, checkpoint_dir, config, recorded.export, versions["onnxruntime-genai"], versions)
-        size = sum(p.stat().st_size for p in engine_dir.iterdir() if p.is_file())
         return {
             "target": "engine",
             "engine_dir": str(recorded.engine_dir),
             "backend": BACKEND,
             "precision": run_plan.precision,
             "block_size": run_plan.block_size,
-            "size_bytes": size,
+            "size_bytes": size_bytes(engine_dir),
         }
 
     return BuildResult.from_stage(

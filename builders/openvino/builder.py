@@ -29,6 +29,8 @@ from trtllm_forge.builders.cpu_export import (
     copy_tokenizer_files,
     package_version,
     package_versions,
+    size_bytes,
+    stage_hash_values,
 )
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.engine_config import ENGINE_CONFIG
@@ -83,16 +85,7 @@ def plan_build(config: ForgeConfig, workdir: Path, checkpoint_dir: Path) -> Buil
 
 
 def _hash_values(config: ForgeConfig, plan: ExportPlan) -> dict:
-    export = plan.to_json()
-    export.pop("argv")  # holds paths; the meaningful parts are the fields beside it
-    return {
-        "export": export,
-        "engine": config.engine.model_dump(mode="json"),
-        "quantization": config.quantization.model_dump(mode="json"),
-        "model_dtype": config.model.dtype,
-        "trust_remote_code": config.model.trust_remote_code,
-        "tools": tool_versions(),
-    }
+    return stage_hash_values(config, plan.to_json(), tool_versions(), model_dtype=config.model.dtype)
 
 
 def _export_draft(draft: DraftPlan, recorder: StageRecorder) -> None:
@@ -148,7 +141,6 @@ def _execute(config: ForgeConfig, workdir: Path, recorded: BuildPlan, force: boo
         engine_json.write(engine_dir, config, recorded.export, genai_version(), versions, recorded.draft)
         if recorded.export.awq and not recorded.export.calibration_file:
             recorder.notes.append("int4_awq without quantization.calibration.dataset: data-free AWQ was applied")
-        size = sum(p.stat().st_size for p in engine_dir.iterdir() if p.is_file())
         llmapi_outputs = {}
         if recorded.model_yaml:
             from trtllm_forge.builders.tensorrt_llm.llmapi import write_model_yaml
@@ -161,7 +153,7 @@ def _execute(config: ForgeConfig, workdir: Path, recorded: BuildPlan, force: boo
             "weight_format": run_plan.weight_format,
             "inference_precision": run_plan.inference_precision,
             "kv_cache_precision": run_plan.kv_cache_precision,
-            "size_bytes": size,
+            "size_bytes": size_bytes(engine_dir),
         }
 
     return BuildResult.from_stage(run_stage(workdir, STAGE, _hash_values(config, recorded.export), input_paths, body, force=force))

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from trtllm_forge.config.checks import shape_for
-from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.config.schema import ForgeConfig, ParallelConfig
 from trtllm_forge.dtypes import resolve_model_dtype
 from trtllm_forge.errors import ConfigError, ConfigErrors
 from trtllm_forge.hardware import find_device
@@ -29,7 +29,7 @@ from trtllm_forge.builders.tensorrt_llm.adjust import (
     effective_build,
 )
 from trtllm_forge.builders.tensorrt_llm.plugins import CustomPlugin, custom_plugins, draft_plugin_flags, plugin_flags, preload_value
-from trtllm_forge.builders.tensorrt_llm.quant import QuantChoice, capability_problems, choose, plain, sm_of
+from trtllm_forge.builders.tensorrt_llm.quant import CONVERT_WEIGHT_ONLY, QuantChoice, capability_problems, choose, plain, sm_of
 from trtllm_forge.builders.tensorrt_llm.spec import TOOL_TABLES, Spec, load_spec
 
 PYTHON = "python3"
@@ -244,15 +244,14 @@ def _quantize_step(
     )
 
 
-def _convert_step(
-    config: ForgeConfig, family: str, choice: QuantChoice | None, model_dir: str, dtype: str, out: str, spec: Spec, name: str = "convert"
-) -> Step:
-    par = config.parallel
-    argv = [
+def _converter_argv(script: str, model_dir: str, out: str, dtype: str, par: ParallelConfig, *model_flags: str) -> list[str]:
+    """The flags every convert_checkpoint.py (one per family, EAGLE's) takes; `model_flags` name further model inputs."""
+    return [
         PYTHON,
-        _script(spec, family),
+        script,
         "--model_dir",
         model_dir,
+        *model_flags,
         "--output_dir",
         out,
         "--dtype",
@@ -262,43 +261,39 @@ def _convert_step(
         "--pp_size",
         str(par.pp),
     ]
+
+
+def _converter_step(name: str, tool: str, argv: list[str], choice: QuantChoice | None, par: ParallelConfig, out: str, what: str) -> Step:
+    """`argv` plus the weight-only and worker flags every converter takes, as a step writing a checkpoint to `out`."""
+    if choice and choice.algorithm in CONVERT_WEIGHT_ONLY:
+        argv = [*argv, "--use_weight_only", "--weight_only_precision", CONVERT_WEIGHT_ONLY[choice.algorithm]]
+    if par.world_size > 1:
+        argv = [*argv, "--workers", str(min(par.world_size, 8))]
+    return Step(name, tool, argv, [f"{out}/config.json", f"{out}/rank*.safetensors"], what, env=dict(OFFLINE_ENV))
+
+
+def _convert_step(
+    config: ForgeConfig, family: str, choice: QuantChoice | None, model_dir: str, dtype: str, out: str, spec: Spec, name: str = "convert"
+) -> Step:
+    par = config.parallel
+    argv = _converter_argv(_script(spec, family), model_dir, out, dtype, par)
     if par.moe_tp is not None:
         argv += ["--moe_tp_size", str(par.moe_tp)]
     if par.moe_ep is not None:
         argv += ["--moe_ep_size", str(par.moe_ep)]
-    if choice and choice.algorithm in ("int8_wo", "int4_wo"):
-        argv += ["--use_weight_only", "--weight_only_precision", choice.algorithm.split("_")[0]]
-    if par.world_size > 1:
-        argv += ["--workers", str(min(par.world_size, 8))]
     tool = "qwen/convert_checkpoint.py" if family == "qwen2" else "convert_checkpoint.py"
-    return Step(
-        name,
-        tool,
-        argv,
-        [f"{out}/config.json", f"{out}/rank*.safetensors"],
-        f"convert the Hugging Face checkpoint ({family}) to a TensorRT-LLM checkpoint",
-        env=dict(OFFLINE_ENV),
+    return _converter_step(
+        name, tool, argv, choice, par, out, f"convert the Hugging Face checkpoint ({family}) to a TensorRT-LLM checkpoint"
     )
 
 
 def _eagle_step(config: ForgeConfig, choice: QuantChoice, model_dir: str, dtype: str, out: str, spec: Spec) -> Step:
     par, sp = config.parallel, config.engine.speculative
     assert sp.draft_model is not None  # config/checks.py requires it for this mode
-    argv = [
-        PYTHON,
-        _script(spec, "eagle"),
-        "--model_dir",
-        model_dir,
-        "--eagle_model_dir",
-        str(config.resolve_path(sp.draft_model)),
-        "--output_dir",
-        out,
-        "--dtype",
-        dtype,
-        "--tp_size",
-        str(par.tp),
-        "--pp_size",
-        str(par.pp),
+    argv = _converter_argv(
+        _script(spec, "eagle"), model_dir, out, dtype, par, "--eagle_model_dir", str(config.resolve_path(sp.draft_model))
+    )
+    argv += [
         "--max_draft_len",
         str(sp.max_draft_len),
         "--num_eagle_layers",
@@ -306,23 +301,12 @@ def _eagle_step(config: ForgeConfig, choice: QuantChoice, model_dir: str, dtype:
         "--max_non_leaves_per_layer",
         str(EAGLE_MAX_NON_LEAVES),
     ]
-    if choice.algorithm in EAGLE_WEIGHT_ONLY:
-        argv += ["--use_weight_only", "--weight_only_precision", EAGLE_WEIGHT_ONLY[choice.algorithm]]
-    if par.world_size > 1:
-        argv += ["--workers", str(min(par.world_size, 8))]
-    return Step(
-        "convert",
-        "eagle/convert_checkpoint.py",
-        argv,
-        [f"{out}/config.json", f"{out}/rank*.safetensors"],
-        "convert the base model and the EAGLE heads into one TensorRT-LLM checkpoint",
-        env=dict(OFFLINE_ENV),
-    )
+    what = "convert the base model and the EAGLE heads into one TensorRT-LLM checkpoint"
+    return _converter_step("convert", "eagle/convert_checkpoint.py", argv, choice, par, out, what)
 
 
-# quantization.algorithm → NVIDIA's EAGLE convert_checkpoint.py --weight_only_precision (its only quantization route
-# without calibration); the converter reads a LlamaConfig and asserts pp_size == 1 (spec convert_checkpoint_eagle).
-EAGLE_WEIGHT_ONLY = {"int8_wo": "int8", "int4_wo": "int4"}
+# EAGLE's convert_checkpoint.py quantizes only weight-only (CONVERT_WEIGHT_ONLY, no calibration); the converter reads a
+# LlamaConfig and asserts pp_size == 1 (spec convert_checkpoint_eagle).
 EAGLE_FAMILIES = ("llama", "mistral")
 
 
@@ -642,11 +626,11 @@ def _eagle_choice(config: ForgeConfig, family: str, choice: QuantChoice, dtype: 
             f"NVIDIA's EAGLE converter asserts pp_size == 1 (got {config.parallel.pp})",
             "use tensor parallelism only (pp: 1) with eagle",
         )
-    if choice.quant_algo is not None and choice.algorithm not in EAGLE_WEIGHT_ONLY:
+    if choice.quant_algo is not None and choice.algorithm not in CONVERT_WEIGHT_ONLY:
         raise ConfigError(
             "quantization.algorithm",
             f"NVIDIA's EAGLE converter quantizes only weight-only int8/int4 without calibration; {choice.algorithm} cannot be applied",
-            f"one of none, {', '.join(EAGLE_WEIGHT_ONLY)}, or engine.target: llmapi with a pre-quantized checkpoint",
+            f"one of none, {', '.join(CONVERT_WEIGHT_ONLY)}, or engine.target: llmapi with a pre-quantized checkpoint",
         )
     if config.quantization.kv_cache != "none":
         warnings.append(

@@ -108,6 +108,22 @@ def option(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MIS
     return field(default=default, metadata=metadata)
 
 
+def _length_option(tokens: int, flag: str, key: str, what: str) -> Any:
+    """A token length (LengthSpec), on the command line and in the config; `tokens` is its default mean."""
+    return option(
+        factory=_default_length(tokens),
+        flag=flag,
+        from_flag=_length,
+        show_default=True,
+        help=f"{what} tokens: MEAN, MEAN:STD or LO..HI.",
+        key=key,
+        config_type=int | str,
+        config_default=tokens,
+        from_config=_length,
+        description=f"{what} tokens: MEAN, 'MEAN:STD' or 'LO..HI'.",
+    )
+
+
 @dataclass(kw_only=True)
 class BenchOptions:
     """One benchmark run: the endpoint, the load (a sweep of points), the workload and the outputs.
@@ -187,30 +203,8 @@ class BenchOptions:
         config_type=int,
         description="Warm-up requests (distinct prompts), excluded from the results.",
     )
-    input_len: LengthSpec = option(
-        factory=_default_length(128),
-        flag="--input-len",
-        from_flag=_length,
-        show_default=True,
-        help="Prompt tokens: MEAN, MEAN:STD or LO..HI.",
-        key="input_len",
-        config_type=int | str,
-        config_default=128,
-        from_config=_length,
-        description="Prompt tokens: MEAN, 'MEAN:STD' or 'LO..HI'.",
-    )
-    output_len: LengthSpec = option(
-        factory=_default_length(64),
-        flag="--output-len",
-        from_flag=_length,
-        show_default=True,
-        help="Output tokens: MEAN, MEAN:STD or LO..HI.",
-        key="output_len",
-        config_type=int | str,
-        config_default=64,
-        from_config=_length,
-        description="Output tokens: MEAN, 'MEAN:STD' or 'LO..HI'.",
-    )
+    input_len: LengthSpec = _length_option(128, "--input-len", "input_len", "Prompt")
+    output_len: LengthSpec = _length_option(64, "--output-len", "output_len", "Output")
     output_len_given: bool = False  # the output length was set (a dataset then uses it instead of its own)
     dataset: Path | None = option(
         None,

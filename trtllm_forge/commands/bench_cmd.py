@@ -8,7 +8,7 @@ import click
 
 from trtllm_forge.bench import options as bench_options
 from trtllm_forge.commands.deploy_cmd import DefaultCommandGroup
-from trtllm_forge.commands.options import dry_run_option, json_option, load, workdir_option
+from trtllm_forge.commands.options import directory_option, dry_run_option, json_option, load, optional_config_argument, workdir_option
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.ui import emit_json
 
@@ -34,7 +34,7 @@ def bench_group() -> None:
 
 
 @bench_group.command("run")
-@click.argument("config_file", metavar="[CONFIG]", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@optional_config_argument
 @bench_options.click_options(
     insert_before={
         "plots": [
@@ -115,15 +115,8 @@ def bench_run(config_file, emit, tool, workdir, dry_run, as_json, **flags) -> No
 
 @bench_group.command("import")
 @click.argument("exports", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option(
-    "--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Write one run directory per export under here."
-)
-@click.option(
-    "--tokenizer",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="HF tokenizer directory: counts the tokens of text responses in a perf_analyzer export.",
-)
+@directory_option("--out", help="Write one run directory per export under here.", required=True)
+@directory_option("--tokenizer", help="HF tokenizer directory: counts the tokens of text responses in a perf_analyzer export.")
 @json_option
 def bench_import(exports, out, tokenizer, as_json) -> None:
     """Convert other tools' exports into our summary files, so `bench compare` shows them beside our runs:
@@ -171,9 +164,7 @@ def bench_import(exports, out, tokenizer, as_json) -> None:
 
 @bench_group.command("compare")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option(
-    "--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="Write compare.json, compare.csv and pareto.png here."
-)
+@directory_option("--out", help="Write compare.json, compare.csv and pareto.png here.")
 @json_option
 def bench_compare(run_dirs, out, as_json) -> None:
     """Put several runs side by side: ours, `bench --tool` runs, `bench import` outputs or raw tool exports."""

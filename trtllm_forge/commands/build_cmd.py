@@ -6,18 +6,13 @@ from pathlib import Path
 
 import click
 
-from trtllm_forge.commands.options import config_argument, dry_run_option, force_option, json_option, load, workdir_option
+from trtllm_forge.commands.options import config_argument, directory_option, dry_run_option, force_option, json_option, load, workdir_option
 
 
 @click.command("build-engine")
 @config_argument
 @workdir_option
-@click.option(
-    "--checkpoint",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Hugging Face checkpoint directory to build from. Default: the import stage's output.",
-)
+@directory_option("--checkpoint", help="Hugging Face checkpoint directory to build from. Default: the import stage's output.")
 @force_option
 @dry_run_option
 @json_option

@@ -11,9 +11,11 @@ import click
 
 from trtllm_forge.commands.options import (
     config_argument,
+    directory_option,
     dry_run_option,
     json_option,
     load,
+    optional_config_argument,
     workdir_option,
 )
 from trtllm_forge.errors import ConfigError
@@ -72,12 +74,7 @@ def deploy_group() -> None:
 @deploy_group.command("start")
 @config_argument
 @workdir_option
-@click.option(
-    "--repository",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Model repository to serve. Default: <workdir>/render/model_repository.",
-)
+@directory_option("--repository", help="Model repository to serve. Default: <workdir>/render/model_repository.")
 @click.option(
     "--target",
     type=click.Choice(["local", "docker", "kubernetes"]),
@@ -174,7 +171,7 @@ def _print_deployment(deployment) -> None:
 
 
 @deploy_group.command("status")
-@click.argument("config_file", metavar="[CONFIG]", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@optional_config_argument
 @workdir_option
 @json_option
 def status(config_file: Path | None, workdir: Path | None, as_json: bool) -> None:
@@ -228,7 +225,7 @@ def status(config_file: Path | None, workdir: Path | None, as_json: bool) -> Non
 
 
 @deploy_group.command("stop")
-@click.argument("config_file", metavar="[CONFIG]", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@optional_config_argument
 @workdir_option
 @click.option("--grace", type=float, default=20.0, show_default=True, help="Seconds between SIGTERM and SIGKILL.")
 @json_option

@@ -8,18 +8,26 @@ import click
 
 from trtllm_forge.config import ForgeConfig, load_config
 
+FILE = click.Path(dir_okay=False, path_type=Path)
+DIRECTORY = click.Path(file_okay=False, path_type=Path)
+
 
 def config_argument(func):
-    return click.argument("config_file", metavar="CONFIG", type=click.Path(dir_okay=False, path_type=Path))(func)
+    return click.argument("config_file", metavar="CONFIG", type=FILE)(func)
+
+
+def optional_config_argument(func):
+    """CONFIG for commands that also work without one (they read the workdir, or take another input instead)."""
+    return click.argument("config_file", metavar="[CONFIG]", required=False, type=FILE)(func)
+
+
+def directory_option(*param_decls: str, help: str, required: bool = False):
+    """A directory path option (not checked to exist); unset is None."""
+    return click.option(*param_decls, type=DIRECTORY, default=None, required=required, help=help)
 
 
 def workdir_option(func):
-    return click.option(
-        "--workdir",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=None,
-        help="Where artifacts, logs and manifests go. Default: ./forge-work/<config name>.",
-    )(func)
+    return directory_option("--workdir", help="Where artifacts, logs and manifests go. Default: ./forge-work/<config name>.")(func)
 
 
 def json_option(func):

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from trtllm_forge.commands.options import dry_run_option, json_option, load, workdir_option
+from trtllm_forge.commands.options import dry_run_option, json_option, load, optional_config_argument, workdir_option
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.ui import emit_json, info, warn
 
 
 @click.command("plan")
-@click.argument("config_file", metavar="[CONFIG]", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@optional_config_argument
 @click.option(
     "--measure-host",
     is_flag=True,

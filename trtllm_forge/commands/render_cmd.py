@@ -6,7 +6,15 @@ from pathlib import Path
 
 import click
 
-from trtllm_forge.commands.options import dry_run_option, force_option, json_option, load, workdir_option
+from trtllm_forge.commands.options import (
+    directory_option,
+    dry_run_option,
+    force_option,
+    json_option,
+    load,
+    optional_config_argument,
+    workdir_option,
+)
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.ui import emit_json, info, plain, warn
 
@@ -14,32 +22,16 @@ KIND_CHOICES = ("inflight_batcher_llm", "cpu", "llmapi", "vllm")
 
 
 @click.command("render")
-@click.argument("config_file", metavar="[CONFIG]", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--engine-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Engine directory (its config.json). Default: <workdir>/build/engine.",
-)
+@optional_config_argument
+@directory_option("--engine-dir", help="Engine directory (its config.json). Default: <workdir>/build/engine.")
 @click.option(
     "--kind",
     type=click.Choice(KIND_CHOICES),
     default=None,
     help="Repository kind. Default: cpu for openvino, inflight_batcher_llm for TensorRT-LLM engines, llmapi for engine.target llmapi.",
 )
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Write the repository here instead of <workdir>/render/model_repository (no manifest, no launch script).",
-)
-@click.option(
-    "--check",
-    "check_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Only validate the repository in this directory (any repository, also hand-written ones).",
-)
+@directory_option("--out", help="Write the repository here instead of <workdir>/render/model_repository (no manifest, no launch script).")
+@directory_option("--check", "check_dir", help="Only validate the repository in this directory (any repository, also hand-written ones).")
 @workdir_option
 @dry_run_option
 @json_option

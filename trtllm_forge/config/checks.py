@@ -43,11 +43,29 @@ def rule(func: Rule) -> Rule:
     return func
 
 
-FP8_ACTIVATION_ALGOS = {"fp8", "w4a8_awq"}
-BLACKWELL_REJECTED_ALGOS = {"int8_wo", "int4_wo", "int4_awq", "w4a8_awq", "int8_sq"}
 OPENVINO_ALGOS = {"none", "int8_wo", "int4_wo", "int4_awq"}
 ONNXRUNTIME_ALGOS = {"none", "int8_wo", "int4_wo"}  # builders/onnxruntime/plan.py maps each to the builder's precision
 INT4_ALGOS = {"int4_wo", "int4_awq", "w4a8_awq"}
+
+
+@dataclass(frozen=True)
+class CpuBackendLimits:
+    """What a CPU engine backend serves: the quantization, KV cache and speculative modes it takes."""
+
+    algorithms: frozenset[str]
+    kv_caches: tuple[str, ...]
+    speculative_modes: tuple[str, ...]
+
+
+CPU_BACKEND_LIMITS = {
+    "openvino": CpuBackendLimits(frozenset(OPENVINO_ALGOS), ("int8", "none"), ("none", "draft_target", "prompt_lookup")),
+    # ONNX Runtime GenAI: fp32/int8/int4 weights, an fp32 KV cache of max_seq_len per sequence, no speculative decoding.
+    "onnxruntime": CpuBackendLimits(frozenset(ONNXRUNTIME_ALGOS), ("none",), ("none",)),
+}
+
+
+def _one_of(allowed: tuple[str, ...]) -> str:
+    return f"set {allowed[0]}" if len(allowed) == 1 else f"one of {', '.join(allowed)}"
 
 
 @rule
@@ -155,84 +173,55 @@ def seq_len_within_positions(ctx: CheckContext) -> Iterator[ConfigError]:
 
 
 @rule
-def fp8_needs_ada_or_newer(ctx: CheckContext) -> Iterator[ConfigError]:
+def quantization_fits_gpu(ctx: CheckContext) -> Iterator[ConfigError]:
+    """The TensorRT-LLM spec's compute-capability rules for quantization (builders/tensorrt_llm/quant.py, the same
+    check plan_build makes), found at validation time."""
     cc = ctx.compute_capability
     if cc is None or not ctx.is_trtllm:
         return
+    from trtllm_forge.builders.tensorrt_llm.quant import capability_problems, choose, sm_of
+    from trtllm_forge.builders.tensorrt_llm.spec import load_spec
+
     quant = ctx.config.quantization
-    if quant.algorithm in FP8_ACTIVATION_ALGOS and cc < 8.9:
-        yield ConfigError(
-            "quantization.algorithm",
-            f"{quant.algorithm} needs compute capability >= 8.9 but {ctx.device_name} is {cc}",
-            "use int4_awq, int8_wo or none on this GPU, or target an Ada/Hopper/Blackwell GPU",
-        )
-    if quant.kv_cache == "fp8" and cc < 8.9:
-        yield ConfigError(
-            "quantization.kv_cache",
-            f"fp8 KV cache needs compute capability >= 8.9 but {ctx.device_name} is {cc}",
-            "use int8 or none on this GPU",
-        )
+    try:
+        spec = load_spec(ctx.config.engine.trtllm_version)
+        choice = choose(quant.algorithm, quant.kv_cache, spec)
+    except ConfigError:
+        return  # an unknown version or algorithm is the build's to report
+    yield from capability_problems(choice, sm_of(cc), ctx.device_name, spec, plugin_flags={})
 
 
 @rule
-def blackwell_rejects_int8_int4(ctx: CheckContext) -> Iterator[ConfigError]:
-    cc = ctx.compute_capability
-    if cc is None or not ctx.is_trtllm or not (10.0 <= cc < 12.0):
-        return
-    quant = ctx.config.quantization
-    if quant.algorithm in BLACKWELL_REJECTED_ALGOS:
-        yield ConfigError(
-            "quantization.algorithm",
-            f"{quant.algorithm} is rejected by TensorRT-LLM's engine builder on compute capability {cc} ({ctx.device_name})",
-            "use fp8 or nvfp4 on Blackwell",
-        )
-    if quant.kv_cache == "int8":
-        yield ConfigError(
-            "quantization.kv_cache",
-            f"int8 KV cache is rejected on compute capability {cc} ({ctx.device_name})",
-            "use fp8 or none on Blackwell",
-        )
-
-
-@rule
-def nvfp4_needs_blackwell(ctx: CheckContext) -> Iterator[ConfigError]:
-    cc = ctx.compute_capability
-    if cc is not None and ctx.config.quantization.algorithm == "nvfp4" and cc < 10.0:
-        yield ConfigError(
-            "quantization.algorithm",
-            f"nvfp4 needs a Blackwell GPU (compute capability >= 10.0); {ctx.device_name} is {cc}",
-            "use fp8 (compute capability >= 8.9) or int4_awq",
-        )
-
-
-@rule
-def openvino_supports(ctx: CheckContext) -> Iterator[ConfigError]:
+def cpu_backend_supports(ctx: CheckContext) -> Iterator[ConfigError]:
     if ctx.is_trtllm:
         return
     cfg = ctx.config
-    if cfg.engine.backend == "onnxruntime":
-        yield from onnxruntime_supports(cfg)
-        return
-    if cfg.quantization.algorithm not in OPENVINO_ALGOS:
+    backend = cfg.engine.backend
+    limits = CPU_BACKEND_LIMITS[backend]
+    if cfg.quantization.algorithm not in limits.algorithms:
         yield ConfigError(
             "quantization.algorithm",
-            f"{cfg.quantization.algorithm} is not available on the openvino backend",
-            f"one of {', '.join(sorted(OPENVINO_ALGOS))}",
+            f"{cfg.quantization.algorithm} is not available on the {backend} backend",
+            f"one of {', '.join(sorted(limits.algorithms))}",
         )
-    if cfg.quantization.kv_cache == "fp8":
-        yield ConfigError("quantization.kv_cache", "fp8 KV cache is not available on openvino", "use int8 or none")
+    if cfg.quantization.kv_cache not in limits.kv_caches:
+        yield ConfigError(
+            "quantization.kv_cache",
+            f"{cfg.quantization.kv_cache} KV cache is not available on {backend}",
+            f"use {' or '.join(limits.kv_caches)}",
+        )
     if cfg.parallel.world_size != 1:
-        yield ConfigError("parallel.tp", "the openvino backend runs one process (tp * pp must be 1)", "set tp: 1 and pp: 1")
+        yield ConfigError("parallel.tp", f"the {backend} backend runs one process (tp * pp must be 1)", "set tp: 1 and pp: 1")
     if cfg.engine.max_beam_width != 1:
         yield ConfigError("engine.max_beam_width", "beam search is not served by the CPU engine model", "set 1")
-    if cfg.engine.kv_cache_type != "paged":
-        yield ConfigError("engine.kv_cache_type", "the openvino engine always uses a paged KV cache", "set paged")
-    if cfg.engine.speculative.mode not in ("none", "draft_target", "prompt_lookup"):
+    if cfg.engine.speculative.mode not in limits.speculative_modes:
         yield ConfigError(
-            "engine.speculative.mode",
-            f"{cfg.engine.speculative.mode} is not available on openvino",
-            "one of none, draft_target, prompt_lookup",
+            "engine.speculative.mode", f"{cfg.engine.speculative.mode} is not available on {backend}", _one_of(limits.speculative_modes)
         )
+    if cfg.engine.backend == "openvino" and cfg.engine.kv_cache_type != "paged":
+        yield ConfigError("engine.kv_cache_type", "the openvino engine always uses a paged KV cache", "set paged")
+    if cfg.engine.backend == "onnxruntime":
+        yield from onnxruntime_only(cfg)
 
 
 @rule
@@ -399,23 +388,9 @@ def check_config(config: ForgeConfig) -> list[ConfigError]:
     return [problem for check in RULES.values() for problem in check(ctx)]
 
 
-def onnxruntime_supports(cfg: ForgeConfig) -> Iterator[ConfigError]:
-    """What the ONNX Runtime GenAI CPU engine serves: one process, fp32/int8/int4 weights, an fp32 KV cache of
-    max_seq_len per sequence (not paged), no speculative decoding, no LLM API stand-in."""
-    if cfg.quantization.algorithm not in ONNXRUNTIME_ALGOS:
-        yield ConfigError(
-            "quantization.algorithm",
-            f"{cfg.quantization.algorithm} is not available on the onnxruntime backend",
-            f"one of {', '.join(sorted(ONNXRUNTIME_ALGOS))}",
-        )
-    if cfg.quantization.kv_cache != "none":
-        yield ConfigError("quantization.kv_cache", f"{cfg.quantization.kv_cache} KV cache is not available on onnxruntime", "use none")
-    if cfg.parallel.world_size != 1:
-        yield ConfigError("parallel.tp", "the onnxruntime backend runs one process (tp * pp must be 1)", "set tp: 1 and pp: 1")
-    if cfg.engine.max_beam_width != 1:
-        yield ConfigError("engine.max_beam_width", "beam search is not served by the CPU engine model", "set 1")
-    if cfg.engine.speculative.mode != "none":
-        yield ConfigError("engine.speculative.mode", f"{cfg.engine.speculative.mode} is not available on onnxruntime", "set none")
+def onnxruntime_only(cfg: ForgeConfig) -> Iterator[ConfigError]:
+    """Settings only the ONNX Runtime GenAI engine refuses: it keeps a contiguous KV cache per sequence and has no
+    LLM-API stand-in."""
     if cfg.engine.target != "engine":
         yield ConfigError(
             "engine.target", "the CPU LLM-API stand-in serves OpenVINO IR, not an onnxruntime engine", "set engine.target: engine"

@@ -25,36 +25,6 @@ def bind_address(config: ForgeConfig, in_container: bool) -> str:
     return CONTAINER_BIND_ADDRESS if in_container else (config.triton.bind_address or "0.0.0.0")
 
 
-def tritonserver_args(
-    repository: Path | str,
-    ports: Mapping[str, int | str],
-    address: str,
-    *,
-    backend_dir: Path | str | None = None,
-    rank: int = 0,
-    engine_model: str | None = None,
-) -> list[str]:
-    """The flags after the binary. `rank` > 0 with `engine_model`: an MPI leader-mode rank that loads only the
-    engine model and serves no requests (NVIDIA's scripts/launch_triton_server.py does the same)."""
-    args = [f"--model-repository={repository}"]
-    if rank and engine_model:
-        args += ["--model-control-mode=explicit", f"--load-model={engine_model}"]
-    else:
-        args.append("--model-control-mode=none")
-    args += [
-        # Our configs are complete; auto-complete could only change them behind our back.
-        "--disable-auto-complete-config",
-        *(f"--{name}-port={ports[name]}" for name in PORT_NAMES),
-        *(f"--{name}-address={address}" for name in PORT_NAMES),
-        # Every rank's python stubs get their own shared-memory prefix so they do not collide.
-        f"--backend-config=python,shm-region-prefix-name=prefix{rank}_",
-        f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
-    ]
-    if backend_dir is not None:
-        args.append(f"--backend-directory={backend_dir}")
-    return args
-
-
 def tritonserver_argv(
     binary: Path | str,
     repository: Path | str,
@@ -65,4 +35,22 @@ def tritonserver_argv(
     rank: int = 0,
     engine_model: str | None = None,
 ) -> list[str]:
-    return [str(binary), *tritonserver_args(repository, ports, address, backend_dir=backend_dir, rank=rank, engine_model=engine_model)]
+    """The binary and its flags. `rank` > 0 with `engine_model`: an MPI leader-mode rank that loads only the
+    engine model and serves no requests (NVIDIA's scripts/launch_triton_server.py does the same)."""
+    argv = [str(binary), f"--model-repository={repository}"]
+    if rank and engine_model:
+        argv += ["--model-control-mode=explicit", f"--load-model={engine_model}"]
+    else:
+        argv.append("--model-control-mode=none")
+    argv += [
+        # Our configs are complete; auto-complete could only change them behind our back.
+        "--disable-auto-complete-config",
+        *(f"--{name}-port={ports[name]}" for name in PORT_NAMES),
+        *(f"--{name}-address={address}" for name in PORT_NAMES),
+        # Every rank's python stubs get their own shared-memory prefix so they do not collide.
+        f"--backend-config=python,shm-region-prefix-name=prefix{rank}_",
+        f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
+    ]
+    if backend_dir is not None:
+        argv.append(f"--backend-directory={backend_dir}")
+    return argv

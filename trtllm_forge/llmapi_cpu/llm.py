@@ -18,10 +18,17 @@ from typing import Any
 from trtllm_forge.llmapi_args import describe, unknown_keys
 from trtllm_forge.llmapi_cpu.outputs import RequestOutput
 from trtllm_forge.llmapi_cpu.sampling import SamplingParams
+from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.genai_settings import (
+    CPU_KV_BLOCK_SIZE,
+    IDLE_WAIT_S,
+    default_eos_ids,
+    kv_blocks_for,
+    sampling_problem,
+    scheduler_config,
+    set_penalties,
+    set_sampling,
+)
 
-# OpenVINO's CPU plugin stores the paged KV cache in blocks of 32 tokens.
-CPU_KV_BLOCK_SIZE = 32
-IDLE_WAIT_S = 0.05
 # When set, the engine's counters are written to this JSON file after every change (tests read them from outside
 # the Triton stub process to see that a vanished client really stopped the generation).
 STATS_ENV = "TRTLLM_FORGE_STANDIN_STATS"
@@ -80,14 +87,15 @@ class LLM:
         self.vocab_size = int(engine.get("pretrained_config", {}).get("vocab_size", 0)) or None
         kv = dict(llm_args.get("kv_cache_config") or {})
         kv_tokens = int(kv.get("max_tokens") or self.max_batch_size * self.max_seq_len)
-        scheduler = ov_genai.SchedulerConfig()
-        scheduler.num_kv_blocks = max(math.ceil(kv_tokens / CPU_KV_BLOCK_SIZE), math.ceil(self.max_seq_len / CPU_KV_BLOCK_SIZE))
-        scheduler.max_num_seqs = self.max_batch_size
-        scheduler.max_num_batched_tokens = int(llm_args.get("max_num_tokens") or build.get("max_num_tokens") or 8192)
-        scheduler.enable_prefix_caching = bool(kv.get("enable_block_reuse", True))  # NVIDIA's KvCacheConfig default
-        scheduler.dynamic_split_fuse = bool(llm_args.get("enable_chunked_prefill", False))
-        if not scheduler.dynamic_split_fuse:
-            scheduler.max_num_batched_tokens = max(scheduler.max_num_batched_tokens, self.max_input_len)
+        scheduler = scheduler_config(
+            ov_genai,
+            kv_blocks=max(kv_blocks_for(kv_tokens), kv_blocks_for(self.max_seq_len)),  # at least one full sequence
+            max_batch_size=self.max_batch_size,
+            max_num_tokens=llm_args.get("max_num_tokens") or build.get("max_num_tokens"),
+            max_input_len=self.max_input_len,
+            prefix_caching=bool(kv.get("enable_block_reuse", True)),  # NVIDIA's KvCacheConfig default
+            split_fuse=bool(llm_args.get("enable_chunked_prefill", False)),
+        )
         properties = {str(k): str(v) for k, v in (engine.get("openvino", {}).get("properties") or {}).items()}
         tokenizer_dir = llm_args.get("tokenizer") or self.model_dir
         self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), trust_remote_code=bool(llm_args.get("trust_remote_code")))
@@ -105,13 +113,9 @@ class LLM:
 
     @staticmethod
     def _eos(model_dir: Path, tokenizer) -> int | None:
-        try:
-            eos = json.loads((model_dir / "generation_config.json").read_text()).get("eos_token_id")
-        except (OSError, ValueError):
-            eos = None
-        if isinstance(eos, list):
-            eos = eos[0] if eos else None
-        return int(eos) if eos is not None else tokenizer.eos_token_id
+        """The model's first EOS id, else the tokenizer's."""
+        eos = default_eos_ids(model_dir)
+        return eos[0] if eos else tokenizer.eos_token_id
 
     # ------------------------------------------------------------------------------------------------
     # The API
@@ -187,20 +191,13 @@ class LLM:
         if params.greedy or params.temperature == 0.0:
             config.do_sample = False
         else:
-            config.do_sample = True
-            config.temperature = 1.0 if params.temperature is None else float(params.temperature)
-            if params.top_k:
-                config.top_k = int(params.top_k)
-            config.top_p = 1.0 if not params.top_p else float(params.top_p)
-            config.rng_seed = int(params.seed or 0)  # TensorRT-LLM: seed None means the runtime default 0
-        for name in ("repetition_penalty", "presence_penalty", "frequency_penalty"):
-            value = getattr(params, name)
-            if value is not None:
-                setattr(config, name, float(value))
-        try:
-            config.validate()
-        except Exception as exc:  # noqa: BLE001 - GenAI's own check of the sampling parameters
-            raise RequestError(f"sampling parameters: {exc}".splitlines()[0]) from None
+            temperature = 1.0 if params.temperature is None else float(params.temperature)
+            # TensorRT-LLM: seed None means the runtime default 0
+            set_sampling(config, temperature, int(params.top_k or 0), float(params.top_p or 0.0), int(params.seed or 0))
+        set_penalties(config, vars(params))
+        problem = sampling_problem(config)
+        if problem:
+            raise RequestError(problem)
         return config
 
     def _loop(self) -> None:

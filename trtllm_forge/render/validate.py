@@ -418,22 +418,13 @@ class Validator:
                             f"ensemble output {value!r} has dims {want.dims} but {step.model_name}.{key} has {outputs[key].dims}",
                             "make the dims agree",
                         )
-        for name in ens_inputs:
-            if name not in fed:
-                self.add(
-                    path,
-                    ens.line_of(f'name: "{name}"'),
-                    f"ensemble input {name!r} feeds no step",
-                    "map it in a step's input_map or remove it",
-                )
-        for name in ens_outputs:
-            if name not in producers:
-                self.add(
-                    path,
-                    ens.line_of(f'name: "{name}"'),
-                    f"ensemble output {name!r} is produced by no step",
-                    "map a step output to it or remove it",
-                )
+        for kind, declared, mapped, problem, hint in (
+            ("input", ens_inputs, fed, "feeds no step", "map it in a step's input_map or remove it"),
+            ("output", ens_outputs, set(producers), "is produced by no step", "map a step output to it or remove it"),
+        ):
+            for name in declared:
+                if name not in mapped:
+                    self.add(path, ens.line_of(f'name: "{name}"'), f"ensemble {kind} {name!r} {problem}", hint)
 
     def check_decoupled_pairs(self) -> None:
         for model in self.models.values():

@@ -46,9 +46,19 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from request_checks import InvalidInput, check_request  # copied next to this file: range checks of the inputs
 
-# OpenVINO's CPU plugin stores the paged KV cache in blocks of 32 tokens.
-CPU_KV_BLOCK_SIZE = 32
-IDLE_WAIT_S = 0.05
+# Copied next to this file too: the GenAI settings this model shares with the LLM-API stand-in.
+from genai_settings import (
+    CPU_KV_BLOCK_SIZE,
+    IDLE_WAIT_S,
+    PENALTIES,
+    default_eos_ids,
+    kv_blocks_for,
+    sampling_problem,
+    scheduler_config,
+    set_penalties,
+    set_sampling,
+)
+
 # A send that has not returned after this long is taken as a consumer that will never read (a dead BLS stub):
 # its request is dropped so it cannot hold back every other stream.
 SEND_STALL_S = 2.0
@@ -317,21 +327,21 @@ class TritonPythonModel:
         self.next_cancel_check = 0.0
 
         kv_tokens = _param_int(params, "max_tokens_in_paged_kv_cache", None) or self.max_batch_size * self.max_seq_len
-        kv_blocks = max(1, math.ceil(kv_tokens / CPU_KV_BLOCK_SIZE))
+        kv_blocks = kv_blocks_for(kv_tokens)
         if kv_blocks * CPU_KV_BLOCK_SIZE < self.max_seq_len:
             raise pb_utils.TritonModelException(
                 f"parameter max_tokens_in_paged_kv_cache: {kv_tokens} cannot hold one sequence of max_seq_len "
                 f"{self.max_seq_len}; set at least {self.max_seq_len}"
             )
-        scheduler = ov_genai.SchedulerConfig()
-        scheduler.num_kv_blocks = kv_blocks
-        scheduler.max_num_seqs = self.max_batch_size
-        scheduler.max_num_batched_tokens = int(build.get("max_num_tokens") or 8192)
-        scheduler.enable_prefix_caching = _param_bool(params, "enable_kv_cache_reuse", False)
-        scheduler.dynamic_split_fuse = _param_bool(params, "enable_chunked_context", False)
-        if not scheduler.dynamic_split_fuse and scheduler.max_num_batched_tokens < self.max_input_len:
-            # Without split-fuse a whole prompt must fit in one step.
-            scheduler.max_num_batched_tokens = self.max_input_len
+        scheduler = scheduler_config(
+            ov_genai,
+            kv_blocks=kv_blocks,
+            max_batch_size=self.max_batch_size,
+            max_num_tokens=build.get("max_num_tokens"),
+            max_input_len=self.max_input_len,
+            prefix_caching=_param_bool(params, "enable_kv_cache_reuse", False),
+            split_fuse=_param_bool(params, "enable_chunked_context", False),
+        )
         properties = {str(k): str(v) for k, v in (ov_section.get("properties") or {}).items()}
         # Draft-target speculative decoding: the build exported the draft model into the engine directory.
         draft = ov_section.get("draft") or None
@@ -348,7 +358,7 @@ class TritonPythonModel:
 
         started = time.monotonic()
         self.pipeline = ov_genai.ContinuousBatchingPipeline(engine_dir, scheduler, "CPU", pipeline_properties)
-        self.default_eos = self._default_eos(engine_dir)
+        self.default_eos = default_eos_ids(engine_dir)
         pb_utils.Logger.log_info(
             f"{self.instance}: OpenVINO GenAI {ov_genai.__version__} engine {engine_dir} loaded in "
             f"{time.monotonic() - started:.1f}s (kv_blocks={kv_blocks}, max_num_seqs={scheduler.max_num_seqs}, "
@@ -366,17 +376,6 @@ class TritonPythonModel:
         self.outbox = Outbox(self.instance, pb_utils.Logger.log_warn)
         self.loop_thread = threading.Thread(target=self._loop, name=f"{self.instance}-engine", daemon=True)
         self.loop_thread.start()
-
-    @staticmethod
-    def _default_eos(engine_dir: str) -> list[int]:
-        try:
-            with open(os.path.join(engine_dir, "generation_config.json")) as handle:
-                eos = json.load(handle).get("eos_token_id")
-        except (OSError, ValueError):
-            return []
-        if eos is None:
-            return []
-        return [int(e) for e in eos] if isinstance(eos, list) else [int(eos)]
 
     # ----------------------------------------------------------------------------------------------
     # Request intake (Triton's thread)
@@ -541,34 +540,20 @@ class TritonPythonModel:
         top_p = float(_item_scalar(_input(request, "runtime_top_p"), b, 0.0) or 0.0)
         temperature = float(_item_scalar(_input(request, "temperature"), b, 1.0))
         if (top_k > 1 or top_p > 0.0) and temperature > 0.0:
-            config.do_sample = True
-            config.temperature = temperature
-            if top_k > 0:
-                config.top_k = top_k
-            config.top_p = top_p if 0.0 < top_p <= 1.0 else 1.0
             seed = _item_scalar(_input(request, "seed"), b, None)
             if seed is None:
                 seed = _item_scalar(_input(request, "random_seed"), b, None)
-            if seed is not None:
-                config.rng_seed = int(seed)
+            set_sampling(config, temperature, top_k, top_p, seed)
         else:
             config.do_sample = False
-        for name, attr in (
-            ("repetition_penalty", "repetition_penalty"),
-            ("presence_penalty", "presence_penalty"),
-            ("frequency_penalty", "frequency_penalty"),
-        ):
-            value = _item_scalar(_input(request, name), b, None)
-            if value is not None:
-                setattr(config, attr, float(value))
+        set_penalties(config, {name: _item_scalar(_input(request, name), b, None) for name in PENALTIES})
         if bool(_item_scalar(_input(request, "return_log_probs"), 0, False)):
             config.logprobs = 1
         if self.num_assistant_tokens:
             config.num_assistant_tokens = self.num_assistant_tokens
-        try:
-            config.validate()
-        except Exception as exc:  # noqa: BLE001 - GenAI's own check of the sampling parameters
-            raise RequestError(f"sampling parameters: {exc}".splitlines()[0]) from None
+        problem = sampling_problem(config)
+        if problem:
+            raise RequestError(problem)
         return config
 
     # ----------------------------------------------------------------------------------------------
