@@ -40,7 +40,8 @@ demo: setup
 	$(BIN)/trtllm-forge run $(CONFIG)
 
 # ruff's lint and format check and mypy first (seconds to a few minutes), then the suite.
-# scripts/typecheck.py runs mypy on the package as installed (builders/, plugins/, model_repo_templates/ included).
+# scripts/typecheck.py runs mypy on the package as installed (builders/, plugins/, model_repo_templates/ included)
+# and on the benchmark scripts in scripts/.
 test: system-deps setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
