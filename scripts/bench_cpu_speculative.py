@@ -72,13 +72,20 @@ class InProcess:
             properties["draft_model"] = ov_genai.draft_model(str(engine_dir / draft["subdir"]), "CPU", **self.draft_properties)
         self.pipeline = ov_genai.ContinuousBatchingPipeline(str(engine_dir), scheduler, "CPU", properties)
         self.ov_genai = ov_genai
+        # stop where the served model stops: at the checkpoint's EOS (the engine model's default end_id)
+        generation = json.loads((engine_dir / "generation_config.json").read_text())
+        eos = generation.get("eos_token_id")
+        self.eos = int(eos[0] if isinstance(eos, list) else eos) if eos is not None else None
 
     def generate(self, ids: list[int], max_tokens: int) -> tuple[list[int], float, dict[str, Any]]:
         import numpy as np
         import openvino as ov
 
         config = self.ov_genai.GenerationConfig()
-        config.max_new_tokens, config.do_sample, config.ignore_eos = max_tokens, False, True
+        config.max_new_tokens, config.do_sample = max_tokens, False
+        if self.eos is not None:
+            config.eos_token_id = self.eos
+            config.stop_token_ids = {self.eos}
         if self.num_assistant_tokens:
             config.num_assistant_tokens = self.num_assistant_tokens
         started = time.perf_counter()
