@@ -201,7 +201,7 @@ def test_an_end_id_no_token_has_generates_the_full_length(cpu_engine_server, pro
 def _engine_with_draft(engine_dir: Path, root: Path, num_assistant_tokens: int) -> Path:
     """A copy (hard links) of `engine_dir` whose config.json names a draft model, laid out as the OpenVINO build
     writes it for engine.speculative.draft_target (here the fp32 IR itself drafts: every draft is accepted)."""
-    from trtllm_forge.builders.openvino.plan import DRAFT_SUBDIR
+    from trtllm_forge.builders.openvino.plan import DRAFT_PROPERTIES, DRAFT_SUBDIR
 
     drafted = root / "engine"
     shutil.copytree(engine_dir, drafted, copy_function=os.link)
@@ -212,6 +212,7 @@ def _engine_with_draft(engine_dir: Path, root: Path, num_assistant_tokens: int) 
         "subdir": DRAFT_SUBDIR,
         "weight_format": "as exported",
         "num_assistant_tokens": num_assistant_tokens,
+        "properties": DRAFT_PROPERTIES,
         "argv": None,
     }
     (drafted / "config.json").unlink()
@@ -225,7 +226,8 @@ def test_a_draft_model_speculates_and_the_tokens_stay_the_targets(
     workdir, result = cpu_engine_fp32
     drafted = _engine_with_draft(Path(result.manifest["outputs"]["engine_dir"]), tmp_path, num_assistant_tokens=3)
     server = triton_launcher(write_cpu_engine_repository(tmp_path / "repo", drafted), config=cpu_test_config())
-    assert "draft=draft x3" in Path(server.log).read_text(errors="replace")
+    log = Path(server.log).read_text(errors="replace")
+    assert "draft=draft x3" in log and "'INFERENCE_NUM_THREADS': '1'" in log  # the draft's own properties reached it
     for ids in prompt_ids[:3]:
         want = tokens_of(request(cpu_engine_server, ids, 24))
         assert tokens_of(request(server, ids, 24)) == want

@@ -114,6 +114,11 @@ def plan_export(config: ForgeConfig, checkpoint_dir: Path | None, output_dir: Pa
 # output stays the target's own). A draft_model directory that already holds an OpenVINO IR is copied as is.
 DRAFT_SUBDIR = "draft"
 DRAFT_WEIGHT_FORMAT = "int8"
+# Compile properties the draft gets on top of the target's. The draft of a small model is bound by per-operation
+# overhead, not by reading its weights: one thread drafts a token in about 0.4x the target's step where two threads
+# (waiting on each other at every operation) took 0.7-0.8x on the 2-core benchmark machine (scripts/bench_cpu_speculative.py
+# measures both, in process, in the same run).
+DRAFT_PROPERTIES = {"INFERENCE_NUM_THREADS": "1"}
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,7 @@ class DraftPlan:
             "subdir": DRAFT_SUBDIR,
             "weight_format": self.weight_format,
             "num_assistant_tokens": self.num_assistant_tokens,
+            "properties": dict(DRAFT_PROPERTIES),
             "argv": self.argv,
         }
 

@@ -64,10 +64,12 @@ class RankMemory:
     kv_bytes_per_token: int
     kv_budget_bytes: float  # free x fraction
     blocks_from_memory: int
+    draft: float = 0.0  # what a draft model holds here before this pool is sized (plan/draft.py)
+    draft_kv_bytes_per_token: int = 0  # a draft pool that mirrors this one block for block (OpenVINO)
 
     @property
     def free(self) -> float:
-        return self.device_bytes - self.weights - self.activations - self.overhead
+        return self.device_bytes - self.weights - self.activations - self.overhead - self.draft
 
 
 @dataclass(frozen=True)
@@ -94,12 +96,15 @@ def rank_memory(
     kv_per_token: int,
     fraction: float,
     tokens_per_block: int,
+    draft: float = 0.0,
+    draft_kv_per_token: int = 0,
 ) -> RankMemory:
-    free = device_bytes - weights - activations - overhead
+    free = device_bytes - weights - activations - overhead - draft
     budget = max(0.0, free) * fraction
+    per_token = kv_per_token + draft_kv_per_token
     # whole tokens first, then blocks rounded up, as TensorRT-LLM sizes its primary pool
-    blocks = math.ceil(int(budget // kv_per_token) / tokens_per_block) if kv_per_token else 0
-    return RankMemory(stage, device_bytes, weights, activations, overhead, kv_per_token, budget, blocks)
+    blocks = math.ceil(int(budget // per_token) / tokens_per_block) if per_token else 0
+    return RankMemory(stage, device_bytes, weights, activations, overhead, kv_per_token, budget, blocks, draft, draft_kv_per_token)
 
 
 def kv_cache(ranks: list[RankMemory], tokens_per_block: int, max_tokens_cap: int | None) -> KVCache:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.config.checks import shape_for
@@ -22,6 +22,7 @@ from trtllm_forge.plan.memory import (
     kv_cache,
     rank_memory,
 )
+from trtllm_forge.plan.draft import DraftMemory, draft_shape, engine_draft, openvino_draft
 from trtllm_forge.plan.roofline import Machine, ModelCost, StepTime
 from trtllm_forge.plan.weights import DTYPE_BYTES, Mapping, RankWeights, parameter_count, rank_weights
 
@@ -75,6 +76,7 @@ class Plan:
     machine: Machine | None
     cost: ModelCost
     notes: list[str] = field(default_factory=list)
+    draft: DraftMemory | None = None  # draft-target speculative decoding's draft model, when its shape is known
 
     @property
     def beam_width(self) -> int:
@@ -90,7 +92,8 @@ class Plan:
 
     @property
     def fits(self) -> bool:
-        return all(r.free > 0 for r in self.memory) and self.kv.blocks >= self.blocks_per_sequence
+        draft_holds_one = self.draft is None or self.draft.kv_tokens >= self.config.engine.max_seq_len
+        return all(r.free > 0 for r in self.memory) and self.kv.blocks >= self.blocks_per_sequence and draft_holds_one
 
     @property
     def max_concurrent_sequences(self) -> int:
@@ -186,20 +189,27 @@ def make_plan(config: ForgeConfig, workload: Workload | None = None, shape: Mode
     activations = activation_bytes(shape, mapping, act_tokens, eng.max_batch_size, act_dtype_bytes)
     overhead = GPU_RUNTIME_OVERHEAD_BYTES if device.is_gpu else CPU_RUNTIME_OVERHEAD_BYTES
     per_token = [kv_bytes_per_token(shape, mapping, r.layers, kv_bytes) for r in weights]
+    device_bytes = device.memory_gb * DEVICE_MEMORY_UNIT
+    fraction, cap = config.runtime.kv_cache_free_gpu_mem_fraction, config.runtime.max_tokens_in_paged_kv_cache
+    draft = plan_draft(config, mapping, dbytes, kv_bytes, act_dtype_bytes, act_tokens, device_bytes, overhead)
     memory = [
         rank_memory(
             r.stage,
-            device.memory_gb * DEVICE_MEMORY_UNIT,
+            device_bytes,
             r.total,
             activations,
             overhead,
             bpt,
-            config.runtime.kv_cache_free_gpu_mem_fraction,
+            fraction,
             eng.tokens_per_block,
+            draft=draft.held(r.stage) if draft else 0.0,
+            draft_kv_per_token=draft.kv_bytes_per_token[r.stage] if draft and not draft.own_pool else 0,
         )
         for r, bpt in zip(weights, per_token)
     ]
-    kv = kv_cache(memory, eng.tokens_per_block, config.runtime.max_tokens_in_paged_kv_cache)
+    kv = kv_cache(memory, eng.tokens_per_block, cap)
+    if draft is not None and not draft.own_pool:
+        draft = replace(draft, kv_tokens=kv.max_tokens)
     machine = Machine.for_device(device, algorithm, dtype)
     cost = ModelCost(shape, mapping, weights, per_token, act_dtype_bytes, dbytes)
 
@@ -207,8 +217,7 @@ def make_plan(config: ForgeConfig, workload: Workload | None = None, shape: Mode
     max_seq = effective_max_seq_len(config)
     if max_seq != eng.max_seq_len:
         notes.append(f"the build adds max_draft_len to max_seq_len: each sequence needs KV for {max_seq} tokens")
-    if eng.speculative.mode == "draft_target":
-        notes.append("the draft model's own weights and KV cache are not included")
+    notes += draft_notes(config, draft)
     if machine is None:
         notes.append(f"no bandwidth/throughput for {device.name}: run `trtllm-forge plan --measure-host` for a roofline")
     if not device.is_gpu and device.measured_at is None:
@@ -236,4 +245,61 @@ def make_plan(config: ForgeConfig, workload: Workload | None = None, shape: Mode
         machine,
         cost,
         notes,
+        draft,
     )
+
+
+def plan_draft(
+    config: ForgeConfig,
+    mapping: Mapping,
+    dtype_bytes: int,
+    kv_bytes: int,
+    act_bytes: int,
+    act_tokens: int,
+    device_bytes: float,
+    overhead: float,
+) -> DraftMemory | None:
+    """The draft model's memory (plan/draft.py), its own KV pool already sized on the engine path."""
+    eng = config.engine
+    shape = draft_shape(config)
+    if shape is None or (eng.backend == "tensorrt-llm" and eng.target != "engine"):
+        return None
+    if eng.backend == "openvino":
+        return openvino_draft(config, shape, kv_bytes, act_bytes, act_tokens)
+    if eng.backend != "tensorrt-llm":
+        return None
+    draft = engine_draft(config, shape, mapping, dtype_bytes, act_tokens)
+    own = [
+        rank_memory(
+            stage,
+            device_bytes,
+            weights,
+            draft.activations,
+            overhead,
+            bpt,
+            config.runtime.kv_cache_free_gpu_mem_fraction,
+            eng.tokens_per_block,
+        )
+        for stage, (weights, bpt) in enumerate(zip(draft.weights, draft.kv_bytes_per_token))
+    ]
+    pool = kv_cache(own, eng.tokens_per_block, config.runtime.max_tokens_in_paged_kv_cache)
+    return replace(draft, kv_tokens=pool.max_tokens)
+
+
+def draft_notes(config: ForgeConfig, draft: DraftMemory | None) -> list[str]:
+    spec, eng = config.engine.speculative, config.engine
+    if spec.mode != "draft_target":
+        return []
+    if draft is None:
+        if eng.backend == "tensorrt-llm" and eng.target != "engine":
+            return ["the LLM API's draft model (speculative_model) is not included: only the engine and OpenVINO paths model it"]
+        return [f"the draft model's memory is not included: no readable config.json in engine.speculative.draft_model ({spec.draft_model})"]
+    if draft.own_pool:
+        uncapped = config.runtime.max_tokens_in_paged_kv_cache is None
+        return [
+            f"the draft engine runs as a second executor on the same GPUs and is created first: its KV pool takes "
+            f"kv_cache_free_gpu_mem_fraction ({config.runtime.kv_cache_free_gpu_mem_fraction}) of the memory free after its "
+            "weights, the target's pool gets that fraction of what is left"
+            + ("; set runtime.max_tokens_in_paged_kv_cache (or a fraction near 0.5, as NVIDIA's example) to share it" if uncapped else "")
+        ]
+    return ["the draft's KV pool has as many blocks as the target's (GenAI copies the target's scheduler config)"]

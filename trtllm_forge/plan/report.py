@@ -75,11 +75,31 @@ def plan_to_dict(plan: Plan) -> dict:
         "roofline": roofline_dict(plan),
         "notes": plan.notes,
     }
+    if plan.draft is not None:
+        data["memory"]["draft"] = draft_dict(plan)
     if plan.fits:
         rec = recommend(plan)
         data["recommendations"] = asdict(rec)
     data["quantization_comparison"] = quantization_comparison(plan)
     return data
+
+
+def draft_dict(plan: Plan) -> dict:
+    """The draft model's share of the memory per GPU (on the GPU whose target pool is smallest)."""
+    draft = plan.draft
+    assert draft is not None
+    stage = min(plan.memory, key=lambda r: r.blocks_from_memory).stage
+    return {
+        "shape_from": draft.shape.origin,
+        "layers": draft.shape.num_hidden_layers,
+        "precision": draft.precision,
+        "weights_bytes_per_gpu": round(draft.weights[stage]),
+        "activation_bytes_per_gpu": round(draft.activations),
+        "kv_bytes_per_token": draft.kv_bytes_per_token[stage],
+        "kv_tokens": draft.kv_tokens,
+        "kv_cache_bytes_per_gpu": round(draft.kv_bytes(stage)),
+        "kv_pool": "its own, sized first" if draft.own_pool else "mirrors the target's blocks",
+    }
 
 
 def roofline_dict(plan: Plan) -> dict:
@@ -135,6 +155,11 @@ def show_report(plan: Plan, data: dict) -> None:
         ("KV cache", _gb(mem["kv_cache_bytes_per_gpu"])),
     ):
         table.add_row(label, value)
+    if "draft" in mem:
+        draft = mem["draft"]
+        table.add_row(f"draft weights ({draft['precision']})", _gb(draft["weights_bytes_per_gpu"]))
+        table.add_row("draft activations", _gb(draft["activation_bytes_per_gpu"]))
+        table.add_row(f"draft KV cache ({draft['kv_tokens']:,} tokens)", _gb(draft["kv_cache_bytes_per_gpu"]))
     console.print(table)
     console.print(
         f"KV cache: {kv['bytes_per_token']:,} B/token per GPU, {kv['blocks']:,} blocks x {kv['tokens_per_block']} = "

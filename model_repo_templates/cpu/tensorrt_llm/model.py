@@ -349,7 +349,9 @@ class TritonPythonModel:
         pipeline_properties: dict[str, object] = dict(properties)
         if draft:
             draft_dir = os.path.join(engine_dir, draft["subdir"])
-            pipeline_properties["draft_model"] = ov_genai.draft_model(draft_dir, "CPU", **properties)
+            # The draft compiles with the target's precision hints plus its own (e.g. fewer threads: see DRAFT_PROPERTIES).
+            draft_properties = {**properties, **{str(k): str(v) for k, v in (draft.get("properties") or {}).items()}}
+            pipeline_properties["draft_model"] = ov_genai.draft_model(draft_dir, "CPU", **draft_properties)
             if scheduler.dynamic_split_fuse:
                 # OpenVINO GenAI emits wrong tokens with speculative decoding plus chunked prefill.
                 pb_utils.Logger.log_warn(f"{self.instance}: enable_chunked_context is ignored with a draft model")
@@ -364,7 +366,8 @@ class TritonPythonModel:
             f"{time.monotonic() - started:.1f}s (kv_blocks={kv_blocks}, max_num_seqs={scheduler.max_num_seqs}, "
             f"max_num_batched_tokens={scheduler.max_num_batched_tokens}, prefix_caching={scheduler.enable_prefix_caching}, "
             f"dynamic_split_fuse={scheduler.dynamic_split_fuse}, properties={properties}, decoupled={self.decoupled}, "
-            f"draft={draft['subdir'] + ' x' + str(self.num_assistant_tokens) if draft else None})"
+            f"draft={draft['subdir'] + ' x' + str(self.num_assistant_tokens) if draft else None}"
+            f"{' ' + str(draft.get('properties') or {}) if draft else ''})"
         )
 
         self.incoming: queue.Queue = queue.Queue()
