@@ -25,6 +25,7 @@ import math
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -167,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         for key, config in configs.items():
             workdir = root / key
             info(f"building {key} in {workdir} …")
-            engines[key] = build_engine(config, workdir, checkpoint).engine_dir
+            engine_dir = build_engine(config, workdir, checkpoint).engine_dir
+            assert engine_dir is not None
+            engines[key] = engine_dir
             render_repository(config, workdir, engines[key])
             deployments[key] = start_server(config, workdir)
         name = base.triton.model_names.tensorrt_llm
@@ -188,8 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         runs: dict[str, Callable[[list[int]], tuple[list[int], float, dict]]] = {
             "served alone": lambda ids: served("alone", ids),
             "served draft": lambda ids: served("draft", ids),
-            **{key: (lambda ids, engine=engine: engine.generate(ids, args.max_tokens)) for key, engine in local.items()},
         }
+        for key, engine in local.items():
+            runs[key] = partial(engine.generate, max_tokens=args.max_tokens)
         for run in runs.values():  # warm-up
             run(prompt_ids[0][:8])
         outputs: dict[str, list[list[int]]] = {k: [] for k in runs}
