@@ -122,25 +122,18 @@ def test_bench_openai_target_measures_the_stand_in(stand_in_server, smollm2_chec
 
 
 @pytest.mark.slow
-def test_deploy_start_and_stop_with_server_trtllm_serve(cpu_engine_fp32, tmp_path):
+def test_deploy_start_and_stop_with_server_trtllm_serve(cpu_engine_llmapi, tmp_path):
     """The deploy kind through the CLI: `deploy start` runs the (stand-in) trtllm-serve, `deploy stop` ends it."""
+    from chain_helpers import link_stages
     from conftest import run_cli
-    from trtllm_forge.builders.tensorrt_llm.llmapi import write_model_yaml
-    from trtllm_forge.stages import write_json_atomic
 
-    _, result = cpu_engine_fp32
-    engine_dir = result.manifest["outputs"]["engine_dir"]
     source = yaml.safe_load((CONFIGS / "smollm2-cpu-llmapi.yaml").read_text())
     source["deploy"]["server"] = "trtllm-serve"
     source["bench"]["workloads"][0]["target"] = "openai"  # trtllm-serve speaks OpenAI only (a config rule)
     config_file = tmp_path / "serve.yaml"
     config_file.write_text(yaml.safe_dump(source))
     workdir = tmp_path / "wd"
-    write_model_yaml(load_config(config_file), workdir / "build" / "llmapi", engine_dir)
-    write_json_atomic(
-        workdir / "build" / "manifest.json",
-        {"stage": "build", "outputs": {"target": "llmapi", "engine_dir": engine_dir, "llmapi_dir": str(workdir / "build" / "llmapi")}},
-    )
+    link_stages(workdir, cpu_engine_llmapi[0] / "build")  # the session's llmapi build: engine and build/llmapi/model.yaml
     started = run_cli("deploy", "start", str(config_file), "--workdir", str(workdir), "--json", timeout=600)
     assert started.returncode == 0, started.stderr[-3000:]
     described = json.loads(started.stdout)

@@ -12,14 +12,13 @@ import subprocess
 import pytest
 
 from chain_helpers import assert_chain_passed, reused_workdir, run_chain
-from conftest import CONFIGS, run_cli
+from conftest import CONFIGS, processes_with, run_cli
 
 pytestmark = pytest.mark.slow
 
 
-def tritonservers_for(workdir) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", "tritonserver"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if str(workdir) in line]
+def tritonservers_for(workdir) -> list[int]:
+    return processes_with("tritonserver", str(workdir))
 
 
 @pytest.fixture(scope="module")
