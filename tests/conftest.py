@@ -230,7 +230,9 @@ def timing_triton(tmp_path_factory):
     render_timing_model(root / "repo", "silent", ttft_ms=3_600_000, gap_ms=TIMING_GAP_MS)
     server = start_triton(root / "repo", root)
     yield server
-    server.stop()
+    # The `silent` requests of the stall test are still pending: a graceful stop would wait for them until its
+    # grace ran out (20 s) before the kill. Nothing is left to finish, so the grace is short.
+    server.stop(timeout=3.0)
 
 
 # ---- CPU engine (helper C): the imported checkpoint, OpenVINO engines, and a server running the CPU
