@@ -1,5 +1,5 @@
-"""A whole `trtllm-forge run --keep-serving` of a shipped config, reusing the session's import, for the chain
-tests of the CPU engines (OpenVINO LLM API stand-in, ONNX Runtime GenAI) and what every such run must show."""
+"""A whole `trtllm-forge run --keep-serving` of a shipped config, reusing the session's import and build, for the
+chain tests of the CPU engines (OpenVINO LLM API stand-in, ONNX Runtime GenAI) and what every such run must show."""
 
 from __future__ import annotations
 
@@ -15,19 +15,60 @@ from conftest import run_cli
 from trtllm_forge.hardware import HOST_PROFILE_ENV
 
 CHAIN_STAGES = ["import", "build", "render", "deploy", "smoke", "verify", "bench"]
+_RECORDS_WITH_PATHS = (".json", ".yaml")  # manifest.json, the engine's config.json, build/llmapi/model.yaml
+_RECORD_MAX_BYTES = 1 << 20  # weights and tokenizers are larger and hold no paths
+
+
+def link_stages(workdir: Path, *stages: Path) -> None:
+    """Put finished stage directories of the session (`<its workdir>/import`, `<its workdir>/build`) into
+    `workdir` as if they had run there, so that `run` finds their inputs unchanged and skips them: hard links
+    (no 0.5 GB copy), their logs beside them, and the paths their records hold rewritten to `workdir`.
+
+    A rewritten record is a new file put in place of the link: the session's copy is never written to."""
+    (workdir / "logs").mkdir(parents=True, exist_ok=True)
+    for stage in stages:
+        shutil.copytree(stage, workdir / stage.name, symlinks=True, copy_function=os.link)
+        for log in (stage.parent / "logs").glob(f"{stage.name}-*"):
+            os.link(log, workdir / "logs" / log.name)
+    moves = [(f"{stage.parent}/", f"{workdir}/") for stage in stages]
+    for stage in stages:
+        for path in (workdir / stage.name).rglob("*"):
+            if path.suffix not in _RECORDS_WITH_PATHS or not path.is_file() or path.stat().st_size > _RECORD_MAX_BYTES:
+                continue
+            text = moved = path.read_text()
+            for old, new in moves:
+                moved = moved.replace(old, new)
+            if moved != text:
+                fresh = path.with_name(f".{path.name}.linked")
+                fresh.write_text(moved)
+                os.replace(fresh, path)
+
+
+def reused_workdir(root: Path, *stages: Path) -> Path:
+    """`root`/wd holding the session's finished `stages` (see link_stages)."""
+    workdir = root / "wd"
+    workdir.mkdir()
+    link_stages(workdir, *stages)
+    return workdir
+
+
+def run_chain(
+    workdir: Path, config: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 1500
+) -> subprocess.CompletedProcess:
+    """`trtllm-forge run CONFIG --workdir WORKDIR --json ARGS` with the measured-host profile kept beside the workdir."""
+    run_env = {HOST_PROFILE_ENV: str(workdir.parent / "hardware-cpu.json"), **(env or {})}
+    return run_cli("run", str(config), "--workdir", str(workdir), "--json", *args, env=run_env, timeout=timeout)
 
 
 @contextmanager
 def kept_run(
-    root: Path, config: Path, imported_checkpoint: Path, env: dict[str, str] | None = None
+    root: Path, config: Path, stages: list[Path], env: dict[str, str] | None = None
 ) -> Iterator[tuple[Path, subprocess.CompletedProcess]]:
-    """(workdir, the run's process); the server is stopped on exit. The config's model section must equal
-    smollm2-cpu.yaml's so the session's import is reused (the stage's input hash matches)."""
-    workdir = root / "wd"
-    workdir.mkdir()
-    shutil.copytree(imported_checkpoint.parent, workdir / "import", symlinks=True, copy_function=os.link)  # hard links: no 0.5 GB copy
-    run_env = {HOST_PROFILE_ENV: str(root / "hardware-cpu.json"), **(env or {})}
-    proc = run_cli("run", str(config), "--workdir", str(workdir), "--json", "--keep-serving", env=run_env, timeout=1500)
+    """(workdir, the run's process); the server is stopped on exit. `stages` are the session's finished stage
+    directories the run reuses (see link_stages): the config must equal the one they were made with in what
+    each stage hashes (its model section for the import, also its engine and quantization for a build)."""
+    workdir = reused_workdir(root, *stages)
+    proc = run_chain(workdir, config, "--keep-serving", env=env)
     try:
         yield workdir, proc
     finally:
@@ -39,11 +80,13 @@ def run_document(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(proc.stdout)
 
 
-def assert_chain_passed(doc: dict, concurrencies: list[int], requests_per_point: int) -> None:
-    """Every stage ran (import reused), the smoke answer is right, verify is exact, every bench request completed."""
+def assert_chain_passed(doc: dict, concurrencies: list[int], requests_per_point: int, reused: tuple[str, ...] = ("import",)) -> None:
+    """Every stage ran (the `reused` ones skipped: the session's), the smoke answer is right, verify is exact,
+    every bench request completed."""
     assert [s["name"] for s in doc["stages"]] == CHAIN_STAGES
-    assert all(s["status"] in ("done", "skipped") for s in doc["stages"])
-    assert doc["stages"][0]["status"] == "skipped"  # the session's import was reused
+    status = {s["name"]: s["status"] for s in doc["stages"]}
+    assert all(status[name] == ("skipped" if name in reused else "done") for name in CHAIN_STAGES if name != "bench"), status
+    assert status["bench"] == "done"
     assert "Paris" in doc["answer"] and doc["stream_matches"] is True
     assert doc["verify"]["passed"] and doc["verify"]["agreement"]["prefix"] == 1.0
     points = doc["bench"]["workloads"][0]["points"]

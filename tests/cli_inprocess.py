@@ -8,9 +8,11 @@ outlive the call (`deploy CONFIG`, `run --keep-serving`), a child's environment 
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
 
@@ -52,3 +54,10 @@ def run_in_process(*args: str, env: dict[str, str] | None = None, cwd: Path | st
     if escaped is not None and not isinstance(escaped, Exception):
         raise escaped  # KeyboardInterrupt and the like belong to pytest
     return Outcome(code, stdout.decode(errors="replace"), stderr.decode(errors="replace"), escaped)
+
+
+def json_in_process(*args: str, env: dict[str, str] | None = None, cwd: Path | str | None = None) -> Any:
+    """`trtllm-forge ARGS --json` in this process, checked to exit 0: its JSON document."""
+    outcome = run_in_process(*args, "--json", env=env, cwd=cwd)
+    assert outcome.returncode == 0 and outcome.exception is None, outcome.stderr
+    return json.loads(outcome.stdout)

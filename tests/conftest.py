@@ -4,11 +4,13 @@ The suite must stay fast on 2 cores, so what is expensive exists once per sessio
 instead of making their own (each is read-only for its users; copy it to change it):
 
 - `imported_smollm2` / `smollm2_checkpoint`: the one import of the built-in SmolLM2 (through the real CLI).
-  A test of `run` copies its workdir's `import/` (hard links) into its own workdir: the stage is then skipped.
-- `cpu_engine_fp32`: the one fp32 OpenVINO build of that checkpoint.
+- `cpu_engine_fp32`: the one fp32 OpenVINO build of that checkpoint (configs/smollm2-cpu.yaml's build);
+  `cpu_engine_llmapi`: configs/smollm2-cpu-llmapi.yaml's. A test of `run` links the import and the build into its
+  own workdir (`chain_helpers.link_stages`): `run` finds both up to date and skips them.
 - `cpu_deployment`: configs/smollm2-cpu.yaml rendered (kind `cpu`) on that build, served by one Triton.
 - `cpu_engine_server`: the CPU `tensorrt_llm` engine model alone (minimal repository) on that build.
 - `tiny_triton`: a Triton on tiny python models (`echo`, `words`), no engine.
+- `timing_triton`: a Triton on the bench's timing model (known TTFT and token gap), for the bench tests.
 - `transformers_greedy`, `smollm2_gguf_tokenizer`: the transformers reference model and the GGUF's tokenizer.
 - `triton_launcher`: start a server of your own (stopped at session end) when a test kills a stub, stops the
   server or needs other settings.
@@ -20,6 +22,7 @@ outlive the command (`deploy CONFIG`, `run`) and a child's environment (PYTHONPA
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -42,6 +45,32 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeou
         env={**os.environ, **(env or {})},
         timeout=timeout,
     )
+
+
+def processes_with(*words: str) -> list[int]:
+    """The pids of the running processes whose command line contains every one of `words` (a path, a module name)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # ended meanwhile
+        if all(word in cmdline for word in words):
+            pids.append(int(entry.name))
+    return pids
+
+
+def fake_checkpoint_dir(path: Path, config: dict | None = None, files: tuple[str, ...] = ("model.safetensors",)) -> Path:
+    """A directory shaped like a Hugging Face checkpoint for the checks that read one: `config` as config.json
+    (none when None) and each of `files` empty. Nothing can load it: for the refusals and shape rules."""
+    path.mkdir(parents=True)
+    if config is not None:
+        (path / "config.json").write_text(json.dumps(config))
+    for name in files:
+        (path / name).write_bytes(b"")
+    return path
 
 
 @pytest.fixture
@@ -183,6 +212,29 @@ def tiny_triton(triton_launcher, tmp_path_factory):
     return triton_launcher(write_tiny_repository(tmp_path_factory.mktemp("tiny-repo")))
 
 
+# ---- the timing model: a real tritonserver whose python models answer on a known schedule (bench tests) ----
+
+TIMING_TTFT_MS, TIMING_GAP_MS = 30.0, 8.0  # first token after TTFT, then one token per gap
+
+
+@pytest.fixture(scope="session")
+def timing_triton(tmp_path_factory):
+    """One tritonserver for the session serving trtllm_forge.bench's timing model: `ensemble` (text contract),
+    `tensorrt_llm` (token ids) and `silent` (never answers within a test). Shared: send it requests, never stop it
+    (a test that kills its server starts its own with bench.local_triton.start_triton)."""
+    from trtllm_forge.bench.local_triton import render_timing_model, start_triton
+
+    root = tmp_path_factory.mktemp("timing-triton")
+    render_timing_model(root / "repo", "ensemble", ttft_ms=TIMING_TTFT_MS, gap_ms=TIMING_GAP_MS)
+    render_timing_model(root / "repo", "tensorrt_llm", ttft_ms=TIMING_TTFT_MS, gap_ms=TIMING_GAP_MS, contract="tokens")
+    render_timing_model(root / "repo", "silent", ttft_ms=3_600_000, gap_ms=TIMING_GAP_MS)
+    server = start_triton(root / "repo", root)
+    yield server
+    # The `silent` requests of the stall test are still pending: a graceful stop would wait for them until its
+    # grace ran out (20 s) before the kill. Nothing is left to finish, so the grace is short.
+    server.stop(timeout=3.0)
+
+
 # ---- CPU engine (helper C): the imported checkpoint, OpenVINO engines, and a server running the CPU
 # `tensorrt_llm` model from a minimal repository of our own (same tensor contract as the rendered one) ----
 
@@ -311,6 +363,17 @@ def cpu_engine_fp32(smollm2_checkpoint, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def cpu_engine_llmapi(smollm2_checkpoint, tmp_path_factory):
+    """(workdir, BuildResult) of configs/smollm2-cpu-llmapi.yaml's build (engine.target llmapi: the fp32 export
+    and build/llmapi/model.yaml), for the LLM API chain tests to reuse (chain_helpers.link_stages)."""
+    from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.config import load_config
+
+    workdir = tmp_path_factory.mktemp("build-llmapi")
+    return workdir, build_engine(load_config(CONFIGS / "smollm2-cpu-llmapi.yaml"), workdir, smollm2_checkpoint)
+
+
+@pytest.fixture(scope="session")
 def cpu_engine_server(cpu_engine_fp32, triton_launcher, tmp_path_factory):
     """A real Triton server running the CPU `tensorrt_llm` model on the fp32 engine."""
     workdir, result = cpu_engine_fp32
@@ -340,25 +403,11 @@ def cpu_deployment(cpu_engine_fp32, triton_launcher, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def transformers_greedy(smollm2_checkpoint):
-    """greedy(ids, max_new_tokens) -> generated ids, from transformers on the same checkpoint (fp32)."""
-    import torch
-    from transformers import AutoModelForCausalLM
+    """greedy(ids, max_new_tokens) -> generated ids, from transformers on the same checkpoint (fp32): the
+    reference model `verify` uses (trtllm_forge.verify.reference.ReferenceModel)."""
+    from trtllm_forge.verify.reference import ReferenceModel
 
-    model = AutoModelForCausalLM.from_pretrained(str(smollm2_checkpoint), dtype=torch.float32)
-    model.eval()
-
-    def greedy(ids: list[int], max_new_tokens: int) -> list[int]:
-        with torch.no_grad():
-            out = model.generate(
-                torch.tensor([ids]),
-                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                pad_token_id=model.config.eos_token_id,
-            )
-        return out[0, len(ids) :].tolist()
-
-    return greedy
+    return ReferenceModel(smollm2_checkpoint).generate_ids
 
 
 @pytest.fixture(scope="session")

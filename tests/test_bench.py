@@ -8,8 +8,6 @@ import json
 import os
 import threading
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,9 +16,8 @@ import pytest
 import yaml
 
 from aiohttp import web
-from bench_helpers import bench_json, bench_run, wait_for_point
-from conftest import run_cli
-from trtllm_forge.bench.cli_argv import bench_argv
+from bench_helpers import GAP_MS, TTFT_MS, bench_json, bench_run, finish_bench, read_records, start_bench
+from cli_inprocess import run_in_process
 from trtllm_forge.bench.metrics import LATE_WARN_SHARE, summarize
 from trtllm_forge.bench.records import RequestRecord
 from trtllm_forge.bench.report import to_csv
@@ -30,7 +27,6 @@ from trtllm_forge.bench.stats import describe
 from trtllm_forge.bench.workload import LengthSpec
 from trtllm_forge.errors import ConfigError
 
-TTFT_MS, GAP_MS = 20.0, 5.0
 MS = 1_000_000
 
 
@@ -166,26 +162,12 @@ def start_openai_server(ttft_ms: float = 15.0, gap_ms: float = 5.0) -> tuple[str
     return f"http://127.0.0.1:{port}", stop
 
 
-@pytest.fixture(scope="session")
-def timing_server(tmp_path_factory):
-    from trtllm_forge.bench.local_triton import render_timing_model, start_triton
-
-    root = tmp_path_factory.mktemp("timing-triton")
-    render_timing_model(root / "repo", "ensemble", ttft_ms=TTFT_MS, gap_ms=GAP_MS)
-    render_timing_model(root / "repo", "tensorrt_llm", ttft_ms=TTFT_MS, gap_ms=GAP_MS, contract="tokens")
-    render_timing_model(root / "repo", "silent", ttft_ms=3_600_000, gap_ms=GAP_MS)  # never answers within a test
-    server = start_triton(root / "repo", root)
-    yield server
-    server.stop()
-
-
 def assert_reports_its_records(doc: dict, directory: Path) -> list[dict]:
     """The timings a bench document reports are the ones its own records (requests.jsonl) hold.
 
     This is what the bench is responsible for, whatever the machine's punctuality: on a busy machine the
     schedule slips and latencies grow, and the document must say so exactly. Timing goals live in benchmarks."""
-    records = [json.loads(line) for line in (directory / "requests.jsonl").read_text().splitlines()]
-    measured = [r for r in records if r["phase"] == "measure"]
+    measured = [r for r in read_records(directory) if r["phase"] == "measure"]
     done = [r for r in measured if r["error"] is None and any(x["tokens"] for x in r["responses"])]
     assert doc["requests"]["sent"] == len(measured) and doc["requests"]["completed"] == len(done)
     ttft, e2e, itl = [], [], []
@@ -206,16 +188,16 @@ def assert_reports_its_records(doc: dict, directory: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_grpc_closed_loop_sweep_measures_the_known_schedule(timing_server, tmp_path):
+def test_grpc_closed_loop_sweep_measures_the_known_schedule(timing_triton, tmp_path):
     proc, doc = bench_run(
-        timing_server.grpc_url,
+        timing_triton.grpc_url,
         target="triton-grpc",
         concurrency="1,8",
         num_requests=16,
         input_len=16,
         output_len=12,
         out=tmp_path,
-        extra=("--metrics-url", timing_server.metrics_url),
+        extra=("--metrics-url", timing_triton.metrics_url),
         plots=True,
     )
     assert proc.returncode == 0, proc.stderr
@@ -239,9 +221,9 @@ def test_grpc_closed_loop_sweep_measures_the_known_schedule(timing_server, tmp_p
         assert m["client_minus_server_ttft_ms"]["p50"] >= 0
     # Requests overlapped at concurrency 8 (never more than 8 in flight): a property of the load, not of speed.
     assert 1 < doc["points"][1]["metrics"]["achieved_concurrency"]["avg"] <= 8
-    lines = (tmp_path / "c8" / "requests.jsonl").read_text().splitlines()
-    assert len(lines) == 18  # 16 measured + 2 warm-up
-    record = json.loads(lines[-1])
+    records = read_records(tmp_path / "c8")
+    assert len(records) == 18  # 16 measured + 2 warm-up
+    record = records[-1]
     assert record["responses"][-1]["final"] and record["responses"][-1]["empty"]
     assert (tmp_path / "c1" / "summary.csv").read_text().startswith("Metric,avg,min,max,p99")
     assert "ttft_ms" in proc.stderr and "sweep" in proc.stderr  # the console table
@@ -250,9 +232,9 @@ def test_grpc_closed_loop_sweep_measures_the_known_schedule(timing_server, tmp_p
 
 
 @pytest.mark.slow
-def test_grpc_open_loop_poisson_with_duration_and_tokens_target(timing_server, tmp_path):
+def test_grpc_open_loop_poisson_with_duration_and_tokens_target(timing_triton, tmp_path):
     proc, doc = bench_run(
-        timing_server.grpc_url,
+        timing_triton.grpc_url,
         num_requests=10,
         output_len=8,
         out=tmp_path / "rate",
@@ -273,31 +255,24 @@ def test_grpc_open_loop_poisson_with_duration_and_tokens_target(timing_server, t
     assert doc["metrics"]["ttft_from_intended_ms"]["p50"] >= doc["metrics"]["ttft_ms"]["p50"]
 
     proc, doc = bench_run(
-        timing_server.grpc_url, concurrency=4, num_requests=8, output_len=6, out=tmp_path / "sharded", extra=("--workers", "2")
+        timing_triton.grpc_url, concurrency=4, num_requests=8, output_len=6, out=tmp_path / "sharded", extra=("--workers", "2")
     )
     assert proc.returncode == 0, proc.stderr
     assert doc["requests"]["completed"] == 8
     assert_reports_its_records(doc, tmp_path / "sharded")
-    workers = {json.loads(line)["worker"] for line in (tmp_path / "sharded" / "requests.jsonl").read_text().splitlines()}
+    workers = {r["worker"] for r in read_records(tmp_path / "sharded")}
     assert workers == {0, 1}
 
     dataset = tmp_path / "ids.jsonl"
     dataset.write_text("".join(json.dumps({"input_ids": list(range(1, 1 + n)), "output_tokens": 6}) + "\n" for n in (4, 9, 17)))
-    proc, doc = bench_json(
-        "--target",
-        "triton-grpc-tokens",
-        "--url",
-        timing_server.grpc_url,
-        "--model",
-        "tensorrt_llm",
-        "--dataset",
-        str(dataset),
-        "--concurrency",
-        "2",
-        "--num-requests",
-        "6",
-        "--out",
-        str(tmp_path / "tok"),
+    proc, doc = bench_run(
+        timing_triton.grpc_url,
+        target="triton-grpc-tokens",
+        model="tensorrt_llm",
+        concurrency=2,
+        num_requests=6,
+        out=tmp_path / "tok",
+        extra=("--dataset", str(dataset)),
     )
     assert proc.returncode == 0, proc.stderr
     assert doc["requests"]["completed"] == 6 and doc["target"]["output_tokens_source"] == "server_ids"
@@ -306,9 +281,9 @@ def test_grpc_open_loop_poisson_with_duration_and_tokens_target(timing_server, t
 
 
 @pytest.mark.slow
-def test_http_targets_triton_generate_stream_and_openai(timing_server, tmp_path):
+def test_http_targets_triton_generate_stream_and_openai(timing_triton, tmp_path):
     proc, doc = bench_run(
-        timing_server.http_url,
+        timing_triton.http_url,
         target="triton-http",
         num_requests=20,
         output_len=10,
@@ -323,23 +298,15 @@ def test_http_targets_triton_generate_stream_and_openai(timing_server, tmp_path)
     url, stop = start_openai_server(ttft_ms=15.0, gap_ms=5.0)
     try:
         for endpoint in ("completions", "chat"):
-            proc, doc = bench_json(
-                "--target",
-                "openai",
-                "--url",
+            proc, doc = bench_run(
                 url,
-                "--model",
-                "timing",
-                "--openai-endpoint",
-                endpoint,
-                "--concurrency",
-                "4",
-                "--num-requests",
-                "8",
-                "--output-len",
-                "6",
-                "--out",
-                str(tmp_path / endpoint),
+                target="openai",
+                model="timing",
+                concurrency=4,
+                num_requests=8,
+                output_len=6,
+                out=tmp_path / endpoint,
+                extra=("--openai-endpoint", endpoint),
             )
             assert proc.returncode == 0, proc.stderr
             assert doc["requests"]["completed"] == 8, proc.stderr[-1500:]
@@ -351,7 +318,7 @@ def test_http_targets_triton_generate_stream_and_openai(timing_server, tmp_path)
 
 
 @pytest.mark.slow
-def test_bench_config_uses_the_deployment_and_compare_lists_runs(timing_server, tmp_path):
+def test_bench_config_uses_the_deployment_and_compare_lists_runs(timing_triton, tmp_path):
     """`bench CONFIG` against a deployment made by trtllm_forge.deploy (serving the timing model)."""
     from trtllm_forge.bench.local_triton import render_timing_model
     from trtllm_forge.config import load_config
@@ -380,11 +347,9 @@ def test_bench_config_uses_the_deployment_and_compare_lists_runs(timing_server, 
     assert paced["load"] == {**paced["load"], "mode": "rate", "value": 20.0, "arrival": "constant"}
     assert tiny["server_metrics"]["models"]["ensemble"]["requests"] >= 6  # scraped from the deployment's metrics URL
     assert (wd / "bench" / "tiny" / "summary.json").is_file() and (wd / "bench" / "paced" / "requests.jsonl").is_file()
-    proc2, _ = bench_json(
-        "--url", timing_server.grpc_url, "--model", "ensemble", "--num-requests", "4", "--output-len", "4", "--out", str(tmp_path / "other")
-    )
+    proc2, _ = bench_run(timing_triton.grpc_url, num_requests=4, output_len=4, out=tmp_path / "other")
     assert proc2.returncode == 0, proc2.stderr
-    proc, doc = bench_json("compare", str(wd / "bench" / "tiny"), str(tmp_path / "other"), "--out", str(tmp_path / "cmp"))
+    proc, doc = bench_json("compare", str(wd / "bench" / "tiny"), str(tmp_path / "other"), "--out", str(tmp_path / "cmp"), in_process=True)
     assert proc.returncode == 0, proc.stderr
     assert len(doc["runs"]) == 2 and doc["runs"][0]["ttft_ms_p50"] > 0
     assert (tmp_path / "cmp" / "compare.csv").is_file()
@@ -398,38 +363,10 @@ def test_killing_the_server_mid_run_keeps_records_and_exits_1(tmp_path):
     server = start_triton(tmp_path / "repo", tmp_path)
     out = tmp_path / "out"
     try:
-        bench = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "trtllm_forge",
-                "bench",
-                "--url",
-                server.grpc_url,
-                "--model",
-                "ensemble",
-                "--concurrency",
-                "4",
-                "--num-requests",
-                "40",
-                "--output-len",
-                "20",
-                "--warmup",
-                "0",
-                "--out",
-                str(out),
-                "--json",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=os.environ.copy(),
-        )
-        started = wait_for_point(bench)
+        bench, started = start_bench(server.grpc_url, concurrency=4, num_requests=40, output_len=20, warmup=0, out=out)
         time.sleep(2.0)  # ~0.4 s per request: several complete, then the server dies under load
         os.killpg(server.process.pid, signal.SIGKILL)
-        stdout, stderr = bench.communicate(timeout=60)
-        stderr = started + stderr
+        stdout, stderr = finish_bench(bench, started)
     finally:
         server.stop()
     assert bench.returncode == 1, stderr
@@ -439,13 +376,13 @@ def test_killing_the_server_mid_run_keeps_records_and_exits_1(tmp_path):
     assert summary["requests"]["completed"] >= 1 and summary["requests"]["failed"] >= 1
     assert summary["requests"]["errors_by_kind"].get("connection", 0) >= 1
     assert json.loads((out / "summary.json").read_text())["requests"] == summary["requests"]
-    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    records = read_records(out)
     assert len(records) == summary["requests"]["sent"]
     assert any(r["error"] and r["error"]["kind"] == "connection" for r in records)
 
 
 def test_emit_writes_inputs_and_commands_and_import_feeds_compare(tmp_path):
-    proc = run_cli(
+    proc = run_in_process(
         "bench",
         "--url",
         "127.0.0.1:9",
@@ -510,7 +447,7 @@ def test_emit_writes_inputs_and_commands_and_import_feeds_compare(tmp_path):
             for i in range(5)
         )
     )
-    proc = run_cli("bench", "import", str(gp), str(ai.parent), "--out", str(tmp_path / "imp"), "--json")
+    proc = run_in_process("bench", "import", str(gp), str(ai.parent), "--out", str(tmp_path / "imp"), "--json")
     assert proc.returncode == 0, proc.stderr
     runs = json.loads(proc.stdout)["runs"]
     imported = json.loads((Path(runs[0]) / "summary.json").read_text())
@@ -520,7 +457,7 @@ def test_emit_writes_inputs_and_commands_and_import_feeds_compare(tmp_path):
     aiperf = json.loads((Path(runs[1]) / "summary.json").read_text())
     assert aiperf["metrics"]["ttft_ms"]["p50"] == 12.0 and aiperf["metrics"]["itl_ms"]["count"] == 15
     assert aiperf["metrics"]["request_throughput_per_s"]["avg"] == pytest.approx(5 / 0.6)
-    proc = run_cli("bench", "compare", *runs, "--out", str(tmp_path / "cmp"), "--json")
+    proc = run_in_process("bench", "compare", *runs, "--out", str(tmp_path / "cmp"), "--json")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)["runs"]
     assert [r["source"] for r in rows] == ["genai-perf", "aiperf"] and rows[0]["ttft_ms_p50"] == 31.0
@@ -534,11 +471,11 @@ def test_bench_usage_errors_are_one_line_exit_2(tmp_path):
         (["--slo", "latency:5", "--url", "x:1", "--model", "m"], "--slo"),
         (["--concurrency", "2"], "--url"),
     ):
-        proc = run_cli("bench", *args)
+        proc = run_in_process("bench", *args)
         assert proc.returncode == 2, (args, proc.stderr)
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and where in lines[0], proc.stderr
-    proc = run_cli(
+    proc = run_in_process(
         "bench",
         "--url",
         "127.0.0.1:1",
@@ -553,7 +490,7 @@ def test_bench_usage_errors_are_one_line_exit_2(tmp_path):
     )
     assert proc.returncode == 0 and json.loads(proc.stdout)["runs"][0]["points"] == ["c1", "c4"]
     assert not (tmp_path / "dry").exists()  # nothing sent, nothing written
-    proc = run_cli("bench", "--url", "127.0.0.1:1", "--model", "ensemble", "--num-requests", "1")
+    proc = run_in_process("bench", "--url", "127.0.0.1:1", "--model", "ensemble", "--num-requests", "1")
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith("error: --url: cannot read model")
 
 
@@ -591,9 +528,9 @@ def test_running_total_token_counts_become_per_response_counts():
 
 
 @pytest.mark.slow
-def test_a_silent_server_and_sigterm_end_the_run_with_records_and_exit_1(timing_server, tmp_path):
+def test_a_silent_server_and_sigterm_end_the_run_with_records_and_exit_1(timing_triton, tmp_path):
     proc, doc = bench_run(
-        timing_server.grpc_url,
+        timing_triton.grpc_url,
         model="silent",
         concurrency=3,
         num_requests=9,
@@ -603,25 +540,14 @@ def test_a_silent_server_and_sigterm_end_the_run_with_records_and_exit_1(timing_
     )
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith("error: bench: 3 of 3 requests failed (stalled: 3)")
     assert doc["requests"]["errors_by_kind"] == {"stalled": 3} and any("no response" in w for w in doc["warnings"])
-    assert len((tmp_path / "stall" / "requests.jsonl").read_text().splitlines()) == 3
+    assert len(read_records(tmp_path / "stall")) == 3
 
-    bench = subprocess.Popen(
-        bench_argv(
-            timing_server.grpc_url,
-            num_requests=200,
-            warmup=0,
-            out=tmp_path / "term",
-            extra=("--request-rate", "10", "--arrival", "constant"),
-        ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    bench, started = start_bench(
+        timing_triton.grpc_url, num_requests=200, warmup=0, out=tmp_path / "term", extra=("--request-rate", "10", "--arrival", "constant")
     )
-    started = wait_for_point(bench)
     time.sleep(1.5)
     bench.send_signal(signal.SIGTERM)
-    stdout, stderr = bench.communicate(timeout=60)
-    stderr = started + stderr
+    stdout, stderr = finish_bench(bench, started)
     assert bench.returncode == 1, stderr
     summary = json.loads(stdout)
     assert 5 <= summary["requests"]["sent"] < 200 and summary["requests"]["completed"] >= 5

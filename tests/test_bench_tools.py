@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from bench_helpers import bench_json, bench_run
-from conftest import REPO, run_cli
+from bench_helpers import GAP_MS, TTFT_MS, bench_json, bench_run, read_records
+from cli_inprocess import run_in_process
+from conftest import REPO
 from trtllm_forge.bench.perf_analyzer import find_perf_analyzer, problem
 
 # CI lays shared/ beside the clone; worktrees find it the same way (<repo>/../shared, then /work/shared).
@@ -25,15 +26,13 @@ PA_PROBLEM = problem()
 needs_perf_analyzer = pytest.mark.skipif(PA_PROBLEM is not None, reason=f"perf_analyzer cannot run: {PA_PROBLEM}")
 NS = 1e-6  # a nanosecond in ms: the shared PA exports carry small synthetic integer timestamps in ns
 
-TTFT_MS, GAP_MS = 30.0, 8.0
-
 
 def _import(*paths: Path, out: Path, extra: tuple[str, ...] = ()) -> list[dict]:
-    """`bench import` through the CLI; the summaries of every point written, per export."""
-    proc = run_cli("bench", "import", *map(str, paths), "--out", str(out), *extra, "--json")
+    """`bench import` through the CLI (in this process); the summaries of every point written, per export."""
+    proc, doc = bench_json("import", *map(str, paths), "--out", str(out), *extra, in_process=True)
     assert proc.returncode == 0, proc.stderr
     runs = []
-    for run in json.loads(proc.stdout)["runs"]:
+    for run in doc["runs"]:
         run = Path(run)
         if (run / "sweep.json").is_file():
             runs.append(json.loads((run / "sweep.json").read_text())["points"])
@@ -188,30 +187,19 @@ def test_unreadable_exports_exit_2_with_one_line_naming_the_file(tmp_path):
     for name, text in cases.items():
         path = tmp_path / name
         path.write_text(text)
-        proc = run_cli("bench", "import", str(path), "--out", str(tmp_path / "out"))
+        proc = run_in_process("bench", "import", str(path), "--out", str(tmp_path / "out"))
         assert proc.returncode == 2, (name, proc.stderr)
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and str(path) in lines[0] and "perf_analyzer profile_export.json" in lines[0], proc.stderr
         assert "Traceback" not in proc.stderr
     # A perf_analyzer export whose responses carry no token has no metric: an error, not an empty summary.
     empty = EXPORTS / "perf_analyzer_exports" / "derived_empty_profile_data.profile_export.json"
-    proc = run_cli("bench", "import", str(empty), "--out", str(tmp_path / "out"))
+    proc = run_in_process("bench", "import", str(empty), "--out", str(tmp_path / "out"))
     assert proc.returncode == 2 and "no metric value" in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists()  # nothing half-written
 
 
 # ---- the real perf_analyzer against real servers ----------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def timing_triton(tmp_path_factory):
-    from trtllm_forge.bench.local_triton import render_timing_model, start_triton
-
-    root = tmp_path_factory.mktemp("tools-timing")
-    render_timing_model(root / "repo", "ensemble", ttft_ms=TTFT_MS, gap_ms=GAP_MS)
-    server = start_triton(root / "repo", root)
-    yield server
-    server.stop()
 
 
 def test_perf_analyzer_binary_is_installed_and_located():
@@ -225,22 +213,8 @@ def test_perf_analyzer_binary_is_installed_and_located():
 @pytest.mark.slow
 @needs_perf_analyzer
 def test_bench_tool_perf_analyzer_on_the_timing_model_matches_the_schedule_and_compares(timing_triton, tmp_path):
-    common = (
-        "--url",
-        timing_triton.grpc_url,
-        "--model",
-        "ensemble",
-        "--concurrency",
-        "1,4",
-        "--num-requests",
-        "12",
-        "--input-len",
-        "8",
-        "--output-len",
-        "6",
-        "--no-plots",
-    )
-    proc, doc = bench_json(*common, "--tool", "perf_analyzer", "--out", str(tmp_path / "pa"))
+    common = {"concurrency": "1,4", "num_requests": 12, "input_len": 8, "output_len": 6}
+    proc, doc = bench_run(timing_triton.grpc_url, tool="perf_analyzer", out=tmp_path / "pa", **common)
     assert proc.returncode == 0, proc.stderr
     assert [p["load"]["value"] for p in doc["points"]] == [1, 4]
     for point in doc["points"]:
@@ -258,13 +232,12 @@ def test_bench_tool_perf_analyzer_on_the_timing_model_matches_the_schedule_and_c
         assert "--streaming" in argv and argv[argv.index("-i") + 1] == "grpc"
         sent = json.loads(Path(argv[argv.index("--input-data") + 1]).read_text())["data"]
         assert len(sent) == 12 and sent[0]["min_tokens"]["content"] == [6] and sent[0]["max_tokens"]["content"] == [6]
-    assert (tmp_path / "pa" / "c4" / "requests.jsonl").read_text().count("\n") == 12
-    proc, ours = bench_json(*common, "--out", str(tmp_path / "forge"))
+    assert len(read_records(tmp_path / "pa" / "c4")) == 12
+    proc, ours = bench_run(timing_triton.grpc_url, out=tmp_path / "forge", **common)
     assert proc.returncode == 0, proc.stderr
     # the same prompts, in the same order, as our own client sent
-    prompts = [json.loads(line) for line in (tmp_path / "forge" / "c1" / "requests.jsonl").read_text().splitlines()]
-    assert len(prompts) == 14  # 12 + 2 warm-up
-    proc, table = bench_json("compare", str(tmp_path / "forge"), str(tmp_path / "pa"))
+    assert len(read_records(tmp_path / "forge" / "c1")) == 14  # 12 + 2 warm-up
+    proc, table = bench_json("compare", str(tmp_path / "forge"), str(tmp_path / "pa"), in_process=True)
     assert proc.returncode == 0, proc.stderr
     rows = table["runs"]
     assert [(r["source"], r["load"]) for r in rows] == [
@@ -309,28 +282,17 @@ def test_every_emitted_perf_analyzer_command_runs_and_imports(timing_triton, tmp
 @needs_perf_analyzer
 def test_bench_tool_perf_analyzer_on_the_cpu_engine_with_token_ids(cpu_engine_server, smollm2_checkpoint, tmp_path):
     """The real CPU engine (OpenVINO SmolLM2 behind the tensorrt_llm model contract), driven by perf_analyzer."""
-    proc, doc = bench_json(
-        "--target",
-        "triton-grpc-tokens",
-        "--url",
+    proc, doc = bench_run(
         cpu_engine_server.grpc_url,
-        "--model",
-        "tensorrt_llm",
-        "--tokenizer",
-        str(smollm2_checkpoint),
-        "--concurrency",
-        "2",
-        "--num-requests",
-        "4",
-        "--input-len",
-        "16",
-        "--output-len",
-        "8",
-        "--tool",
-        "perf_analyzer",
-        "--no-plots",
-        "--out",
-        str(tmp_path / "cpu"),
+        target="triton-grpc-tokens",
+        model="tensorrt_llm",
+        tokenizer=smollm2_checkpoint,
+        concurrency=2,
+        num_requests=4,
+        input_len=16,
+        output_len=8,
+        tool="perf_analyzer",
+        out=tmp_path / "cpu",
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
@@ -346,17 +308,7 @@ def test_emitted_genai_perf_command_runs_when_installed(timing_triton, smollm2_c
     exe = os.environ.get("FORGE_GENAI_PERF")
     if not exe or PA_PROBLEM:
         pytest.skip(f"GenAI-Perf not configured (FORGE_GENAI_PERF unset) or perf_analyzer missing: {PA_PROBLEM}")
-    proc, doc = bench_run(
-        timing_triton.grpc_url,
-        concurrency=2,
-        num_requests=6,
-        input_len=8,
-        output_len=5,
-        tokenizer=smollm2_checkpoint,
-        tool="genai-perf",
-        out=tmp_path / "gp",
-        timeout=600,
-    )
+    proc, doc = _small_run(timing_triton.grpc_url, smollm2_checkpoint, tmp_path / "gp", tool="genai-perf", num_requests=6, output_len=5)
     assert proc.returncode == 0, proc.stderr
     argv = doc["tool_run"]["argv"]
     assert "--service-kind" not in argv and "--output-tokens-mean-deterministic" not in argv
@@ -366,21 +318,16 @@ def test_emitted_genai_perf_command_runs_when_installed(timing_triton, smollm2_c
     _run_emitted("genai-perf", exe, timing_triton.grpc_url, smollm2_checkpoint, tmp_path)
 
 
+def _small_run(url: str, tokenizer: Path, out: Path, **options):
+    """bench_run of 2 concurrent requests of 8 prompt tokens (our tokenizer), as the GenAI-Perf and AIPerf tests make them."""
+    return bench_run(url, concurrency=2, input_len=8, tokenizer=tokenizer, out=out, timeout=600, **options)
+
+
 def _run_emitted(tool: str, exe: str, url: str, tokenizer: Path, tmp_path: Path, target: str | None = None) -> None:
     """Run the command `--emit TOOL` prints, as printed (only the executable's path filled in), and import its export."""
     from trtllm_forge.bench.tool_runs import executable
 
-    proc, doc = bench_run(
-        url,
-        target=target,
-        concurrency=2,
-        num_requests=4,
-        input_len=8,
-        output_len=4,
-        tokenizer=tokenizer,
-        out=tmp_path / "emit",
-        extra=("--emit", tool),
-    )
+    proc, doc = _small_run(url, tokenizer, tmp_path / "emit", target=target, num_requests=4, output_len=4, extra=("--emit", tool))
     assert proc.returncode == 0, proc.stderr
     (command,) = doc["emitted"][0]["commands"]
     argv = shlex.split(command)
@@ -453,25 +400,8 @@ def _closing_openai_server() -> tuple[str, callable, dict]:
 def test_openai_requests_on_a_closed_keepalive_connection_are_retried_not_failed(tmp_path):
     url, stop, seen = _closing_openai_server()
     try:
-        proc, doc = bench_json(
-            "--target",
-            "openai",
-            "--url",
-            url,
-            "--model",
-            "closing",
-            "--concurrency",
-            "2",
-            "--num-requests",
-            "12",
-            "--warmup",
-            "0",
-            "--output-len",
-            "3",
-            "--no-plots",
-            "--out",
-            str(tmp_path / "o"),
-            timeout=120,
+        proc, doc = bench_run(
+            url, target="openai", model="closing", concurrency=2, num_requests=12, warmup=0, output_len=3, out=tmp_path / "o", timeout=120
         )
     finally:
         stop()
@@ -479,7 +409,7 @@ def test_openai_requests_on_a_closed_keepalive_connection_are_retried_not_failed
     assert doc["requests"]["completed"] == 12 and doc["requests"]["failed"] == 0
     assert seen["dropped"] >= 1 and doc["requests"]["retries"] == seen["dropped"], (seen, doc["requests"])
     assert seen["requests"] == 12  # a retried request reached the server once
-    records = [json.loads(line) for line in (tmp_path / "o" / "requests.jsonl").read_text().splitlines()]
+    records = read_records(tmp_path / "o")
     assert sum(r["retries"] for r in records) == doc["requests"]["retries"]
     assert all(r["output_tokens"] == 3 for r in records)
 
@@ -490,17 +420,8 @@ def test_bench_tool_aiperf_over_http_when_installed(timing_triton, smollm2_check
     exe = os.environ.get("FORGE_AIPERF")
     if not exe:
         pytest.skip("AIPerf not configured (FORGE_AIPERF unset)")
-    proc, doc = bench_run(
-        timing_triton.http_url,
-        target="triton-http",
-        concurrency=2,
-        num_requests=6,
-        input_len=8,
-        output_len=5,
-        tokenizer=smollm2_checkpoint,
-        tool="aiperf",
-        out=tmp_path / "ai",
-        timeout=600,
+    proc, doc = _small_run(
+        timing_triton.http_url, smollm2_checkpoint, tmp_path / "ai", target="triton-http", tool="aiperf", num_requests=6, output_len=5
     )
     assert proc.returncode == 0, proc.stderr
     template = Path(doc["tool_run"]["argv"][doc["tool_run"]["argv"].index("--extra-inputs") + 1].split(":", 1)[1]).read_text()

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cli_inprocess import run_in_process
-from conftest import CONFIGS, REPO, run_cli
+from cli_inprocess import json_in_process, run_in_process
+from conftest import CONFIGS, REPO, fake_checkpoint_dir, processes_with, run_cli
 
 SMOLLM2_CONFIG = CONFIGS / "smollm2-cpu.yaml"
 PROMPT = "The capital of France is"
@@ -52,9 +52,10 @@ def config_text(source: str, family: str | None = "llama", extra: str = "") -> s
 
 @pytest.fixture(scope="module")
 def imported_copy(imported_smollm2, tmp_path_factory) -> Path:
-    """A private copy of the session import's workdir, for tests that re-run or interrupt the import."""
+    """A private copy of the session import's workdir, for tests that re-run or interrupt the import. Hard links
+    (no 0.5 GB copy): a stage never writes into its finished directory, it replaces it (stages.run_stage)."""
     workdir = tmp_path_factory.mktemp("import-copy")
-    shutil.copytree(imported_smollm2.parent, workdir / "import")
+    shutil.copytree(imported_smollm2.parent, workdir / "import", copy_function=os.link)
     return workdir
 
 
@@ -182,17 +183,7 @@ def _start_import(workdir: Path, *extra: str) -> subprocess.Popen:
 
 
 def _converter_pids(workdir: Path) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "trtllm_forge.importer.gguf_to_hf" in cmdline and str(workdir) in cmdline:
-            pids.append(int(entry.name))
-    return pids
+    return processes_with("trtllm_forge.importer.gguf_to_hf", str(workdir))
 
 
 def _wait_for_conversion(proc: subprocess.Popen, workdir: Path, timeout: float = 300) -> None:
@@ -254,9 +245,7 @@ def test_dry_run_writes_nothing(tmp_path):
     assert str(workdir / "import" / "checkpoint" / "model.safetensors") in proc.stderr
     assert not workdir.exists()
 
-    proc = run_in_process("import", str(SMOLLM2_CONFIG), "--workdir", str(workdir), "--dry-run", "--json")
-    assert proc.returncode == 0, proc.stderr
-    plan = json.loads(proc.stdout)
+    plan = json_in_process("import", str(SMOLLM2_CONFIG), "--workdir", str(workdir), "--dry-run")
     assert plan["source_kind"] == "builtin" and plan["would_skip"] is False
     argv = plan["commands"][0]
     assert argv[1:3] == ["-m", "trtllm_forge.importer.gguf_to_hf"]
@@ -267,12 +256,9 @@ def test_dry_run_writes_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_dry_run_on_an_imported_workdir_says_it_would_skip(imported_copy):
-    proc = run_in_process("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy), "--dry-run", "--json")
-    assert proc.returncode == 0, proc.stderr
-    plan = json.loads(proc.stdout)
+    plan = json_in_process("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy), "--dry-run")
     assert plan["would_skip"] is True and plan["commands"] == []
-    proc = run_in_process("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy), "--dry-run", "--force", "--json")
-    assert json.loads(proc.stdout)["would_skip"] is False
+    assert json_in_process("import", str(SMOLLM2_CONFIG), "--workdir", str(imported_copy), "--dry-run", "--force")["would_skip"] is False
 
 
 # ---- errors: one line, exit 2, naming the field ----
@@ -286,8 +272,7 @@ def test_missing_gguf_file(write_config, tmp_path):
 
 
 def test_hf_dir_without_config_json(write_config, tmp_path):
-    (tmp_path / "ckpt").mkdir()
-    (tmp_path / "ckpt" / "model.safetensors").write_bytes(b"")
+    fake_checkpoint_dir(tmp_path / "ckpt")
     line = one_error_line(
         run_in_process("import", str(write_config(config_text("ckpt"))), "--workdir", str(tmp_path / "wd")), "model.source"
     )
@@ -295,10 +280,7 @@ def test_hf_dir_without_config_json(write_config, tmp_path):
 
 
 def test_hf_dir_with_only_bin_weights(write_config, tmp_path):
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    (ckpt / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    (ckpt / "pytorch_model.bin").write_bytes(b"")
+    fake_checkpoint_dir(tmp_path / "ckpt", {"model_type": "llama"}, files=("pytorch_model.bin",))
     line = one_error_line(run_in_process("import", str(write_config(config_text("ckpt"))), "--dry-run"), "model.source")
     assert "safetensors" in line
 
@@ -352,9 +334,7 @@ def test_hf_dir_is_checked_and_recorded_without_copying(imported_smollm2, write_
     source = _hf_dir_from(imported_smollm2, tmp_path / "ckpt")
     config = write_config(config_text("ckpt"))
     workdir = tmp_path / "wd"
-    proc = run_in_process("import", str(config), "--workdir", str(workdir), "--json")
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)["outputs"]
+    out = json_in_process("import", str(config), "--workdir", str(workdir))["outputs"]
     assert out["source_kind"] == "hf_dir"
     assert out["checkpoint_dir"] == str(source)
     assert out["num_parameters"] == 134_515_008
@@ -372,31 +352,22 @@ def test_hf_dir_is_checked_and_recorded_without_copying(imported_smollm2, write_
 
 
 def test_hf_dir_family_mismatch(write_config, tmp_path):
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    (ckpt / "config.json").write_text(
-        json.dumps(
-            {
-                "model_type": "qwen2",
-                "num_hidden_layers": 2,
-                "hidden_size": 64,
-                "num_attention_heads": 4,
-                "vocab_size": 100,
-                "max_position_embeddings": 4096,
-            }
-        )
-    )
-    (ckpt / "model.safetensors").write_bytes(b"")
+    qwen2 = {
+        "model_type": "qwen2",
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "vocab_size": 100,
+        "max_position_embeddings": 4096,
+    }
+    ckpt = fake_checkpoint_dir(tmp_path / "ckpt", qwen2)
     (ckpt / "tokenizer.json").write_text("{}")
     line = one_error_line(run_in_process("import", str(write_config(config_text("ckpt", family="llama"))), "--dry-run"), "model.family")
     assert "qwen2" in line
 
 
 def test_hf_dir_without_tokenizer(write_config, tmp_path):
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    (ckpt / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    (ckpt / "model.safetensors").write_bytes(b"")
+    fake_checkpoint_dir(tmp_path / "ckpt", {"model_type": "llama"})
     line = one_error_line(run_in_process("import", str(write_config(config_text("ckpt", family=None))), "--dry-run"), "model.source")
     assert "tokenizer" in line
 

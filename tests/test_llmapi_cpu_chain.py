@@ -1,5 +1,5 @@
-"""The LLM API path for real on CPU: `trtllm-forge run configs/smollm2-cpu-llmapi.yaml` (import → build →
-render → deploy → smoke → verify exact vs transformers → bench) with the unmodified llmapi model.py inside the
+"""The LLM API path for real on CPU: `trtllm-forge run configs/smollm2-cpu-llmapi.yaml` (import and build: the
+session's, reused → render → deploy → smoke → verify exact vs transformers → bench) with the unmodified llmapi model.py inside the
 real Triton, its `tensorrt_llm` being trtllm-forge's CPU stand-in; then NVIDIA's llmapi inputs against the kept
 server, with the stand-in engine's own counters to prove that a vanished client stops the generation."""
 
@@ -23,10 +23,11 @@ PROMPT = "The capital of France is"
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, imported_smollm2):
+def served(tmp_path_factory, imported_smollm2, cpu_engine_llmapi):
     root = tmp_path_factory.mktemp("llmapi-e2e")
     stats = root / "engine-stats.json"
-    with kept_run(root, CONFIGS / "smollm2-cpu-llmapi.yaml", imported_smollm2, env={STATS_ENV: str(stats)}) as (workdir, proc):
+    stages = [imported_smollm2.parent, cpu_engine_llmapi[0] / "build"]  # the session's import and llmapi build, reused
+    with kept_run(root, CONFIGS / "smollm2-cpu-llmapi.yaml", stages, env={STATS_ENV: str(stats)}) as (workdir, proc):
         yield workdir, proc, stats
 
 
@@ -48,7 +49,7 @@ def _texts(result) -> list[str]:
 
 
 def test_run_passes_every_stage_exactly(served):
-    assert_chain_passed(_doc(served), concurrencies=[1, 4], requests_per_point=4)
+    assert_chain_passed(_doc(served), concurrencies=[1, 4], requests_per_point=4, reused=("import", "build"))
     workdir = served[0]
     version = workdir / "render" / "model_repository" / "tensorrt_llm" / "1"
     assert "NOT TensorRT-LLM" in (version / "tensorrt_llm" / "__init__.py").read_text()

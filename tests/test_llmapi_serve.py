@@ -4,7 +4,6 @@ the LLM-API stand-in behind the same argv, served for real and measured by our b
 from __future__ import annotations
 
 import json
-import os
 import urllib.request
 from pathlib import Path
 
@@ -123,25 +122,18 @@ def test_bench_openai_target_measures_the_stand_in(stand_in_server, smollm2_chec
 
 
 @pytest.mark.slow
-def test_deploy_start_and_stop_with_server_trtllm_serve(cpu_engine_fp32, tmp_path):
+def test_deploy_start_and_stop_with_server_trtllm_serve(cpu_engine_llmapi, tmp_path):
     """The deploy kind through the CLI: `deploy start` runs the (stand-in) trtllm-serve, `deploy stop` ends it."""
+    from chain_helpers import link_stages
     from conftest import run_cli
-    from trtllm_forge.builders.tensorrt_llm.llmapi import write_model_yaml
-    from trtllm_forge.stages import write_json_atomic
 
-    _, result = cpu_engine_fp32
-    engine_dir = result.manifest["outputs"]["engine_dir"]
     source = yaml.safe_load((CONFIGS / "smollm2-cpu-llmapi.yaml").read_text())
     source["deploy"]["server"] = "trtllm-serve"
     source["bench"]["workloads"][0]["target"] = "openai"  # trtllm-serve speaks OpenAI only (a config rule)
     config_file = tmp_path / "serve.yaml"
     config_file.write_text(yaml.safe_dump(source))
     workdir = tmp_path / "wd"
-    write_model_yaml(load_config(config_file), workdir / "build" / "llmapi", engine_dir)
-    write_json_atomic(
-        workdir / "build" / "manifest.json",
-        {"stage": "build", "outputs": {"target": "llmapi", "engine_dir": engine_dir, "llmapi_dir": str(workdir / "build" / "llmapi")}},
-    )
+    link_stages(workdir, cpu_engine_llmapi[0] / "build")  # the session's llmapi build: engine and build/llmapi/model.yaml
     started = run_cli("deploy", "start", str(config_file), "--workdir", str(workdir), "--json", timeout=600)
     assert started.returncode == 0, started.stderr[-3000:]
     described = json.loads(started.stdout)
@@ -204,25 +196,21 @@ def test_bench_on_trtllm_serve_must_target_openai(tmp_path):
 
 
 @pytest.mark.slow
-def test_run_with_trtllm_serve_smokes_verifies_and_benches_its_openai_endpoint(imported_smollm2, tmp_path):
+def test_run_with_trtllm_serve_smokes_verifies_and_benches_its_openai_endpoint(imported_smollm2, cpu_engine_llmapi, tmp_path):
     """`run` on deploy.server trtllm-serve: deploy starts the (stand-in) trtllm-serve, smoke and verify ask its
     /v1/completions (exact tokens against transformers in fp32), bench measures it with the openai target, and
-    the server is gone afterwards."""
-    import shutil
-
-    from conftest import run_cli
-    from trtllm_forge.hardware import HOST_PROFILE_ENV
+    the server is gone afterwards. The import and the llmapi build are the session's (its engine section is
+    smollm2-cpu-llmapi.yaml's)."""
+    from chain_helpers import reused_workdir, run_chain
 
     config_file = _serve_config(tmp_path)  # the workload's target is left unset: openai for trtllm-serve
-    workdir = tmp_path / "wd"
-    workdir.mkdir()
-    shutil.copytree(imported_smollm2.parent, workdir / "import", symlinks=True, copy_function=os.link)  # the session's import, reused
-    env = {HOST_PROFILE_ENV: str(tmp_path / "hardware-cpu.json")}
-    proc = run_cli("run", str(config_file), "--workdir", str(workdir), "--json", env=env, timeout=1500)
+    workdir = reused_workdir(tmp_path, imported_smollm2.parent, cpu_engine_llmapi[0] / "build")
+    proc = run_chain(workdir, config_file)
     assert proc.returncode == 0, proc.stderr[-4000:]
     doc = json.loads(proc.stdout)
     stages = {s["name"]: s for s in doc["stages"]}
-    assert all(s["status"] in ("done", "skipped") for s in doc["stages"]), doc["stages"]
+    assert [(s["name"], s["status"]) for s in doc["stages"]][:3] == [("import", "skipped"), ("build", "skipped"), ("render", "done")]
+    assert all(s["status"] == "done" for s in doc["stages"][3:]), doc["stages"]
     assert "grpc none" in stages["deploy"]["detail"] and "http://127.0.0.1:" in stages["deploy"]["detail"]
     assert "Paris" in doc["answer"] and doc["stream_matches"] is True
     assert doc["verify"]["passed"] and doc["verify"]["agreement"]["prefix"] == 1.0

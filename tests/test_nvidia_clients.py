@@ -377,7 +377,7 @@ def test_our_client_reads_nvidias_shapes(decoupled_server, reference, model):
 @pytest.mark.parametrize("target", ["triton-grpc", "triton-http"])
 def test_bench_targets_read_nvidias_shapes(decoupled_server, smollm2_checkpoint, tmp_path, target):
     """bench's gRPC and HTTP text targets on the 1-D text_output: every request completes with text."""
-    from bench_helpers import bench_run
+    from bench_helpers import bench_run, read_records
 
     url = decoupled_server.grpc_url if target == "triton-grpc" else decoupled_server.http_url
     proc, point = bench_run(
@@ -386,7 +386,7 @@ def test_bench_targets_read_nvidias_shapes(decoupled_server, smollm2_checkpoint,
     assert proc.returncode == 0, proc.stderr  # point: the summary of the one load point
     assert point["requests"]["completed"] == 4 and point["requests"]["failed"] == 0
     assert point["metrics"]["output_tokens"]["min"] > 0
-    records = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    records = read_records(tmp_path)
     assert records and all(r["error"] is None and r["output_tokens"] > 0 for r in records), records[-1]
 
 

@@ -1,49 +1,38 @@
 """The embedded default end to end, as `make demo` runs it: import → build → render → real Triton →
-smoke → verify against transformers → report, with no server left behind. The import itself is the session's
-(`trtllm-forge import` of the same config, conftest.imported_smollm2): here the run finds it done and skips it."""
+smoke → verify against transformers → report, with no server left behind. The import and the build are the
+session's (`trtllm-forge import` of the same config, conftest.imported_smollm2, and its fp32 build,
+conftest.cpu_engine_fp32): here the run finds them up to date and skips them. `run` building for real is
+test_onnxruntime_chain.py's."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 
 import pytest
 
-from conftest import CONFIGS, run_cli
-from trtllm_forge.hardware import HOST_PROFILE_ENV
+from chain_helpers import assert_chain_passed, reused_workdir, run_chain
+from conftest import CONFIGS, processes_with, run_cli
 
 pytestmark = pytest.mark.slow
 
 
-def tritonservers_for(workdir) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", "tritonserver"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if str(workdir) in line]
+def tritonservers_for(workdir) -> list[int]:
+    return processes_with("tritonserver", str(workdir))
 
 
 @pytest.fixture(scope="module")
-def first_run(tmp_path_factory, imported_smollm2):
-    root = tmp_path_factory.mktemp("e2e")
-    workdir = root / "wd"
-    workdir.mkdir()
-    # The session's `trtllm-forge import` of the same config (conftest.imported_smollm2) is reused, so the
-    # import stage is skipped (its input hash matches); build onwards run for real. Hard links: no 0.5 GB copy.
-    shutil.copytree(imported_smollm2.parent, workdir / "import", symlinks=True, copy_function=os.link)
-    env = {HOST_PROFILE_ENV: str(root / "hardware-cpu.json")}
-    result = run_cli("run", str(CONFIGS / "smollm2-cpu.yaml"), "--workdir", str(workdir), "--json", env=env, timeout=1200)
-    return workdir, result
+def first_run(tmp_path_factory, imported_smollm2, cpu_engine_fp32):
+    workdir = reused_workdir(tmp_path_factory.mktemp("e2e"), imported_smollm2.parent, cpu_engine_fp32[0] / "build")
+    return workdir, run_chain(workdir, CONFIGS / "smollm2-cpu.yaml", timeout=1200)
 
 
 def test_run_serves_paris_and_verifies(first_run):
     workdir, result = first_run
     assert result.returncode == 0, result.stderr[-3000:]
     doc = json.loads(result.stdout)
-    assert "Paris" in doc["answer"]
-    assert doc["passed"] is True and doc["stream_matches"] is True
-    assert doc["verify"]["passed"] and doc["verify"]["agreement"]["prefix"] == 1.0
-    assert [s["name"] for s in doc["stages"]] == ["import", "build", "render", "deploy", "smoke", "verify", "bench"]
-    assert all(s["status"] in ("done", "skipped") for s in doc["stages"])
+    assert_chain_passed(doc, concurrencies=[1, 8], requests_per_point=16, reused=("import", "build"))
+    assert doc["passed"] is True
     assert (workdir / "verify" / "report.json").is_file()
     for stage in ("import", "build", "render"):
         assert json.loads((workdir / stage / "manifest.json").read_text())["status"] == "ok"
@@ -53,9 +42,7 @@ def test_run_benchmarks_against_the_roofline(first_run):
     workdir, result = first_run
     doc = json.loads(result.stdout)
     (workload,) = doc["bench"]["workloads"]
-    points = workload["points"]
-    assert [p["load"]["value"] for p in points] == [1, 8]
-    assert all(p["requests"]["failed"] == 0 and p["requests"]["completed"] == 16 for p in points)
+    points = workload["points"]  # every request of both points completed: test_run_serves_paris_and_verifies
     assert points[1]["metrics"]["output_token_throughput_per_s"]["avg"] > points[0]["metrics"]["output_token_throughput_per_s"]["avg"]
     rows = doc["bench"]["roofline"]
     assert [r["concurrency"] for r in rows] == [1, 8]
@@ -82,9 +69,7 @@ def test_human_report_names_answer_logs_and_query_commands(first_run):
 
 def test_second_run_skips_cached_stages_and_keep_serving(first_run):
     workdir, _ = first_run
-    result = run_cli(
-        "run", str(CONFIGS / "smollm2-cpu.yaml"), "--workdir", str(workdir), "--json", "--keep-serving", "--skip-bench", timeout=900
-    )
+    result = run_chain(workdir, CONFIGS / "smollm2-cpu.yaml", "--keep-serving", "--skip-bench", timeout=900)
     try:
         assert result.returncode == 0, result.stderr[-3000:]
         doc = json.loads(result.stdout)
