@@ -291,6 +291,37 @@ def test_source_that_is_not_gguf_or_directory(write_config, tmp_path):
     assert ".gguf" in line
 
 
+def test_gguf_header_reader_agrees_with_ggufreader():
+    """Our header-only reader (plan, dry runs and the input hash use it) against the gguf package's full reader."""
+    from gguf import GGUFReader
+
+    from trtllm_forge.importer.gguf_meta import read_metadata
+
+    fields = GGUFReader(str(gguf_path())).fields
+    theirs = {k: f.contents() for k, f in fields.items() if not k.startswith("GGUF.") and f.types[0].name != "ARRAY"}
+    ours = read_metadata(gguf_path())
+    assert ours == theirs
+    assert ours["general.architecture"] == "llama" and ours["tokenizer.ggml.add_bos_token"] is False
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: data[:4096],  # ends inside the vocabulary array
+        lambda data: data[:16] + (2**40).to_bytes(8, "little") + data[24:],  # more key-values than bytes
+        lambda data: b"GGUF" + (7).to_bytes(4, "little") + data[8:],  # unknown version
+    ],
+    ids=["truncated", "huge-kv-count", "version-7"],
+)
+def test_damaged_gguf_header_is_one_error_line(damage, write_config, tmp_path):
+    with gguf_path().open("rb") as source:
+        data = source.read(4 << 20)  # the whole key-value header (vocabulary and merges included) and more
+    (tmp_path / "damaged.gguf").write_bytes(damage(data))
+    result = run_in_process("import", str(write_config(config_text("damaged.gguf"))), "--dry-run")
+    line = one_error_line(result, "model.source")
+    assert "damaged.gguf" in line and "not a readable GGUF" in line
+
+
 def test_gguf_family_mismatch(write_config, tmp_path):
     # The GGUF's architecture is only known once the file is read, i.e. at import time, not at config time.
     config = write_config(config_text(str(gguf_path()), family="qwen2"))
@@ -393,7 +424,7 @@ def test_fallback_tokenizer_path_is_checked_after_reloading(tmp_path, monkeypatc
 
     path = gguf_path()
     reader = open_reader(path)
-    info = read_gguf_info(path, reader)
+    info = read_gguf_info(path)
     monkeypatch.setattr(gguf_to_hf, "builds_natively", lambda info: False)
     mode, tokenizer = gguf_to_hf.convert_tokenizer(reader, path, tmp_path, info)
     assert mode.startswith("transformers GGUF tokenizer")

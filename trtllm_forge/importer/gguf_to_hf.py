@@ -166,7 +166,7 @@ def convert(gguf_path: Path, out: Path, dtype: str) -> dict:
 
     started = time.monotonic()
     reader = open_reader(gguf_path)
-    info = read_gguf_info(gguf_path, reader)
+    info = read_gguf_info(gguf_path)
     out.mkdir(parents=True, exist_ok=True)
     mode, tokenizer = convert_tokenizer(reader, gguf_path, out, info)
     del reader
