@@ -21,6 +21,7 @@ the llama.cpp version and build command, every run); `render_table` makes the RE
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -99,12 +100,34 @@ def llama_server(source: Path) -> Path:
     return binary
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _stamped_weights(stamp: dict[str, Any]) -> str | None:
+    """The weights digest a stamp vouches for; an older stamp (checkpoint path and mtime) counts while that file
+    is unchanged."""
+    if "model_sha256" in stamp:
+        return str(stamp["model_sha256"])
+    weights = Path(stamp.get("checkpoint", "")) / "model.safetensors"
+    if weights.is_file() and weights.stat().st_mtime_ns == stamp.get("mtime_ns"):
+        return _sha256(weights)
+    return None
+
+
 def f32_gguf(source: Path, checkpoint: Path, out: Path) -> Path:
-    """Our checkpoint as an f32 GGUF, by llama.cpp's own converter (reused while the checkpoint is unchanged)."""
+    """Our checkpoint as an f32 GGUF, by llama.cpp's own converter; reused while the weights (by content: every
+    worktree imports the same checkpoint to its own path) and the converter are unchanged."""
     stamp = out.with_suffix(".source.json")
-    key = {"checkpoint": str(checkpoint), "mtime_ns": (checkpoint / "model.safetensors").stat().st_mtime_ns, "converter": str(source)}
-    if out.is_file() and stamp.is_file() and json.loads(stamp.read_text()) == key:
-        return out
+    key = {"model_sha256": _sha256(checkpoint / "model.safetensors"), "converter": str(source), "checkpoint": str(checkpoint)}
+    if out.is_file() and stamp.is_file():
+        old = json.loads(stamp.read_text())
+        if old.get("converter") == key["converter"] and _stamped_weights(old) == key["model_sha256"]:
+            return out
     argv = [sys.executable, str(source / "convert_hf_to_gguf.py"), str(checkpoint), "--outtype", "f32", "--outfile", str(out)]
     run_logged(argv, out.with_suffix(".convert.log"))
     stamp.write_text(json.dumps(key))
