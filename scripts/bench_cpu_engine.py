@@ -568,7 +568,7 @@ def run_concurrency(args, base, root: Path, checkpoint: Path) -> dict:
             closed_loop_served(deployment.grpc_url, names.ensemble, PROMPTS, list(range(max(concurrencies))), max(concurrencies), 4, stream)
         for repeat in range(args.repeats):
             for concurrency in concurrencies:
-                requests = args.requests or max(16, 2 * concurrency)
+                requests = max(args.min_requests, 2 * concurrency)
                 order = [i % len(PROMPTS) for i in range(requests)]
                 paths = LOAD_PATHS[repeat % len(LOAD_PATHS) :] + LOAD_PATHS[: repeat % len(LOAD_PATHS)]
                 for path in paths:
@@ -748,7 +748,9 @@ def main(argv: list[str] | None = None) -> int:
         help="closed-loop mode instead of (a)-(d): served ensemble (streamed and not) against the same engine in-process at "
         "these concurrencies, e.g. 1,8,16; the first of --precisions; writes results/bench_cpu_engine/concurrency.json",
     )
-    parser.add_argument("--requests", type=int, default=0, help="closed-loop mode: requests per point (default: max(16, 2 x concurrency))")
+    parser.add_argument(
+        "--min-requests", type=int, default=16, help="closed-loop mode: requests per point, at least (and at least 2 x concurrency)"
+    )
     parser.add_argument(
         "--json", dest="json_out", type=Path, help=f"Write the results here (default: {RESULTS} or, with --concurrency, {CONCURRENCY_RESULTS})."
     )
