@@ -48,6 +48,7 @@ README_MARKER = "cpu-engine-table"
 PERPLEXITY_TEXT = default_text()[0]
 
 CPU_KV_BLOCK_SIZE = 32  # OpenVINO's CPU plugin: tokens per KV block (as in the CPU engine model)
+RUNTIME_PROPERTIES = {"ENABLE_CPU_PINNING": "NO"}  # the CPU engine model's runtime defaults under the engine's own
 
 
 @dataclass
@@ -180,7 +181,7 @@ def scheduler_for(config, engine_dir: Path):
     scheduler.dynamic_split_fuse = config.runtime.enable_chunked_context
     if not scheduler.dynamic_split_fuse:
         scheduler.max_num_batched_tokens = max(scheduler.max_num_batched_tokens, build["max_input_len"])
-    properties = {str(k): str(v) for k, v in (engine.get("openvino", {}).get("properties") or {}).items()}
+    properties = {**RUNTIME_PROPERTIES, **{str(k): str(v) for k, v in (engine.get("openvino", {}).get("properties") or {}).items()}}
     return scheduler, properties
 
 
@@ -554,7 +555,9 @@ def run_concurrency(args, base, root: Path, checkpoint: Path) -> dict:
     pipeline, generation_config = open_pipeline(config, engine_dir)
     closed_loop_in_process(pipeline, generation_config, prompt_ids, list(range(len(PROMPTS))), len(PROMPTS), 4)  # compile kernels
     # The engine's own output per prompt: what every path must reproduce (greedy).
-    expected_ids, _ = closed_loop_in_process(pipeline, generation_config, prompt_ids, list(range(len(PROMPTS))), len(PROMPTS), args.max_tokens)
+    expected_ids, _ = closed_loop_in_process(
+        pipeline, generation_config, prompt_ids, list(range(len(PROMPTS))), len(PROMPTS), args.max_tokens
+    )
     texts_of = [
         {tokenizer.decode(ids, skip_special_tokens=True), "".join(tokenizer.decode([t], skip_special_tokens=True) for t in ids)}
         for ids in expected_ids
@@ -573,7 +576,9 @@ def run_concurrency(args, base, root: Path, checkpoint: Path) -> dict:
                 paths = LOAD_PATHS[repeat % len(LOAD_PATHS) :] + LOAD_PATHS[: repeat % len(LOAD_PATHS)]
                 for path in paths:
                     if path == "in-process":
-                        outputs, seconds = closed_loop_in_process(pipeline, generation_config, prompt_ids, order, concurrency, args.max_tokens)
+                        outputs, seconds = closed_loop_in_process(
+                            pipeline, generation_config, prompt_ids, order, concurrency, args.max_tokens
+                        )
                         same = sum(out == expected_ids[i] for out, i in zip(outputs, order))
                         point = LoadPoint(path, concurrency, repeat, requests, sum(map(len, outputs)), seconds, same)
                     else:
@@ -608,7 +613,9 @@ def run_concurrency(args, base, root: Path, checkpoint: Path) -> dict:
 def _paired_ratios(points: list[dict], concurrency: int, path: str) -> list[float]:
     """served ÷ in-process of the same repeat (the two ran back to back)."""
     base = {p["repeat"]: p["tok_s"] for p in points if p["concurrency"] == concurrency and p["path"] == "in-process"}
-    return [p["tok_s"] / base[p["repeat"]] for p in points if p["concurrency"] == concurrency and p["path"] == path and base.get(p["repeat"])]
+    return [
+        p["tok_s"] / base[p["repeat"]] for p in points if p["concurrency"] == concurrency and p["path"] == path and base.get(p["repeat"])
+    ]
 
 
 def concurrency_goals(document: dict) -> list[str]:
@@ -752,7 +759,10 @@ def main(argv: list[str] | None = None) -> int:
         "--min-requests", type=int, default=16, help="closed-loop mode: requests per point, at least (and at least 2 x concurrency)"
     )
     parser.add_argument(
-        "--json", dest="json_out", type=Path, help=f"Write the results here (default: {RESULTS} or, with --concurrency, {CONCURRENCY_RESULTS})."
+        "--json",
+        dest="json_out",
+        type=Path,
+        help=f"Write the results here (default: {RESULTS} or, with --concurrency, {CONCURRENCY_RESULTS}).",
     )
     parser.add_argument("--note", help="stored with the results, e.g. what else ran on the machine")
     parser.add_argument("--markdown", type=Path, help="Also write the markdown table here.")

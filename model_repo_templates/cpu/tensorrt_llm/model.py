@@ -49,6 +49,11 @@ from request_checks import InvalidInput, check_request  # copied next to this fi
 # OpenVINO's CPU plugin stores the paged KV cache in blocks of 32 tokens.
 CPU_KV_BLOCK_SIZE = 32
 IDLE_WAIT_S = 0.05
+# Runtime properties under the engine's own (config.json `openvino.properties` wins). Thread pinning off: the
+# engine shares its cores with Triton, the pre/post-processing stubs and whatever else runs on the host, and a
+# pinned inference thread waits for its core instead of moving (batch-1 decode step 1.6x slower pinned on the
+# shared 2-core machine, interleaved in one run); llama.cpp does not pin either.
+RUNTIME_PROPERTIES = {"ENABLE_CPU_PINNING": "NO"}
 # A send that has not returned after this long is taken as a consumer that will never read (a dead BLS stub):
 # its request is dropped so it cannot hold back every other stream.
 SEND_STALL_S = 2.0
@@ -332,7 +337,7 @@ class TritonPythonModel:
         if not scheduler.dynamic_split_fuse and scheduler.max_num_batched_tokens < self.max_input_len:
             # Without split-fuse a whole prompt must fit in one step.
             scheduler.max_num_batched_tokens = self.max_input_len
-        properties = {str(k): str(v) for k, v in (ov_section.get("properties") or {}).items()}
+        properties = {**RUNTIME_PROPERTIES, **{str(k): str(v) for k, v in (ov_section.get("properties") or {}).items()}}
         # Draft-target speculative decoding: the build exported the draft model into the engine directory.
         draft = ov_section.get("draft") or None
         self.num_assistant_tokens = int(draft["num_assistant_tokens"]) if draft else 0
