@@ -321,9 +321,30 @@ def render_table(document: dict[str, Any]) -> str:
             if ours[key] and peer[key]:
                 parts.append(f"{label} {ours[key] / peer[key]:.2f}×")
         lines.append(f"- concurrency {concurrency}, ours ÷ llama.cpp: " + (", ".join(parts) if parts else "no complete pair"))
+    lines += peer_goals(medians)
     if failed:
         lines.append(f"- {len(failed)} failed runs (in the result file)")
     return "\n".join(lines) + "\n"
+
+
+# Issue 16.5: beat llama.cpp on all three (concurrency, metric, label, True when higher is better).
+GOALS = (
+    (1, "tpot_ms_p50", "TPOT p50 at concurrency 1", False),
+    (8, "output_token_throughput_per_s", "output tokens/s at concurrency 8", True),
+    (8, "itl_ms_p99", "ITL p99 at concurrency 8", False),
+)
+
+
+def peer_goals(medians: dict[tuple[int, str], dict[str, float | None]]) -> list[str]:
+    """One PASS/MISS line per goal, from the medians of the same run."""
+    lines = []
+    for concurrency, key, label, higher in GOALS:
+        ours, peer = (medians.get((concurrency, t), {}).get(key) for t in TARGETS)
+        if ours is None or peer is None:
+            continue
+        better = ours > peer if higher else ours < peer
+        lines.append(f"- {'PASS' if better else 'MISS'}: {label}, ours {ours:.1f} vs llama.cpp {peer:.1f}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
