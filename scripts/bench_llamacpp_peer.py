@@ -280,6 +280,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         row["repeat"] = repeat
                         document["runs"].append(row)
                         info(json.dumps(row))
+                        partial = root / "peer.partial.json"  # every finished point survives an interrupted run
+                        provenance.write_result(partial, {**document, "note": args.note, "partial": True})
     if args.note:
         document["note"] = args.note
     return provenance.finish(document)
