@@ -30,6 +30,7 @@ import math
 import os
 import queue as queue_mod
 import statistics
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -726,6 +727,21 @@ def precision_config(base, precision: str):
     return type(base).model_validate({**data, "config_dir": str(base.config_dir)})
 
 
+def own_session() -> None:
+    """Leave the launching shell's session. With the kernel's autogroup scheduling every session shares one CPU
+    slice on a busy host: tritonserver (deploy starts it in a session of its own) gets a slice of its own, so the
+    in-process engine must not share ours with whatever else that shell runs."""
+    if os.getsid(0) == os.getpid():
+        return
+    try:
+        os.setsid()
+    except PermissionError:  # a process-group leader (started from an interactive shell) cannot: a child can
+        from trtllm_forge.processes import dying_with_parent
+
+        argv = [sys.executable, *sys.argv]
+        raise SystemExit(subprocess.call(argv, start_new_session=True, preexec_fn=dying_with_parent(new_group=False))) from None
+
+
 def checkpoint_of(args):
     """(config, work root, checkpoint dir): --checkpoint, or the config's model.source imported under --root."""
     from trtllm_forge.config import load_config
@@ -768,6 +784,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", type=Path, help="Also write the markdown table here.")
     args = parser.parse_args(argv)
     if args.concurrency:
+        own_session()
         base, root, checkpoint = checkpoint_of(args)
         document = run_concurrency(args, base, root, checkpoint)
         text = render_concurrency_table(document)

@@ -151,7 +151,11 @@ def llama_serving(binary: Path, gguf: Path, log: Path) -> Iterator[str]:
     from trtllm_forge.processes import dying_with_parent
 
     with log.open("ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, preexec_fn=dying_with_parent())
+        # Its own session, as deploy starts tritonserver: with the kernel's autogroup scheduling a session shares
+        # one CPU slice, so left in ours it would split that slice with the benchmark's client on a busy host.
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, preexec_fn=dying_with_parent(new_group=False), start_new_session=True
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
