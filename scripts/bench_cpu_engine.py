@@ -27,23 +27,28 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import queue as queue_mod
+import statistics
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
+from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.genai_settings import kv_blocks_for, pipeline_properties, scheduler_config
 from trtllm_forge.bench import provenance
 from trtllm_forge.sample_prompts import PROMPTS  # the same 16 prompts the engine tests use
 from trtllm_forge.verify.reference import default_text
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results" / "bench_cpu_engine" / "cpu_engine.json"
+CONCURRENCY_RESULTS = REPO / "results" / "bench_cpu_engine" / "concurrency.json"
 README_MARKER = "cpu-engine-table"
 # The short local text verify uses for perplexity (shipped with trtllm-forge; nothing is downloaded).
 PERPLEXITY_TEXT = default_text()[0]
-
-CPU_KV_BLOCK_SIZE = 32  # OpenVINO's CPU plugin: tokens per KV block (as in the CPU engine model)
 
 
 @dataclass
@@ -168,16 +173,16 @@ def scheduler_for(config, engine_dir: Path):
     engine = json.loads((engine_dir / "config.json").read_text())
     build = engine["build_config"]
     kv_tokens = config.runtime.max_tokens_in_paged_kv_cache or build["max_batch_size"] * build["max_seq_len"]
-    scheduler = ov_genai.SchedulerConfig()
-    scheduler.num_kv_blocks = max(1, math.ceil(kv_tokens / CPU_KV_BLOCK_SIZE))
-    scheduler.max_num_seqs = build["max_batch_size"]
-    scheduler.max_num_batched_tokens = build.get("max_num_tokens") or 8192
-    scheduler.enable_prefix_caching = config.runtime.enable_kv_cache_reuse
-    scheduler.dynamic_split_fuse = config.runtime.enable_chunked_context
-    if not scheduler.dynamic_split_fuse:
-        scheduler.max_num_batched_tokens = max(scheduler.max_num_batched_tokens, build["max_input_len"])
-    properties = {str(k): str(v) for k, v in (engine.get("openvino", {}).get("properties") or {}).items()}
-    return scheduler, properties
+    scheduler = scheduler_config(
+        ov_genai,
+        kv_blocks=kv_blocks_for(kv_tokens),
+        max_batch_size=build["max_batch_size"],
+        max_num_tokens=build.get("max_num_tokens"),
+        max_input_len=build["max_input_len"],
+        prefix_caching=config.runtime.enable_kv_cache_reuse,
+        split_fuse=config.runtime.enable_chunked_context,
+    )
+    return scheduler, pipeline_properties(engine.get("openvino", {}).get("properties"))
 
 
 def run_engine_in_process(config, engine_dir: Path, prompt_ids, max_tokens, reference, precision: str, repeats: int = 1) -> Row:
@@ -386,6 +391,278 @@ def run_triton(
         stop_server(deployment)
 
 
+# ---- closed loop at several concurrencies: served against in-process (issue 16.1) -------------------------
+
+LOAD_PATHS = ("in-process", "served", "served-stream")
+LOAD_PATH_LABELS = {
+    "in-process": "engine in-process (ContinuousBatchingPipeline, same scheduler)",
+    "served": "Triton ensemble, not streamed",
+    "served-stream": "Triton ensemble, streamed",
+}
+
+
+@dataclass
+class LoadPoint:
+    """One closed-loop run: `concurrency` clients, each sending its next request when the last one ended."""
+
+    path: str
+    concurrency: int
+    repeat: int
+    requests: int
+    tokens: int
+    seconds: float
+    identical: int  # requests whose output equals the in-process output for the same prompt
+    errors: int = 0
+    load_average_after: float = 0.0
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def open_pipeline(config, engine_dir: Path):
+    """The pipeline the CPU `tensorrt_llm` model builds, and a GenerationConfig maker with its EOS handling."""
+    import openvino_genai as ov_genai
+
+    scheduler, properties = scheduler_for(config, engine_dir)
+    pipeline = ov_genai.ContinuousBatchingPipeline(str(engine_dir), scheduler, "CPU", properties)
+    eos = json.loads((engine_dir / "generation_config.json").read_text()).get("eos_token_id")
+    eos_list = (eos if isinstance(eos, list) else [eos]) if eos is not None else []
+
+    def generation_config(n: int):
+        gc = ov_genai.GenerationConfig()
+        gc.max_new_tokens = n
+        gc.do_sample = False
+        if eos_list:
+            gc.eos_token_id = eos_list[0]
+            gc.stop_token_ids = set(eos_list)
+        return gc
+
+    return pipeline, generation_config
+
+
+def closed_loop_in_process(pipeline, generation_config, prompt_ids, order: list[int], concurrency: int, max_tokens: int):
+    """Keep `concurrency` requests in the pipeline until every prompt index in `order` ran; one thread adds,
+    steps and reads, as the CPU engine model's loop does. Returns (outputs by position in `order`, seconds)."""
+    import numpy as np
+    import openvino as ov
+
+    outputs: list[list[int]] = [[] for _ in order]
+    active: dict[int, Any] = {}  # position -> GenAI generation handle
+    next_position = 0
+    started = time.perf_counter()
+    while next_position < len(order) or active:
+        while len(active) < concurrency and next_position < len(order):
+            ids = ov.Tensor(np.asarray([prompt_ids[order[next_position]]], dtype=np.int64))
+            active[next_position] = pipeline.add_request(next_position, ids, generation_config(max_tokens))
+            next_position += 1
+        pipeline.step()
+        for position, handle in list(active.items()):
+            if handle.can_read():
+                for out in handle.read().values():
+                    outputs[position].extend(int(t) for t in out.generated_ids)
+            if handle.get_status().name != "RUNNING":
+                if handle.can_read():
+                    for out in handle.read().values():
+                        outputs[position].extend(int(t) for t in out.generated_ids)
+                del active[position]
+    return outputs, time.perf_counter() - started
+
+
+def closed_loop_served(grpc_url: str, model: str, prompts: list[str], order: list[int], concurrency: int, max_tokens: int, stream: bool):
+    """`concurrency` client threads, each on its own gRPC stream (opened before the clock starts), each sending
+    the next prompt of `order` when its last request ended. Returns ([(text, tokens) or error] by position, seconds)."""
+    import threading
+
+    import tritonclient.grpc as grpcclient
+
+    from trtllm_forge.client import _input_specs, _text_of, make_inputs
+
+    results: list = [None] * len(order)
+    lock = threading.Lock()
+    cursor = [0]
+    clients = []
+    for _ in range(concurrency):
+        client = grpcclient.InferenceServerClient(url=grpc_url)
+        inbox: queue_mod.Queue = queue_mod.Queue()
+        client.start_stream(callback=lambda result=None, error=None, inbox=inbox: inbox.put((result, error)))
+        clients.append((client, inbox))
+    max_batch, specs = _input_specs(clients[0][0], model)
+    values = [{"text_input": p, "max_tokens": max_tokens, "stream": stream, "return_num_output_tokens": True} for p in prompts]
+    go = threading.Barrier(concurrency + 1)
+
+    def worker(client, inbox) -> None:
+        go.wait()
+        while True:
+            with lock:
+                position = cursor[0]
+                cursor[0] += 1
+            if position >= len(order):
+                return
+            inputs = make_inputs(values[order[position]], specs, batched=max_batch > 0)
+            client.async_stream_infer(model, inputs, request_id=f"c{position}", enable_empty_final_response=True)
+            text, tokens = [], 0
+            while True:
+                result, error = inbox.get(timeout=600)
+                if error is not None:
+                    results[position] = f"error: {error}"
+                    break
+                payload = result.get_response()
+                for out in payload.outputs:
+                    if out.name == "text_output":
+                        text.append(_text_of(result.as_numpy("text_output")))
+                    elif out.name == "num_output_tokens":
+                        tokens = max(tokens, int(result.as_numpy("num_output_tokens").max()))
+                final = payload.parameters.get("triton_final_response")
+                if final is not None and final.bool_param:
+                    results[position] = ("".join(text), tokens)
+                    break
+
+    threads = [threading.Thread(target=worker, args=pair, daemon=True) for pair in clients]
+    for thread in threads:
+        thread.start()
+    go.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - started
+    for client, _ in clients:
+        try:
+            client.stop_stream()
+        except Exception:  # noqa: BLE001 - closing only
+            pass
+        client.close()
+    return results, seconds
+
+
+def run_concurrency(args, base, root: Path, checkpoint: Path) -> dict:
+    """Served (ensemble, streamed and not) against the same engine in-process, closed loop at each concurrency,
+    the three paths back to back per repeat and concurrency (order rotated per repeat)."""
+    from transformers import AutoTokenizer
+
+    from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.deploy import start_server, stop_server
+    from trtllm_forge.render.repository import render_repository
+
+    document = provenance.record()
+    document["schema"] = "trtllm-forge.bench-cpu-engine-concurrency/1"
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    prompt_ids = [tokenizer(p)["input_ids"] for p in PROMPTS]
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    precision = [p.strip() for p in args.precisions.split(",") if p.strip()][0]
+    config = precision_config(base, precision)
+    workdir = root / precision
+    engine_dir = build_engine(config, workdir, checkpoint).engine_dir
+    assert engine_dir is not None  # an engine-target build
+    pipeline, generation_config = open_pipeline(config, engine_dir)
+    closed_loop_in_process(pipeline, generation_config, prompt_ids, list(range(len(PROMPTS))), len(PROMPTS), 4)  # compile kernels
+    # The engine's own output per prompt: what every path must reproduce (greedy).
+    expected_ids, _ = closed_loop_in_process(
+        pipeline, generation_config, prompt_ids, list(range(len(PROMPTS))), len(PROMPTS), args.max_tokens
+    )
+    texts_of = [
+        {tokenizer.decode(ids, skip_special_tokens=True), "".join(tokenizer.decode([t], skip_special_tokens=True) for t in ids)}
+        for ids in expected_ids
+    ]
+    render_repository(config, workdir, engine_dir)
+    deployment = start_server(config, workdir)
+    points: list[LoadPoint] = []
+    try:
+        names = config.triton.model_names
+        for stream in (False, True):  # warm-up of both served paths at the highest concurrency
+            closed_loop_served(deployment.grpc_url, names.ensemble, PROMPTS, list(range(max(concurrencies))), max(concurrencies), 4, stream)
+        for repeat in range(args.repeats):
+            for concurrency in concurrencies:
+                requests = max(args.min_requests, 2 * concurrency)
+                order = [i % len(PROMPTS) for i in range(requests)]
+                paths = LOAD_PATHS[repeat % len(LOAD_PATHS) :] + LOAD_PATHS[: repeat % len(LOAD_PATHS)]
+                for path in paths:
+                    if path == "in-process":
+                        outputs, seconds = closed_loop_in_process(
+                            pipeline, generation_config, prompt_ids, order, concurrency, args.max_tokens
+                        )
+                        same = sum(out == expected_ids[i] for out, i in zip(outputs, order))
+                        point = LoadPoint(path, concurrency, repeat, requests, sum(map(len, outputs)), seconds, same)
+                    else:
+                        results, seconds = closed_loop_served(
+                            deployment.grpc_url, names.ensemble, PROMPTS, order, concurrency, args.max_tokens, path == "served-stream"
+                        )
+                        good = [(r, i) for r, i in zip(results, order) if isinstance(r, tuple)]
+                        same = sum(r[0] in texts_of[i] for r, i in good)
+                        point = LoadPoint(
+                            path, concurrency, repeat, requests, sum(r[1] for r, _ in good), seconds, same, errors=requests - len(good)
+                        )
+                    point.load_average_after = os.getloadavg()[0]
+                    points.append(point)
+                    info(f"    r{repeat} c{concurrency} {path}: {point.tok_s:.1f} tok/s, {point.identical}/{requests} identical")
+    finally:
+        stop_server(deployment)
+    document["workload"] = {
+        "precision": precision,
+        "max_tokens": args.max_tokens,
+        "prompts": len(PROMPTS),
+        "concurrency": concurrencies,
+        "repeats": args.repeats,
+        "closed_loop": "each client sends its next prompt when its last request ended; same prompts and order on every path",
+    }
+    document["points"] = [{**asdict(p), "tok_s": p.tok_s} for p in points]
+    document["goals"] = concurrency_goals(document)
+    if args.note:
+        document["note"] = args.note
+    return provenance.finish(document)
+
+
+def _paired_ratios(points: list[dict], concurrency: int, path: str) -> list[float]:
+    """served ÷ in-process of the same repeat (the two ran back to back)."""
+    base = {p["repeat"]: p["tok_s"] for p in points if p["concurrency"] == concurrency and p["path"] == "in-process"}
+    return [
+        p["tok_s"] / base[p["repeat"]] for p in points if p["concurrency"] == concurrency and p["path"] == path and base.get(p["repeat"])
+    ]
+
+
+def concurrency_goals(document: dict) -> list[str]:
+    goals = []
+    for concurrency in document["workload"]["concurrency"]:
+        for path in ("served", "served-stream"):
+            ratios = _paired_ratios(document["points"], concurrency, path)
+            if ratios:
+                ratio = statistics.median(ratios)
+                verdict = "PASS" if ratio >= 0.95 else "MISS"
+                if ratio > 1.05:  # the served path runs the same engine plus more work: the baseline was slowed
+                    verdict = "UNSETTLED (served more than 5% above in-process: the baseline, not serving, is off; rerun on a quiet host)"
+                goals.append(f"{verdict}: concurrency {concurrency}, {LOAD_PATH_LABELS[path]} >= 95% of in-process ({ratio * 100:.1f}%)")
+    return goals
+
+
+def render_concurrency_table(document: dict) -> str:
+    """The README table of the closed-loop run, from its result file alone."""
+    workload = document["workload"]
+    points = document["points"]
+    lines = [
+        f"Closed loop, {workload['precision']}, the {workload['prompts']} prompts in turn, greedy, up to {workload['max_tokens']} new tokens; "
+        f"the three paths back to back per concurrency and repeat (order rotated), {workload['repeats']} repeats, medians. "
+        + provenance.measured_where(document),
+        "",
+        "| concurrency | path | output tok/s | served ÷ in-process (per repeat) | outputs identical to in-process |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    for concurrency in workload["concurrency"]:
+        for path in LOAD_PATHS:
+            rows = [p for p in points if p["concurrency"] == concurrency and p["path"] == path]
+            if not rows:
+                continue
+            tok_s = statistics.median(p["tok_s"] for p in rows)
+            if path == "in-process":
+                ratio = "—"
+            else:
+                ratios = _paired_ratios(points, concurrency, path)
+                ratio = f"{statistics.median(ratios) * 100:.1f}% ({', '.join(f'{r * 100:.0f}' for r in ratios)})" if ratios else "—"
+            same = f"{sum(p['identical'] for p in rows)}/{sum(p['requests'] for p in rows)}"
+            lines.append(f"| {concurrency} | {LOAD_PATH_LABELS[path]} | {tok_s:.1f} | {ratio} | {same} |")
+    lines += ["", *[f"- {g}" for g in concurrency_goals(document)]]  # from the points: a result file never goes stale
+    return "\n".join(lines) + "\n"
+
+
 # ---- report ----------------------------------------------------------------------------------------------
 
 
@@ -450,6 +727,35 @@ def precision_config(base, precision: str):
     return type(base).model_validate({**data, "config_dir": str(base.config_dir)})
 
 
+def own_session() -> None:
+    """Leave the launching shell's session. With the kernel's autogroup scheduling every session shares one CPU
+    slice on a busy host: tritonserver (deploy starts it in a session of its own) gets a slice of its own, so the
+    in-process engine must not share ours with whatever else that shell runs."""
+    if os.getsid(0) == os.getpid():
+        return
+    try:
+        os.setsid()
+    except PermissionError:  # a process-group leader (started from an interactive shell) cannot: a child can
+        from trtllm_forge.processes import dying_with_parent
+
+        argv = [sys.executable, *sys.argv]
+        raise SystemExit(subprocess.call(argv, start_new_session=True, preexec_fn=dying_with_parent(new_group=False))) from None
+
+
+def checkpoint_of(args):
+    """(config, work root, checkpoint dir): --checkpoint, or the config's model.source imported under --root."""
+    from trtllm_forge.config import load_config
+
+    base = load_config(args.config)
+    root = args.root.resolve()
+    checkpoint = args.checkpoint
+    if checkpoint is None:
+        from trtllm_forge.importer.stage import import_checkpoint
+
+        checkpoint = import_checkpoint(base, root / "import").checkpoint_dir
+    return base, root, Path(checkpoint).resolve()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "smollm2-cpu.yaml")
@@ -460,24 +766,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-triton", action="store_true", help="Only (a)-(c).")
     parser.add_argument("--skip-onnxruntime", action="store_true", help="Without (c-ort), the ONNX Runtime GenAI engine.")
     parser.add_argument("--repeats", type=int, default=3, help="Runs of (b), (c), (d) each; the median is reported.")
-    parser.add_argument("--json", dest="json_out", type=Path, default=RESULTS, help="Write the results here (default: %(default)s).")
+    parser.add_argument(
+        "--concurrency",
+        help="closed-loop mode instead of (a)-(d): served ensemble (streamed and not) against the same engine in-process at "
+        "these concurrencies, e.g. 1,8,16; the first of --precisions; writes results/bench_cpu_engine/concurrency.json",
+    )
+    parser.add_argument(
+        "--min-requests", type=int, default=16, help="closed-loop mode: requests per point, at least (and at least 2 x concurrency)"
+    )
+    parser.add_argument(
+        "--json",
+        dest="json_out",
+        type=Path,
+        help=f"Write the results here (default: {RESULTS} or, with --concurrency, {CONCURRENCY_RESULTS}).",
+    )
     parser.add_argument("--note", help="stored with the results, e.g. what else ran on the machine")
     parser.add_argument("--markdown", type=Path, help="Also write the markdown table here.")
     args = parser.parse_args(argv)
+    if args.concurrency:
+        own_session()
+        base, root, checkpoint = checkpoint_of(args)
+        document = run_concurrency(args, base, root, checkpoint)
+        text = render_concurrency_table(document)
+        print(text)
+        out = provenance.write_result(args.json_out or CONCURRENCY_RESULTS, document)
+        if args.markdown:
+            args.markdown.write_text(text)
+        info(f"wrote {out}")
+        return 0
     document = provenance.record()  # commit, machine, bandwidth and load, before anything runs
 
     from trtllm_forge.builders.openvino import build_engine
-    from trtllm_forge.config import load_config
 
-    base = load_config(args.config)
-    root = args.root.resolve()
-    checkpoint = args.checkpoint
-    if checkpoint is None:
-        from trtllm_forge.importer.stage import import_checkpoint
-
-        checkpoint = import_checkpoint(base, root / "import").checkpoint_dir
-    checkpoint = Path(checkpoint).resolve()
-
+    base, root, checkpoint = checkpoint_of(args)
     info(f"loading transformers from {checkpoint}")
     tokenizer, model = load_transformers(checkpoint)
     prompt_ids = [tokenizer(p)["input_ids"] for p in PROMPTS]
@@ -534,7 +855,7 @@ def main(argv: list[str] | None = None) -> int:
     provenance.finish(document)
     text = render_table(document)
     print(text)
-    out = provenance.write_result(args.json_out, document)
+    out = provenance.write_result(args.json_out or RESULTS, document)
     if args.markdown:
         args.markdown.write_text(text)
     info(f"wrote {out}")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trtllm_forge.bench import provenance
-from trtllm_forge.llmapi_cpu.llm import CPU_KV_BLOCK_SIZE
+from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.genai_settings import kv_blocks_for, pipeline_properties, scheduler_config
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results" / "bench_cpu_speculative" / "batch1.json"
@@ -59,12 +58,16 @@ class InProcess:
 
         engine = json.loads((engine_dir / "config.json").read_text())
         build, section = engine["build_config"], engine.get("openvino", {})
-        scheduler = ov_genai.SchedulerConfig()
-        scheduler.num_kv_blocks = max(1, math.ceil(kv_tokens / CPU_KV_BLOCK_SIZE))
-        scheduler.max_num_seqs = int(build["max_batch_size"])
-        scheduler.max_num_batched_tokens = max(int(build.get("max_num_tokens") or 8192), int(build["max_input_len"]))
-        scheduler.dynamic_split_fuse = False
-        properties: dict[str, Any] = {str(k): str(v) for k, v in (section.get("properties") or {}).items()}
+        scheduler = scheduler_config(
+            ov_genai,
+            kv_blocks=kv_blocks_for(kv_tokens),
+            max_batch_size=int(build["max_batch_size"]),
+            max_num_tokens=build.get("max_num_tokens"),
+            max_input_len=int(build["max_input_len"]),
+            prefix_caching=False,
+            split_fuse=False,  # off with a draft, as in the CPU engine model
+        )
+        properties: dict[str, Any] = dict(pipeline_properties(section.get("properties")))
         draft = section.get("draft") or None
         self.num_assistant_tokens = int(draft["num_assistant_tokens"]) if draft else 0
         if draft:

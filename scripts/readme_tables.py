@@ -44,6 +44,9 @@ class TableSource:
 
 TABLES: dict[str, TableSource] = {
     "cpu-engine-table": TableSource("bench_cpu_engine.py", "render_table", "results/bench_cpu_engine/cpu_engine.json"),
+    "cpu-engine-concurrency-table": TableSource(
+        "bench_cpu_engine.py", "render_concurrency_table", "results/bench_cpu_engine/concurrency.json"
+    ),
     "batch1-roofline": TableSource("bench_batch1_roofline.py", "render_report", "results/bench_batch1_roofline/batch1.json"),
     "llamacpp-peer-table": TableSource("bench_llamacpp_peer.py", "render_table", "results/bench_llamacpp_peer/peer.json"),
     "bench-fidelity-timing": TableSource("bench_fidelity.py", "render_tables", "results/bench_fidelity/timing.json"),

@@ -23,6 +23,7 @@ from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.genai_settings import (
     IDLE_WAIT_S,
     default_eos_ids,
     kv_blocks_for,
+    pipeline_properties,
     sampling_problem,
     scheduler_config,
     set_penalties,
@@ -96,7 +97,7 @@ class LLM:
             prefix_caching=bool(kv.get("enable_block_reuse", True)),  # NVIDIA's KvCacheConfig default
             split_fuse=bool(llm_args.get("enable_chunked_prefill", False)),
         )
-        properties = {str(k): str(v) for k, v in (engine.get("openvino", {}).get("properties") or {}).items()}
+        properties = pipeline_properties(engine.get("openvino", {}).get("properties"))
         tokenizer_dir = llm_args.get("tokenizer") or self.model_dir
         self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), trust_remote_code=bool(llm_args.get("trust_remote_code")))
         self.eos_token_id = self._eos(self.model_dir, self.tokenizer)

@@ -53,6 +53,7 @@ from genai_settings import (
     PENALTIES,
     default_eos_ids,
     kv_blocks_for,
+    pipeline_properties,
     sampling_problem,
     scheduler_config,
     set_penalties,
@@ -342,16 +343,16 @@ class TritonPythonModel:
             prefix_caching=_param_bool(params, "enable_kv_cache_reuse", False),
             split_fuse=_param_bool(params, "enable_chunked_context", False),
         )
-        properties = {str(k): str(v) for k, v in (ov_section.get("properties") or {}).items()}
+        properties = pipeline_properties(ov_section.get("properties"))
         # Draft-target speculative decoding: the build exported the draft model into the engine directory.
         draft = ov_section.get("draft") or None
         self.num_assistant_tokens = int(draft["num_assistant_tokens"]) if draft else 0
-        pipeline_properties: dict[str, object] = dict(properties)
+        compile_properties: dict[str, object] = dict(properties)
         if draft:
             draft_dir = os.path.join(engine_dir, draft["subdir"])
             # The draft compiles with the target's precision hints plus its own (e.g. fewer threads: see DRAFT_PROPERTIES).
             draft_properties = {**properties, **{str(k): str(v) for k, v in (draft.get("properties") or {}).items()}}
-            pipeline_properties["draft_model"] = ov_genai.draft_model(draft_dir, "CPU", **draft_properties)
+            compile_properties["draft_model"] = ov_genai.draft_model(draft_dir, "CPU", **draft_properties)
             if scheduler.dynamic_split_fuse:
                 # OpenVINO GenAI emits wrong tokens with speculative decoding plus chunked prefill.
                 pb_utils.Logger.log_warn(f"{self.instance}: enable_chunked_context is ignored with a draft model")
@@ -359,7 +360,7 @@ class TritonPythonModel:
                 scheduler.max_num_batched_tokens = max(scheduler.max_num_batched_tokens, self.max_input_len)
 
         started = time.monotonic()
-        self.pipeline = ov_genai.ContinuousBatchingPipeline(engine_dir, scheduler, "CPU", pipeline_properties)
+        self.pipeline = ov_genai.ContinuousBatchingPipeline(engine_dir, scheduler, "CPU", compile_properties)
         self.default_eos = default_eos_ids(engine_dir)
         pb_utils.Logger.log_info(
             f"{self.instance}: OpenVINO GenAI {ov_genai.__version__} engine {engine_dir} loaded in "
