@@ -378,3 +378,26 @@ def test_non_streaming_deployment_renders_without_decoupled(tmp_path):
     for model in ("tensorrt_llm", "tensorrt_llm_bls"):
         assert not parse(rendered.repository / model / "config.pbtxt").model_transaction_policy.decoupled
     assert parameters(rendered.repository, "tensorrt_llm_bls")["tensorrt_llm_decoupled"] == "false"
+
+
+@pytest.mark.parametrize(
+    ("triton", "count", "warned"),
+    [
+        ({}, 1, False),  # clients call the ensemble: the BLS is there but idle
+        ({"entrypoint": "bls"}, 16, False),  # one instance per request the engine batches (max_batch_size 16)
+        ({"entrypoint": "bls", "instances": {"bls": 2}}, 2, True),  # set by the user: kept, with a warning
+    ],
+)
+def test_bls_instances_follow_the_entry_point(tmp_path, triton, count, warned):
+    """NVIDIA's model_config.md (tensorrt_llm_bls, bls_instance_count): each BLS instance serves one request at a
+    time, so a BLS entry point gets as many instances as the engine's max batch size."""
+    config = load_config(CONFIGS / "smollm2-cpu.yaml")
+    data = config.model_dump()
+    data["triton"] = {**data["triton"], **triton, "instances": {**data["triton"]["instances"], "bls": None, **triton.get("instances", {})}}
+    config = type(config).model_validate(data)
+    engine = read_engine_config(ENGINES / "smollm2-cpu")
+    assert engine.max_batch_size == 16
+    rendered = write_repository(config, tmp_path, engine, "cpu", tmp_path / "model_repository")
+    bls = parse(tmp_path / "model_repository" / "tensorrt_llm_bls" / "config.pbtxt")
+    assert [group.count for group in bls.instance_group] == [count]
+    assert any("triton.instances.bls" in warning for warning in rendered.warnings) == warned

@@ -274,7 +274,12 @@ class TritonModelNames(Section):
 class TritonInstances(Section):
     preprocessing: int = Field(default=1, ge=1, description="Preprocessing instances.")
     postprocessing: int = Field(default=1, ge=1, description="Postprocessing instances.")
-    bls: int = Field(default=1, ge=1, description="BLS instances.")
+    bls: int | None = Field(
+        default=None,
+        ge=1,
+        description="BLS instances (each serves one request at a time). Default: the engine's max_batch_size when "
+        "triton.entrypoint is bls (NVIDIA's advice for bls_instance_count), else 1.",
+    )
     tensorrt_llm: int = Field(default=1, ge=1, description="Engine model instances.")
 
 

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtllm_forge.config.schema import BUILTIN_MODELS, CPU_BACKENDS, ForgeConfig
+from trtllm_forge.config.schema import BUILTIN_MODELS, CPU_BACKENDS, ForgeConfig, TritonConfig
 from trtllm_forge.engine_config import EngineInfo
 from trtllm_forge.errors import ConfigError, ConfigErrors
 from trtllm_forge.importer.stage import imported_checkpoint
@@ -222,6 +222,16 @@ def tokenizer_dir_for(config: ForgeConfig, workdir: Path, kind: str, engine_dir:
     return (workdir / "import" / "checkpoint").resolve()
 
 
+def instance_counts(triton: TritonConfig, max_batch_size: int) -> dict[str, int]:
+    """Instances per model role. An unset BLS count follows NVIDIA's advice for bls_instance_count (one instance
+    per request the engine batches, since each serves one request at a time) when clients call the BLS, and is 1
+    when they call the ensemble (tensorrtllm_backend docs/model_config.md, tensorrt_llm_bls table)."""
+    counts = triton.instances.model_dump()
+    if counts["bls"] is None:
+        counts["bls"] = max_batch_size if triton.entrypoint == "bls" else 1
+    return counts
+
+
 def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind: str) -> RepositoryValues:
     problems = refusals(config, engine, kind)
     if problems:
@@ -235,9 +245,10 @@ def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind:
             f"tokenizer directory {tokenizer_dir} does not exist on this machine "
             "(run import first, set model.tokenizer, or render on the serving host)"
         )
-    if tr.instances.bls < engine.max_batch_size and tr.entrypoint == "bls":
+    instances = instance_counts(tr, engine.max_batch_size)
+    if instances["bls"] < engine.max_batch_size and tr.entrypoint == "bls":
         warnings.append(
-            f"triton.instances.bls is {tr.instances.bls}; each BLS instance serves requests one at a time "
+            f"triton.instances.bls is {instances['bls']}; each BLS instance serves requests one at a time "
             f"(like NVIDIA's BLS), so concurrent requests queue; consider {engine.max_batch_size}"
         )
     if config.engine.speculative.mode == "draft_target" and kind == "inflight_batcher_llm":
@@ -296,7 +307,7 @@ def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind:
         bls_decoupled=tr.decoupled,
         max_queue_delay_microseconds=tr.max_queue_delay_microseconds,
         max_queue_size=tr.max_queue_size,
-        instances=tr.instances.model_dump(),
+        instances=instances,
         logits_datatype=triton_dtype(engine.logits_dtype, "engine config.json pretrained_config.logits_dtype"),
         encoder_input_features_data_type=triton_dtype(engine.dtype, "engine config.json pretrained_config.dtype"),
         # The ensemble declares prompt_embedding_table as FP16 in 1.2; the engine model must agree.

@@ -8,7 +8,10 @@ What it adds over the ensemble: per-request incremental detokenization (streamed
 and multi-byte characters) and stop words applied to the text.
 
 One request at a time per instance, like NVIDIA's tensorrt_llm_bls; concurrency comes from more instances
-(`triton.instances.bls`, each its own stub process).
+(`triton.instances.bls`, each its own stub process; by default the engine's max_batch_size when clients call the
+BLS, as NVIDIA's docs/model_config.md advises for bls_instance_count). Serving several requests from threads of
+one stub would put more BLS streams in one stub's map and more cleanup frees on its stub-to-parent thread (below);
+the load test's gdb check has only covered one stream per stub at a time.
 
 Who frees a decoupled BLS stream (trtllm-forge issues 12 and 16.2). `exec(decoupled=True)` returns a
 ResponseIterator that the stub also keeps in its `response_iterator_map_`; the iterator holds every response
