@@ -452,7 +452,16 @@ def explanations(document: dict[str, Any]) -> list[str]:
         off = _pct_of(ttft, truth["ttft_ms"])
         ref_error = ttft_error(rows)
         server_ttft, path = _median(rows, "server_ttft_ms_p50"), _median(rows, "request_path_ms_p50")
-        if off is not None and abs(off) > 5:
+        if off is not None and abs(off) > 5 and _median(rows, "ref_ttft_ms_p50") is None:
+            others = [r for c, t, r in _groups(document, "runs") if c == concurrency and t != tool]
+            refs = [v for r in others for v in [_median(r, "ref_ttft_ms_p50")] if v is not None]
+            lines.append(
+                f"- {where}, TTFT {off:+.1f}% vs the schedule: its export keeps no server stamps (its own timings only), so "
+                "the server's lateness cannot be taken out"
+                + (f"; the other tools' reference TTFT at this concurrency: {_ms(min(refs))}–{_ms(max(refs))} ms" if refs else "")
+                + (" (over Triton's HTTP generate_stream, the others over gRPC)" if tool == "aiperf" else "")
+            )
+        elif off is not None and abs(off) > 5:
             cause = f"reference TTFT (model's first send − tool's send) {_ms(_median(rows, 'ref_ttft_ms_p50'))} ms"
             if server_ttft is not None:
                 cause += f" = the model's own TTFT {_ms(server_ttft)} ms + request path {_ms(path)} ms"
@@ -592,6 +601,24 @@ def cpu_table(document: dict[str, Any]) -> list[str]:
     return lines
 
 
+def emitted_line(document: dict[str, Any]) -> list[str]:
+    """Issue 15.2: how many of the `bench --emit` commands run here exited 0 and were read by `bench import`."""
+    rows = [r for section in ("runs", "cpu") for r in document.get(section) or [] if r["tool"] in EMITTED]
+    if not rows:
+        return []
+    counts = {
+        tool: (sum(1 for r in rows if r["tool"] == tool and "error" not in r), sum(1 for r in rows if r["tool"] == tool))
+        for tool in EMITTED
+    }
+    said = "; ".join(f"{tool} {ok} of {total}" for tool, (ok, total) in counts.items() if total)
+    skipped = "; ".join(f"{tool} skipped: {why}" for tool, why in (document.get("skipped") or {}).items() if tool in EMITTED)
+    return [
+        f"Emitted commands (`bench --emit`, run as printed, export read by `bench import`; the file keeps each command): {said} ran"
+        + (f"; {skipped}" if skipped else ""),
+        "",
+    ]
+
+
 def readme_table(document: dict[str, Any] | None = None) -> str:
     """The README block between the bench-fidelity-table markers, from `document` (default: the committed file)."""
     if document is None:
@@ -607,6 +634,7 @@ def readme_table(document: dict[str, Any] | None = None) -> str:
         f"Timing model: TTFT {truth['ttft_ms']:g} ms, gap {truth['itl_ms']:g} ms, {document['timing_model']['output_tokens']} tokens "
         f"(E2E truth {truth['e2e_ms']:g} ms)",
         "",
+        *emitted_line(document),
         "Issue 15.6: TTFT p50 error against the server's stamps at each concurrency (goal: within ±2%, ✗ = outside; "
         "bold = the most accurate tool) and responses/s consumed from the flood model (bold = the fastest):",
         "",
