@@ -179,6 +179,23 @@ def emitted_run(tool: str, bench_options: dict[str, Any], out: Path) -> tuple[di
     return json.loads((Path(run_dir) / "summary.json").read_text()), command
 
 
+def aiperf_http_stats(artifacts: Path) -> dict[str, float | None]:
+    """AIPerf's own per-request HTTP breakdown (profile_export.jsonl): request sent → first byte, and the share of
+    requests on a reused connection. Its exports keep no response outputs, so no server stamps."""
+    waiting, reused = [], []
+    for export in artifacts.rglob("profile_export.jsonl"):
+        for line in export.read_text().splitlines():
+            metrics = json.loads(line).get("metrics") or {}
+            if "http_req_waiting" in metrics:
+                waiting.append(metrics["http_req_waiting"]["value"])
+            if "http_req_connection_reused" in metrics:
+                reused.append(metrics["http_req_connection_reused"]["value"])
+    return {
+        "http_waiting_ms_p50": statistics.median(waiting) if waiting else None,
+        "connection_reused_share": statistics.mean(reused) if reused else None,
+    }
+
+
 def one_run(tool: str, urls: dict[str, str], model: str, concurrency: int, n: int, osl: int, out: Path, tokenizer: Path | None) -> Row:
     """One run, each tool in its own process, as a user runs it: ours and perf_analyzer through `bench`
     (`--tool perf_analyzer`), GenAI-Perf and AIPerf as `bench --emit` prints them."""
@@ -223,6 +240,8 @@ def one_run(tool: str, urls: dict[str, str], model: str, concurrency: int, n: in
     row["client_cpu_busy_share"] = (summary.get("self_checks") or {}).get("client_cpu_busy_share")
     if command:
         row["emitted_command"] = command
+    if tool == "aiperf":
+        row.update(aiperf_http_stats(out))
     if tool == "trtllm-forge":
         stamps = forge_stamps(out)
     else:
@@ -460,6 +479,12 @@ def explanations(document: dict[str, Any]) -> list[str]:
                 "the server's lateness cannot be taken out"
                 + (f"; the other tools' reference TTFT at this concurrency: {_ms(min(refs))}–{_ms(max(refs))} ms" if refs else "")
                 + (" (over Triton's HTTP generate_stream, the others over gRPC)" if tool == "aiperf" else "")
+                + (
+                    f"; AIPerf's own breakdown: request sent → first byte {_ms(_median(rows, 'http_waiting_ms_p50'))} ms, "
+                    f"connection reused for {_median(rows, 'connection_reused_share') or 0:.0%} of requests"
+                    if _median(rows, "http_waiting_ms_p50") is not None
+                    else ""
+                )
             )
         elif off is not None and abs(off) > 5:
             cause = f"reference TTFT (model's first send − tool's send) {_ms(_median(rows, 'ref_ttft_ms_p50'))} ms"
