@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
-"""Who measures right? trtllm-forge bench, perf_analyzer and GenAI-Perf on the same servers, interleaved.
+"""Who measures right? trtllm-forge bench, perf_analyzer, GenAI-Perf and AIPerf on the same servers, interleaved.
 
 For each repeat and each concurrency, back to back and in rotated order, runs our bench, perf_analyzer 2.51
-(`bench --tool perf_analyzer`) and GenAI-Perf (`bench --tool genai-perf`, when FORGE_GENAI_PERF points at it
-and --tokenizer is given) with the same workload, each through the CLI in its own process, against:
+(`bench --tool perf_analyzer`), GenAI-Perf 0.0.16 (when FORGE_GENAI_PERF points at it and --tokenizer is given)
+and AIPerf 0.13 (when FORGE_AIPERF points at it) with the same workload, each in its own process, against:
 
 - the timing model at concurrency 1, 4, 16, 64 (a Triton python-backend model with the ensemble's text contract and a known schedule:
   first token TTFT ms after the request reaches the model, then one every GAP ms; every response carries
   the model's own send stamp, and with return_perf_metrics its arrival and first-token stamps);
 - the flood model (the timing model sending 256 tokens back to back): who keeps up with a response flood
-  (our bench and perf_analyzer; GenAI-Perf is perf_analyzer underneath);
+  (our bench and perf_analyzer; GenAI-Perf is perf_analyzer underneath; AIPerf is left out to keep the run short);
 - the CPU deployment (`--cpu-url`: a running `trtllm-forge deploy` of configs/smollm2-cpu.yaml), where there
-  is no truth and the tools are compared with each other.
+  is no truth and the tools are compared with each other (AIPerf only with `--cpu-http-url`).
+
+GenAI-Perf and AIPerf run the way a user meets them (issue 15.2): the command `trtllm-forge bench --emit TOOL`
+prints, run as printed (only `genai-perf` / `aiperf` replaced by the configured executable), its export read by
+`trtllm-forge bench import`; each row keeps the emitted command. GenAI-Perf counts output tokens with the
+tokenizer (TPOT = (E2E − TTFT) / (tokens − 1)), so --tokenizer must count one token per timing-model response
+(" tok"): the imported SmolLM2 checkpoint does; the script refuses one that does not.
 
 Truth on the timing model: the configured TTFT and gap (the server can only be late); E2E = TTFT + (OSL − 1)
 × gap. Because the python backend on a busy machine is late by itself, each run is also checked against the
@@ -34,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -52,7 +59,9 @@ MARKERS = ("<!-- bench-fidelity-table:start -->", "<!-- bench-fidelity-table:end
 TTFT_MS, GAP_MS, OSL, ISL = 40.0, 10.0, 16, 32
 FLOOD_OSL, FLOOD_INSTANCES = 256, 2
 METRICS = (("ttft_ms", "p50"), ("tpot_ms", "p50"), ("itl_ms", "p50"), ("e2e_ms", "p50"))
-TOOLS = ("trtllm-forge", "perf_analyzer", "genai-perf")
+TOOLS = ("trtllm-forge", "perf_analyzer", "genai-perf", "aiperf")
+EMITTED = ("genai-perf", "aiperf")  # run as `bench --emit` prints them, read by `bench import`
+TOOL_ENV = {"genai-perf": "FORGE_GENAI_PERF", "aiperf": "FORGE_AIPERF"}
 
 Row = dict[str, Any]
 
@@ -142,12 +151,62 @@ def stamp_stats(requests: list[Stamps]) -> dict[str, float | None]:
     }
 
 
-def one_run(tool: str, url: str, model: str, concurrency: int, n: int, osl: int, out: Path, tokenizer: Path | None) -> Row:
-    """One run through the CLI, each tool in its own process, as a user runs it."""
+def _checked(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600, **kwargs)
+    if proc.returncode != 0:
+        said = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+        raise RuntimeError(f"{Path(argv[0]).name} exit {proc.returncode}: {said[-1] if said else ''}")
+    return proc
+
+
+def emitted_run(tool: str, bench_options: dict[str, Any], out: Path) -> tuple[dict[str, Any], str]:
+    """`bench --emit TOOL` (nothing sent but a config read), its one printed command run as printed with the
+    configured executable in place of the bare name, the export read by `bench import`: (summary, command)."""
+    from trtllm_forge.bench.cli_argv import bench_argv
+    from trtllm_forge.bench.tool_runs import executable
+
+    emitted = json.loads(_checked(bench_argv(**bench_options, out=out / "emit", extra=("--emit", tool))).stdout)
+    (command,) = emitted["emitted"][0]["commands"]
+    argv = shlex.split(command)
+    assert argv[0] == tool, command
+    binary, env = executable(tool)
+    out.mkdir(parents=True, exist_ok=True)
+    _checked([binary, *argv[1:]], env=env, cwd=out)
+    export = argv[argv.index("--artifact-dir") + 1]
+    import_argv = [sys.executable, "-m", "trtllm_forge", "bench", "import", export, "--out", str(out / "imported"), "--json"]
+    imported = json.loads(_checked(import_argv).stdout)
+    (run_dir,) = imported["runs"]
+    return json.loads((Path(run_dir) / "summary.json").read_text()), command
+
+
+def aiperf_http_stats(artifacts: Path) -> dict[str, float | None]:
+    """AIPerf's own per-request HTTP breakdown (profile_export.jsonl): request sent → first byte, and the share of
+    requests on a reused connection. Its exports keep no response outputs, so no server stamps."""
+    waiting, reused = [], []
+    for export in artifacts.rglob("profile_export.jsonl"):
+        for line in export.read_text().splitlines():
+            metrics = json.loads(line).get("metrics") or {}
+            if "http_req_waiting" in metrics:
+                waiting.append(metrics["http_req_waiting"]["value"])
+            if "http_req_connection_reused" in metrics:
+                reused.append(metrics["http_req_connection_reused"]["value"])
+    return {
+        "http_waiting_ms_p50": statistics.median(waiting) if waiting else None,
+        "connection_reused_share": statistics.mean(reused) if reused else None,
+    }
+
+
+def one_run(tool: str, urls: dict[str, str], model: str, concurrency: int, n: int, osl: int, out: Path, tokenizer: Path | None) -> Row:
+    """One run, each tool in its own process, as a user runs it: ours and perf_analyzer through `bench`
+    (`--tool perf_analyzer`), GenAI-Perf and AIPerf as `bench --emit` prints them."""
     from trtllm_forge.bench.cli_argv import bench_argv
 
-    argv = bench_argv(
-        url,
+    http = tool == "aiperf"
+    if http and "http" not in urls:
+        raise RuntimeError("no HTTP URL for AIPerf on this server")
+    options: dict[str, Any] = dict(
+        url=urls["http" if http else "grpc"],
+        target="triton-http" if http else None,
         model=model,
         concurrency=concurrency,
         num_requests=n,
@@ -155,17 +214,16 @@ def one_run(tool: str, url: str, model: str, concurrency: int, n: int, osl: int,
         input_len=ISL,
         output_len=osl,
         tokenizer=tokenizer,
-        out=out,
-        tool=None if tool == "trtllm-forge" else tool,
-        extra=("--request-timeout", "120"),
     )
     offset_before = wall_minus_monotonic_ns()
     started = time.time()
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}")
+    command = None
+    if tool in EMITTED:
+        summary, command = emitted_run(tool, options, out)
+    else:
+        argv = bench_argv(**options, out=out, tool=None if tool == "trtllm-forge" else tool, extra=("--request-timeout", "120"))
+        summary = json.loads(_checked(argv).stdout)
     offset_after = wall_minus_monotonic_ns()
-    summary = json.loads(proc.stdout)
     m = summary["metrics"]
     row: Row = {
         "tool": tool,
@@ -180,6 +238,10 @@ def one_run(tool: str, url: str, model: str, concurrency: int, n: int, osl: int,
     row["request_throughput_per_s"] = (m.get("request_throughput_per_s") or {}).get("avg")
     row["output_tokens_avg"] = (m.get("output_tokens") or {}).get("avg")
     row["client_cpu_busy_share"] = (summary.get("self_checks") or {}).get("client_cpu_busy_share")
+    if command:
+        row["emitted_command"] = command
+    if tool == "aiperf":
+        row.update(aiperf_http_stats(out))
     if tool == "trtllm-forge":
         stamps = forge_stamps(out)
     else:
@@ -194,7 +256,7 @@ def interleaved(
     document: dict[str, Any],
     section: str,
     tools: list[str],
-    url: str,
+    urls: dict[str, str],
     model: str,
     concurrencies: list[int],
     n_of,
@@ -202,8 +264,8 @@ def interleaved(
     root: Path,
     tokenizer,
 ) -> None:
-    """Every tool at every concurrency, `repeats` times, the order of the tools rotated per repeat. Only GenAI-Perf
-    and the CPU deployment get the tokenizer: the timing model counts tokens itself, and loading a tokenizer
+    """Every tool at every concurrency, `repeats` times, the order of the tools rotated per repeat. Only GenAI-Perf,
+    AIPerf and the CPU deployment get the tokenizer: the timing model counts tokens itself, and loading a tokenizer
     costs each run tens of seconds on a busy machine."""
     for repeat in range(document["repeats"]):
         for concurrency in concurrencies:
@@ -211,8 +273,8 @@ def interleaved(
             for tool in order:
                 out = root / f"{section}-{tool}-{repeat}-c{concurrency}"
                 try:
-                    needs_tokenizer = tool == "genai-perf" or section == "cpu"
-                    row = one_run(tool, url, model, concurrency, n_of(concurrency), osl, out, tokenizer if needs_tokenizer else None)
+                    needs_tokenizer = tool in EMITTED or section == "cpu"
+                    row = one_run(tool, urls, model, concurrency, n_of(concurrency), osl, out, tokenizer if needs_tokenizer else None)
                 except Exception as exc:  # noqa: BLE001 - one failed run is recorded, the others go on
                     row = {"tool": tool, "model": model, "concurrency": concurrency, "error": f"{type(exc).__name__}: {exc}"}
                 row["repeat"] = repeat
@@ -231,6 +293,7 @@ def run(
     cpu_url: str | None,
     cpu_model: str,
     cpu_requests: int = 8,
+    cpu_http_url: str | None = None,
     cpu_repeats: int | None = None,
     partial_out: Path | None = None,
 ) -> dict[str, Any]:
@@ -244,10 +307,15 @@ def run(
         tools.append("perf_analyzer")
     else:
         skipped["perf_analyzer"] = pa_problem
-    if os.environ.get("FORGE_GENAI_PERF") and tokenizer is not None:
-        tools.append("genai-perf")
-    else:
-        skipped["genai-perf"] = "FORGE_GENAI_PERF or --tokenizer not given"
+    for tool in EMITTED:
+        if not os.environ.get(TOOL_ENV[tool]):
+            skipped[tool] = f"{TOOL_ENV[tool]} not set"
+        elif tool == "genai-perf" and (tokenizer is None or pa_problem is not None):
+            skipped[tool] = "--tokenizer not given" if tokenizer is None else f"perf_analyzer (which it runs) cannot run: {pa_problem}"
+        else:
+            tools.append(tool)
+    if tokenizer is not None:
+        check_tokenizer(tokenizer)
     document: dict[str, Any] = {
         "schema": "trtllm-forge.bench-tools-fidelity/2",
         "git_commit": git_commit(),
@@ -256,7 +324,8 @@ def run(
         "timing_model": {"ttft_ms": TTFT_MS, "gap_ms": GAP_MS, "output_tokens": OSL, "input_tokens": ISL},
         "truth": {"ttft_ms": TTFT_MS, "itl_ms": GAP_MS, "tpot_ms": GAP_MS, "e2e_ms": TTFT_MS + (OSL - 1) * GAP_MS},
         "flood_model": {"output_tokens": FLOOD_OSL, "instances": FLOOD_INSTANCES, "ttft_ms": 1.0, "gap_ms": 0.0},
-        "cpu_deployment": {"url": cpu_url, "model": cpu_model} if cpu_url else None,
+        "cpu_deployment": {"url": cpu_url, "http_url": cpu_http_url, "model": cpu_model} if cpu_url else None,
+        "tokenizer": str(tokenizer) if tokenizer else None,
         "tools": tools,
         "skipped": skipped,
         "repeats": repeats,
@@ -266,21 +335,20 @@ def run(
         "flood": [],
         "cpu": [],
     }
-    flood_tools = [t for t in tools if t != "genai-perf"]
+    flood_tools = [t for t in tools if t not in EMITTED]
     with tempfile.TemporaryDirectory(prefix="tools-fidelity-") as tmp:
         root = Path(tmp)
         render_timing_model(root / "repo", "ensemble", ttft_ms=TTFT_MS, gap_ms=GAP_MS)
         render_timing_model(root / "repo", "flood", ttft_ms=1.0, gap_ms=0.0, instances=FLOOD_INSTANCES)
         server = start_triton(root / "repo", root)
+        urls = {"grpc": server.grpc_url, "http": server.http_url}
         try:
-            interleaved(
-                document, "runs", tools, server.grpc_url, "ensemble", concurrencies, lambda c: max(n_per_run, 4 * c), OSL, root, tokenizer
-            )
+            interleaved(document, "runs", tools, urls, "ensemble", concurrencies, lambda c: max(n_per_run, 4 * c), OSL, root, tokenizer)
             interleaved(
                 document,
                 "flood",
                 flood_tools,
-                server.grpc_url,
+                urls,
                 "flood",
                 flood_concurrencies,
                 lambda c: max(8, 2 * c),
@@ -292,12 +360,27 @@ def run(
             server.stop()
         if cpu_url:
             document["repeats"], timing_repeats = document["cpu_repeats"], repeats
-            interleaved(document, "cpu", tools, cpu_url, cpu_model, concurrencies, lambda c: max(cpu_requests, c), OSL, root, tokenizer)
+            cpu_urls = {"grpc": cpu_url, **({"http": cpu_http_url} if cpu_http_url else {})}
+            interleaved(document, "cpu", tools, cpu_urls, cpu_model, concurrencies, lambda c: max(cpu_requests, c), OSL, root, tokenizer)
             document["repeats"] = timing_repeats
     document.pop("partial_out", None)
     document["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     document["machine"]["load_average_end"] = list(os.getloadavg())
     return document
+
+
+def check_tokenizer(tokenizer: Path) -> None:
+    """GenAI-Perf's TPOT divides by the tokens it counts in the text: one per timing-model response or it is wrong
+    (a GGUF-derived tokenizer counted " tok" as two tokens and halved GenAI-Perf's TPOT)."""
+    from trtllm_forge.bench.workload import load_tokenizer
+
+    loaded = load_tokenizer(tokenizer)
+    counted = len(loaded.encode(" tok" * OSL, add_special_tokens=False))
+    if counted != OSL:
+        raise SystemExit(
+            f"--tokenizer {tokenizer}: counts {counted} tokens in the timing model's {OSL} responses (' tok' each), not {OSL}; "
+            "use the imported SmolLM2 checkpoint (trtllm-forge import configs/smollm2-cpu.yaml → <workdir>/import/checkpoint)"
+        )
 
 
 def save(document: dict[str, Any], path: Path) -> None:
@@ -388,7 +471,22 @@ def explanations(document: dict[str, Any]) -> list[str]:
         off = _pct_of(ttft, truth["ttft_ms"])
         ref_error = ttft_error(rows)
         server_ttft, path = _median(rows, "server_ttft_ms_p50"), _median(rows, "request_path_ms_p50")
-        if off is not None and abs(off) > 5:
+        if off is not None and abs(off) > 5 and _median(rows, "ref_ttft_ms_p50") is None:
+            others = [r for c, t, r in _groups(document, "runs") if c == concurrency and t != tool]
+            refs = [v for r in others for v in [_median(r, "ref_ttft_ms_p50")] if v is not None]
+            lines.append(
+                f"- {where}, TTFT {off:+.1f}% vs the schedule: its export keeps no server stamps (its own timings only), so "
+                "the server's lateness cannot be taken out"
+                + (f"; the other tools' reference TTFT at this concurrency: {_ms(min(refs))}–{_ms(max(refs))} ms" if refs else "")
+                + (" (over Triton's HTTP generate_stream, the others over gRPC)" if tool == "aiperf" else "")
+                + (
+                    f"; AIPerf's own breakdown: request sent → first byte {_ms(_median(rows, 'http_waiting_ms_p50'))} ms, "
+                    f"connection reused for {_median(rows, 'connection_reused_share') or 0:.0%} of requests"
+                    if _median(rows, "http_waiting_ms_p50") is not None
+                    else ""
+                )
+            )
+        elif off is not None and abs(off) > 5:
             cause = f"reference TTFT (model's first send − tool's send) {_ms(_median(rows, 'ref_ttft_ms_p50'))} ms"
             if server_ttft is not None:
                 cause += f" = the model's own TTFT {_ms(server_ttft)} ms + request path {_ms(path)} ms"
@@ -528,6 +626,24 @@ def cpu_table(document: dict[str, Any]) -> list[str]:
     return lines
 
 
+def emitted_line(document: dict[str, Any]) -> list[str]:
+    """Issue 15.2: how many of the `bench --emit` commands run here exited 0 and were read by `bench import`."""
+    rows = [r for section in ("runs", "cpu") for r in document.get(section) or [] if r["tool"] in EMITTED]
+    if not rows:
+        return []
+    counts = {
+        tool: (sum(1 for r in rows if r["tool"] == tool and "error" not in r), sum(1 for r in rows if r["tool"] == tool))
+        for tool in EMITTED
+    }
+    said = "; ".join(f"{tool} {ok} of {total}" for tool, (ok, total) in counts.items() if total)
+    skipped = "; ".join(f"{tool} skipped: {why}" for tool, why in (document.get("skipped") or {}).items() if tool in EMITTED)
+    return [
+        f"Emitted commands (`bench --emit`, run as printed, export read by `bench import`; the file keeps each command): {said} ran"
+        + (f"; {skipped}" if skipped else ""),
+        "",
+    ]
+
+
 def readme_table(document: dict[str, Any] | None = None) -> str:
     """The README block between the bench-fidelity-table markers, from `document` (default: the committed file)."""
     if document is None:
@@ -543,6 +659,7 @@ def readme_table(document: dict[str, Any] | None = None) -> str:
         f"Timing model: TTFT {truth['ttft_ms']:g} ms, gap {truth['itl_ms']:g} ms, {document['timing_model']['output_tokens']} tokens "
         f"(E2E truth {truth['e2e_ms']:g} ms)",
         "",
+        *emitted_line(document),
         "Issue 15.6: TTFT p50 error against the server's stamps at each concurrency (goal: within ±2%, ✗ = outside; "
         "bold = the most accurate tool) and responses/s consumed from the flood model (bold = the fastest):",
         "",
@@ -588,6 +705,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=24, help="requests per timing-model run (at least 4 x concurrency)")
     parser.add_argument("--tokenizer", type=Path, default=None, help="HF tokenizer dir (GenAI-Perf needs one)")
     parser.add_argument("--cpu-url", default=None, help="gRPC HOST:PORT of a running CPU deployment to compare the tools on")
+    parser.add_argument("--cpu-http-url", default=None, help="HTTP URL of the same CPU deployment (AIPerf speaks HTTP)")
     parser.add_argument("--cpu-model", default="ensemble")
     parser.add_argument("--cpu-requests", type=int, default=8, help="requests per CPU-deployment run (at least the concurrency)")
     parser.add_argument("--cpu-repeats", type=int, default=None, help="repeats on the CPU deployment (default: --repeats)")
@@ -608,8 +726,9 @@ def main() -> int:
         args.cpu_url,
         args.cpu_model,
         args.cpu_requests,
-        args.cpu_repeats,
-        args.out.with_name(args.out.stem + ".partial.json"),
+        cpu_http_url=args.cpu_http_url,
+        cpu_repeats=args.cpu_repeats,
+        partial_out=args.out.with_name(args.out.stem + ".partial.json"),
     )
     if args.note:
         document["note"] = args.note

@@ -429,3 +429,21 @@ def test_bench_tool_aiperf_over_http_when_installed(timing_triton, smollm2_check
     assert doc["source"] == "aiperf" and doc["requests"]["completed"] == 6
     assert doc["metrics"]["ttft_ms"]["p50"] >= TTFT_MS and doc["metrics"]["output_tokens"]["avg"] == 5
     _run_emitted("aiperf", exe, timing_triton.http_url, smollm2_checkpoint, tmp_path, target="triton-http")
+
+
+def test_fidelity_script_refuses_a_tokenizer_that_miscounts_the_timing_models_tokens(smollm2_checkpoint, tmp_path, monkeypatch):
+    """GenAI-Perf's TPOT divides by the tokens its --tokenizer counts: a byte-level tokenizer without merges counts
+    " tok" as 4 tokens (a GGUF-derived one counted 2 and halved GenAI-Perf's TPOT); SmolLM2's counts 1."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    import bench_tools_fidelity as script
+
+    script.check_tokenizer(smollm2_checkpoint)
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    bytes_only = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    bytes_only.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    PreTrainedTokenizerFast(tokenizer_object=bytes_only).save_pretrained(tmp_path / "bytes")
+    with pytest.raises(SystemExit, match=f"counts {4 * script.OSL} tokens in the timing model's {script.OSL} responses"):
+        script.check_tokenizer(tmp_path / "bytes")

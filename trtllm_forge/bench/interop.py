@@ -49,6 +49,13 @@ class ToolWorkload:
         return {name for spec in self.inputs for name, _, _ in spec}
 
 
+def _abs(path: Path) -> str:
+    """A path in a tool's command line, absolute: `bench --tool` runs the tool in its log's folder, a user runs an
+    emitted command from anywhere, and a relative tokenizer directory that is not found there is taken for a Hugging
+    Face repo id by GenAI-Perf and AIPerf ("Repo id must be in the form 'repo_name' or 'namespace/repo_name'")."""
+    return str(Path(path).resolve())
+
+
 def host_port(url: str) -> str:
     return re.sub(r"^(https?|grpc)://", "", url).rstrip("/")
 
@@ -89,7 +96,7 @@ def perf_analyzer_argv(binary: str, workload: ToolWorkload, inputs: Path, load: 
         "--async",
         "--streaming",
         "--input-data",
-        str(inputs),
+        _abs(inputs),
         "--request-count",
         str(count),
     ]
@@ -98,7 +105,7 @@ def perf_analyzer_argv(binary: str, workload: ToolWorkload, inputs: Path, load: 
     else:
         argv += ["--request-rate-range", f"{load.value:g}", "--request-distribution", load.arrival]
     if export is not None:
-        argv += ["--profile-export-file", str(export)]
+        argv += ["--profile-export-file", _abs(export)]
     return argv
 
 
@@ -139,7 +146,7 @@ def genai_perf_argv(
         host_port(workload.grpc_url),
         "--streaming",
         "--input-file",
-        str(prompts),
+        _abs(prompts),
         "--num-dataset-entries",
         str(len(workload.requests)),
         "--output-tokens-mean",
@@ -151,7 +158,7 @@ def genai_perf_argv(
         "--random-seed",
         str(workload.seed),
         "--artifact-dir",
-        str(artifact_dir),
+        _abs(artifact_dir),
     ]
     for name in ("min_tokens", "min_length"):
         if name in workload.names():
@@ -162,7 +169,7 @@ def genai_perf_argv(
     if "return_num_output_tokens" in workload.names():
         argv += ["--extra-inputs", "return_num_output_tokens:true"]
     if workload.tokenizer is not None:
-        argv += ["--tokenizer", str(workload.tokenizer)]
+        argv += ["--tokenizer", _abs(workload.tokenizer)]
     argv += ["--concurrency", str(int(load.value))] if load.mode == "concurrency" else ["--request-rate", f"{load.value:g}"]
     return argv
 
@@ -200,11 +207,11 @@ def aiperf_argv(executable: str, workload: ToolWorkload, prompts: Path, load: Lo
         f"/v2/models/{workload.model}/generate_stream",
         "--streaming",
         "--extra-inputs",
-        f"payload_template:{template}",
+        f"payload_template:{_abs(template)}",
         "--extra-inputs",
         "response_field:text_output",
         "--input-file",
-        str(prompts),
+        _abs(prompts),
         "--custom-dataset-type",
         "single_turn",
         "--request-count",
@@ -212,10 +219,10 @@ def aiperf_argv(executable: str, workload: ToolWorkload, prompts: Path, load: Lo
         "--random-seed",
         str(workload.seed),
         "--artifact-dir",
-        str(artifact_dir),
+        _abs(artifact_dir),
     ]
     if workload.tokenizer is not None:
-        argv += ["--tokenizer", str(workload.tokenizer)]
+        argv += ["--tokenizer", _abs(workload.tokenizer)]
     argv += ["--concurrency", str(int(load.value))] if load.mode == "concurrency" else ["--request-rate", f"{load.value:g}"]
     return argv
 
