@@ -14,12 +14,20 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 
 
+# Pathspecs git status leaves out of the dirty check: what benchmark runs write, not code they run.
+UNMEASURED_PATHS = (":(exclude)results", ":(exclude)README.md")
+
+
 def git_commit(repo: Path = REPO) -> str:
-    """HEAD of the repository, with `-dirty` when tracked files differ from it; "unknown" outside git."""
+    """HEAD of the repository, with `-dirty` when tracked files differ from it; "unknown" outside git. Result
+    files (`results/`, the README the tables are generated into) do not count: one benchmark's fresh result must not
+    mark the next benchmark of the same session as measured on changed code."""
     try:
         commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no", "--", ".", *UNMEASURED_PATHS],
+            capture_output=True,
+            text=True,
         ).stdout.strip()
         return commit + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
