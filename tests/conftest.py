@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+import trtllm_forge  # noqa: F401 - first, so its GRPC_ENABLE_FORK_SUPPORT default precedes any grpc import
+
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
 

@@ -145,3 +145,38 @@ def test_commands_named_in_messages_and_readme_exist():
     unknown = {word: where for word, where in named.items() if word not in known}
     assert not unknown, unknown
     assert {"run", "deploy", "render"} <= set(named)
+
+
+HALF_BUILT_CLIENT = """
+import atexit, sys
+from trtllm_forge.cli import main
+
+class HalfBuilt:  # like a client whose __init__ a SIGTERM interrupted: its __del__ trips over a missing attribute
+    def __init__(self):
+        raise RuntimeError("interrupted")
+
+    def __del__(self):
+        self.stream.close()
+
+def build_one():  # after main() has run (it ends in sys.exit), as a client half-built during a command would be
+    try:
+        HalfBuilt()
+    except RuntimeError:
+        pass
+
+atexit.register(build_one)
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_an_exception_in_a_destructor_is_one_line_unless_debug(debug):
+    argv = ["--debug", "version"] if debug else ["version"]
+    proc = subprocess.run([sys.executable, "-c", HALF_BUILT_CLIENT, *argv], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    if debug:
+        assert "Traceback" in proc.stderr and "'HalfBuilt' object has no attribute 'stream'" in proc.stderr
+    else:
+        assert "Traceback" not in proc.stderr
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("warning: ignored in ") and "AttributeError" in lines[0], proc.stderr

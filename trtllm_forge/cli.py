@@ -52,9 +52,20 @@ for module_name, attribute in COMMANDS:
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", None)  # click >= 8.2
 
 
+def _one_line_unraisable(unraisable) -> None:
+    """An exception Python cannot raise (a destructor's, e.g. of a client half-built when SIGTERM interrupted it)
+    in one line instead of a traceback; --debug keeps Python's default."""
+    exc = unraisable.exc_value
+    first_line = (str(exc).strip().splitlines() or [""])[0]
+    where = f" in {unraisable.object!r}" if unraisable.object is not None else ""
+    click.echo(f"warning: ignored{where}: {type(exc).__name__}: {first_line}", err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
+    if not debug and sys.unraisablehook is sys.__unraisablehook__:  # not when a host (pytest) installed its own
+        sys.unraisablehook = _one_line_unraisable
     try:
         cli.main(args=args, prog_name="trtllm-forge", standalone_mode=False)
     except ForgeError as exc:
