@@ -756,6 +756,15 @@ def checkpoint_of(args):
     return base, root, Path(checkpoint).resolve()
 
 
+def publish(args, document: dict, text: str, default_out: Path) -> None:
+    """Print the table, write the results file (--json or `default_out`) and, with --markdown, the table."""
+    print(text)
+    out = provenance.write_result(args.json_out or default_out, document)
+    if args.markdown:
+        args.markdown.write_text(text)
+    info(f"wrote {out}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "smollm2-cpu.yaml")
@@ -787,12 +796,7 @@ def main(argv: list[str] | None = None) -> int:
         own_session()
         base, root, checkpoint = checkpoint_of(args)
         document = run_concurrency(args, base, root, checkpoint)
-        text = render_concurrency_table(document)
-        print(text)
-        out = provenance.write_result(args.json_out or CONCURRENCY_RESULTS, document)
-        if args.markdown:
-            args.markdown.write_text(text)
-        info(f"wrote {out}")
+        publish(args, document, render_concurrency_table(document), CONCURRENCY_RESULTS)
         return 0
     document = provenance.record()  # commit, machine, bandwidth and load, before anything runs
 
@@ -853,12 +857,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.note:
         document["note"] = args.note
     provenance.finish(document)
-    text = render_table(document)
-    print(text)
-    out = provenance.write_result(args.json_out or RESULTS, document)
-    if args.markdown:
-        args.markdown.write_text(text)
-    info(f"wrote {out}")
+    publish(args, document, render_table(document), RESULTS)
     return 0
 
 
