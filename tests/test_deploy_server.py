@@ -216,7 +216,14 @@ def test_ctrl_c_while_waiting_stops_the_server(tmp_path, write_config):
     repo = _slow_repository(tmp_path / "repo")
     workdir = tmp_path / "wd"
     argv = [sys.executable, "-m", "trtllm_forge", "deploy", str(write_config(CONFIG)), "--workdir", str(workdir), "--repository", str(repo)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A shell starts background jobs with SIGINT ignored and exec keeps that: give the CLI the default a terminal gives.
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     state_file = workdir / "deploy" / "state.json"
     deadline = time.monotonic() + 30
     while not state_file.exists() and time.monotonic() < deadline:
