@@ -62,7 +62,7 @@ def drafts(config: ForgeConfig, kind: str) -> bool:
 def locate_draft_engine(workdir: Path, engine_dir: Path) -> DraftEngine:
     """The build stage's draft engine (recorded in its manifest), else `draft/engine` beside the target's `engine/`."""
     built = BuildResult.in_workdir(workdir)
-    directory = built.draft_engine_dir if built and built.draft_engine_dir else Path(engine_dir).resolve().parent.parent / DRAFT_ENGINE_DIR
+    directory = built.draft_engine_dir if built and built.draft_engine_dir else Path(engine_dir).resolve().parent / DRAFT_ENGINE_DIR
     directory = directory.resolve()
     info = read_engine_config(directory) if (directory / ENGINE_CONFIG).is_file() else None
     return DraftEngine(directory, info)
@@ -94,7 +94,9 @@ def draft_refusals(config: ForgeConfig, target: EngineInfo, draft: DraftEngine) 
     where = f"draft engine {draft.directory / ENGINE_CONFIG}"
     if info.backend != "tensorrt-llm" or info.version != target.version:
         problems.append(
-            ConfigError(where, f"is {info.backend} {info.version}, the target {target.backend} {target.version}", "rebuild both engines together")
+            ConfigError(
+                where, f"is {info.backend} {info.version}, the target {target.backend} {target.version}", "rebuild both engines together"
+            )
         )
     if info.world_size != target.world_size:
         problems.append(
@@ -109,9 +111,7 @@ def draft_refusals(config: ForgeConfig, target: EngineInfo, draft: DraftEngine) 
             )
         )
     if not (info.paged_kv_cache and info.use_paged_context_fmha):
-        problems.append(
-            ConfigError(where, "KV-cache reuse needs a paged KV cache and paged context FMHA", "rebuild both engines together")
-        )
+        problems.append(ConfigError(where, "KV-cache reuse needs a paged KV cache and paged context FMHA", "rebuild both engines together"))
     return problems
 
 
