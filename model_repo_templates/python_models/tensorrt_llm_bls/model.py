@@ -379,6 +379,8 @@ class TritonPythonModel:
         if output_ids is None:
             return None
         ids = output_ids.as_numpy()
+        if ids.size == 0:  # e.g. [1, 1, 0]: a response without tokens
+            return []
         lengths = outputs["sequence_length"].as_numpy().reshape(-1)
         return ids.reshape(-1, ids.shape[-1])[0][: int(lengths[0])].tolist()
 
