@@ -71,7 +71,7 @@ def sequence(request):
 FAKE_TARGET = (
     '"""FAKE target engine model for tests: accepts draft tokens by token, like draft_tokens_external."""\n'
     + _COMMON
-    + '''
+    + """
 
 class TritonPythonModel:
     def execute(self, requests):
@@ -93,13 +93,13 @@ class TritonPythonModel:
                 sender.send(outputs(chunk, **extra))
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
-'''
+"""
 )
 
 FAKE_DRAFT = (
     '"""FAKE draft engine model for tests (not decoupled): the target\'s continuation with every fourth token wrong."""\n'
     + _COMMON
-    + f'''
+    + f"""
 
 WRONG_EVERY = {WRONG_EVERY}
 
@@ -118,7 +118,7 @@ class TritonPythonModel:
                 proposed.append(right + 1 if position % WRONG_EVERY == WRONG_EVERY - 1 else right)
             responses.append(outputs(proposed))
         return responses
-'''
+"""
 )
 
 
@@ -146,9 +146,7 @@ def server(smollm2_gguf_tokenizer, triton_launcher, tmp_path_factory):
     # What render writes into the BLS of a draft-target repository (render/draft.py draft_bls_parameters).
     bls = repo / "tensorrt_llm_bls" / "config.pbtxt"
     text = bls.read_text()
-    text = re.sub(
-        r'(key: "tensorrt_llm_draft_model_name"\s*value: \{ string_value: )""', r'\1"tensorrt_llm_draft"', text, count=1
-    )
+    text = re.sub(r'(key: "tensorrt_llm_draft_model_name"\s*value: \{ string_value: )""', r'\1"tensorrt_llm_draft"', text, count=1)
     text += f'parameters {{\n  key: "default_num_draft_tokens"\n  value: {{ string_value: "{DRAFT_LEN}" }}\n}}\n'
     bls.write_text(text)
     return triton_launcher(repo, config=forge_test_config()), tokenizer
