@@ -140,3 +140,33 @@ def test_plan_sizes_the_draft_pool_with_the_values_render_writes(tmp_path):
     params = parameters(rendered.repository / "tensorrt_llm_draft" / "config.pbtxt")
     assert (float(params["kv_cache_free_gpu_mem_fraction"]), int(params["max_tokens_in_paged_kv_cache"])) == engine_draft_kv_settings(cfg)
     assert engine_draft_kv_settings(cfg) == (0.45, 16384)
+
+
+@pytest.mark.parametrize("target", ["docker", "kubernetes"])
+def test_docker_and_kubernetes_renderings_serve_the_draft_model(tmp_path, target):
+    """`render` then `deploy --target ... --dry-run` through the CLI: the repository they serve holds the draft model,
+    its engine is inside the mounted workdir, and the rendered MPI command loads it on every rank."""
+    from cli_inprocess import run_in_process
+
+    workdir = tmp_path / "wd"
+    engine = build_layout(workdir)
+    cfg = tmp_path / "draft.yaml"
+    cfg.write_text((CONFIGS / f"{EXAMPLE}.yaml").read_text())
+    rendered = run_in_process("render", str(cfg), "--engine-dir", str(engine), "--workdir", str(workdir))
+    assert rendered.returncode == 0, rendered.stderr
+    repo = workdir / "render" / "model_repository"
+    assert parameters(repo / "tensorrt_llm_draft" / "config.pbtxt")["gpt_model_path"] == str(
+        (workdir / "build" / "draft" / "engine").resolve()
+    )
+    result = run_in_process("deploy", str(cfg), "--workdir", str(workdir), "--target", target, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    if target == "docker":
+        command = result.stdout
+        assert f"-v {workdir}:{workdir}:ro" in command
+    else:
+        [pod] = [d["spec"]["template"]["spec"] for d in yaml.safe_load_all(result.stdout) if d["kind"] == "Deployment"]
+        command = " ".join(pod["containers"][0]["command"])
+        assert pod["volumes"][0]["hostPath"]["path"] == str(workdir)
+    # rank 0 loads every model of the repository, rank 1 the two engine models
+    assert command.count("--model-control-mode=none") == 1
+    assert "--model-control-mode=explicit --load-model=tensorrt_llm --load-model=tensorrt_llm_draft " in command
