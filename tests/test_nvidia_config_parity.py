@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CONFIGS, REPO
+from trtllm_helpers import draft_engine_fixture
 
 from trtllm_forge.config import load_config
 from trtllm_forge.engine_config import read_engine_config
@@ -24,6 +25,7 @@ from trtllm_forge.render.repository import write_repository
 
 FIXTURES = REPO / "tests" / "fixtures"
 ENGINES = FIXTURES / "engines"
+DRAFT_ENGINES = (FIXTURES / "draft_engines").resolve()
 FACTS = json.loads((FIXTURES / "triton_contract_1.2.json").read_text())["models"]
 MODELS = ("ensemble", "preprocessing", "tensorrt_llm", "postprocessing", "tensorrt_llm_bls")
 EXAMPLES = sorted(p.name for p in ENGINES.iterdir() if p.is_dir())
@@ -42,6 +44,9 @@ OUR_ADDITIONS = {
         "skip_special_tokens",
         "preprocessing_model_name",
         "tensorrt_llm_decoupled",
+        # Draft-target repositories only: what a request that does not send num_draft_tokens / use_draft_logits gets.
+        "default_num_draft_tokens",
+        "default_use_draft_logits",
     },
     "ensemble": set(),
 }
@@ -78,8 +83,9 @@ def rendered(tmp_path_factory):
         config = load_config(CONFIGS / f"{example}.yaml")
         kind = "cpu" if config.engine.on_cpu else "inflight_batcher_llm"
         workdir = tmp_path_factory.mktemp(f"parity-{example}")
-        repo = write_repository(config, workdir, read_engine_config(ENGINES / example), kind, workdir / "repo").repository
-        out[example] = (kind, {m: parse(repo / m / "config.pbtxt") for m in MODELS})
+        engine = read_engine_config(ENGINES / example)
+        repo = write_repository(config, workdir, engine, kind, workdir / "repo", draft_engine_fixture(example)).repository
+        out[example] = (kind, {m.parent.name: parse(m) for m in repo.glob("*/config.pbtxt")})
     return out
 
 
@@ -113,12 +119,50 @@ def test_fixed_values_of_the_engine_model_are_nvidias(rendered, example):
         assert params[key] == value
 
 
-def test_bls_names_no_draft_model_and_no_multimodal_encoder(rendered):
-    """NVIDIA's BLS reads an empty name as 'none'; we render neither a draft engine nor an encoder model."""
-    for kind, configs in rendered.values():
+def test_bls_names_the_draft_model_only_when_drafting_and_no_multimodal_encoder(rendered):
+    """NVIDIA's BLS reads an empty name as 'none'; a draft-target repository names its draft engine model, which is
+    in the repository; none renders an encoder model."""
+    for example, (kind, configs) in rendered.items():
         params = {k: v.string_value for k, v in configs["tensorrt_llm_bls"].parameters.items()}
-        assert params["tensorrt_llm_draft_model_name"] == "" and params["multimodal_encoders_name"] == ""
-        assert params["tensorrt_llm_model_name"] == "tensorrt_llm"
+        assert params["multimodal_encoders_name"] == "" and params["tensorrt_llm_model_name"] == "tensorrt_llm"
+        if example in DRAFT_EXAMPLES:
+            assert params["tensorrt_llm_draft_model_name"] == "tensorrt_llm_draft" in configs
+        else:
+            assert params["tensorrt_llm_draft_model_name"] == "" and "tensorrt_llm_draft" not in configs
+            assert "default_num_draft_tokens" not in params
+
+
+DRAFT_EXAMPLES = [e for e in GPU_EXAMPLES if load_config(CONFIGS / f"{e}.yaml").engine.speculative.mode == "draft_target"]
+
+
+@pytest.mark.parametrize("example", DRAFT_EXAMPLES)
+def test_draft_model_is_nvidias_copy_of_the_engine_model_with_the_draft_engine(rendered, example):
+    """examples/draft_target_model/README.md (NVIDIA/TensorRT-LLM 567239fc): `cp -r tensorrt_llm tensorrt_llm_draft`,
+    rename, and fill both with the same values except engine_dir, decoupled_mode:False for the draft."""
+    from trtllm_forge.plan.draft import engine_draft_kv_settings
+
+    _, configs = rendered[example]
+    target, draft = configs["tensorrt_llm"], configs["tensorrt_llm_draft"]
+    assert draft.name == "tensorrt_llm_draft" and draft.backend == "tensorrtllm"
+    assert not draft.model_transaction_policy.decoupled and target.model_transaction_policy.decoupled
+    assert draft.max_batch_size == target.max_batch_size and draft.HasField("dynamic_batching")
+    params = {k: v.string_value for k, v in draft.parameters.items()}
+    target_params = {k: v.string_value for k, v in target.parameters.items()}
+    assert set(params) <= set(FACTS["tensorrt_llm"]["parameters"]) and ALWAYS["tensorrt_llm"] <= set(params)
+    for key, value in FACTS["tensorrt_llm"]["fixed_parameter_values"].items():
+        assert params[key] == value
+    assert params["gpt_model_path"] == str(DRAFT_ENGINES / example) != target_params["gpt_model_path"]
+    assert {k: v for k, v in params.items() if k != "gpt_model_path"} == {k: v for k, v in target_params.items() if k != "gpt_model_path"}
+    # The KV settings plan sizes the draft's pool with (plan/draft.py), NVIDIA's README needs reuse on both.
+    fraction, cap = engine_draft_kv_settings(load_config(CONFIGS / f"{example}.yaml"))
+    assert params["kv_cache_free_gpu_mem_fraction"] == str(fraction) and params.get("max_tokens_in_paged_kv_cache") == (
+        None if cap is None else str(cap)
+    )
+    assert params["enable_kv_cache_reuse"] == "true" and params["gpt_model_type"] == "inflight_fused_batching"
+    bls = {k: v.string_value for k, v in configs["tensorrt_llm_bls"].parameters.items()}
+    assert bls["default_num_draft_tokens"] == str(load_config(CONFIGS / f"{example}.yaml").engine.speculative.max_draft_len)
+    # Qwen2.5-7B pads its vocabulary to 152064, the 0.5B draft to 151936: the target cannot take the draft's logits.
+    assert bls["default_use_draft_logits"] == "false"
 
 
 @pytest.mark.parametrize("example", EXAMPLES)

@@ -132,6 +132,31 @@ def test_fault_bls_decoupled_while_engine_is_not(repo):
     assert_found(repo, r"tensorrt_llm_bls is decoupled but tensorrt_llm is not", "tensorrt_llm_bls/config.pbtxt")
 
 
+@pytest.fixture
+def draft_repo(tmp_path) -> Path:
+    """The draft-target example rendered with its draft engine fixture (tensorrt_llm_draft beside tensorrt_llm)."""
+    from trtllm_helpers import draft_engine_fixture
+
+    example = "qwen2.5-7b-fp16-l40s-tp2"
+    config, engine = load_config(CONFIGS / f"{example}.yaml"), read_engine_config(ENGINES / example)
+    out = tmp_path / "draft-repo"
+    write_repository(config, tmp_path, engine, "inflight_batcher_llm", out, draft_engine_fixture(example))
+    assert errors(out) == []
+    return out
+
+
+def test_fault_bls_names_a_draft_model_that_is_not_there(draft_repo):
+    shutil.rmtree(draft_repo / "tensorrt_llm_draft")
+    assert_found(
+        draft_repo, r"tensorrt_llm_draft_model_name 'tensorrt_llm_draft' is not in the repository", "tensorrt_llm_bls/config.pbtxt"
+    )
+
+
+def test_fault_decoupled_draft_model(draft_repo):
+    edit(draft_repo / "tensorrt_llm_draft" / "config.pbtxt", "decoupled: false", "decoupled: true")
+    assert_found(draft_repo, r"tensorrt_llm_draft is decoupled, but tensorrt_llm_bls calls", "tensorrt_llm_draft/config.pbtxt")
+
+
 def test_fault_ensemble_batch_above_a_composing_model(repo):
     edit(repo / "ensemble" / "config.pbtxt", "max_batch_size: 16", "max_batch_size: 64")
     assert_found(repo, r"ensemble max_batch_size 64 is above preprocessing's 16", "ensemble/config.pbtxt")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import CONFIGS, REPO
 from cli_inprocess import run_in_process
+from trtllm_helpers import draft_engine_fixture
 
 from trtllm_forge.config import load_config
 from trtllm_forge.errors import ConfigError
@@ -81,7 +82,8 @@ def rendered(tmp_path_factory):
         config = config_for(example)
         workdir = tmp_path_factory.mktemp(f"wd-{example}")
         kind = "cpu" if config.engine.on_cpu else "inflight_batcher_llm"
-        out[example] = write_repository(config, workdir, read_engine_config(ENGINES / example), kind, workdir / "repo")
+        engine = read_engine_config(ENGINES / example)
+        out[example] = write_repository(config, workdir, engine, kind, workdir / "repo", draft_engine_fixture(example))
     return out
 
 
@@ -94,20 +96,33 @@ def test_every_example_config_has_an_engine_fixture():
 def test_every_config_pbtxt_parses_and_has_no_placeholder(rendered, example):
     repo = rendered[example].repository
     configs = sorted(repo.glob("*/config.pbtxt"))
-    assert [p.parent.name for p in configs] == ["ensemble", "postprocessing", "preprocessing", "tensorrt_llm", "tensorrt_llm_bls"]
+    drafting = ["tensorrt_llm_draft"] if config_for(example).engine.speculative.mode == "draft_target" else []
+    assert [p.parent.name for p in configs] == [
+        "ensemble",
+        "postprocessing",
+        "preprocessing",
+        "tensorrt_llm",
+        "tensorrt_llm_bls",
+        *drafting,
+    ]
     for path in configs:
         assert "${" not in path.read_text()
         assert parse(path).name == path.parent.name
         assert (path.parent / "1").is_dir()
 
 
-@pytest.mark.parametrize("example", EXAMPLES)
-@pytest.mark.parametrize("model", sorted(ROLE_OF))
+DRAFT_EXAMPLES = [e for e in EXAMPLES if config_for(e).engine.speculative.mode == "draft_target"]
+
+
+@pytest.mark.parametrize(
+    "example,model", [(e, m) for e in EXAMPLES for m in sorted(ROLE_OF)] + [(e, "tensorrt_llm_draft") for e in DRAFT_EXAMPLES]
+)
 def test_tensor_contract_matches_trtllm_1_2(rendered, example, model):
+    """The draft engine model is NVIDIA's tensorrt_llm config copied (examples/draft_target_model/README.md): its contract."""
     engine = read_engine_config(ENGINES / example)
     engine_dtype = {"float16": "TYPE_FP16", "bfloat16": "TYPE_BF16", "float32": "TYPE_FP32"}[engine.dtype]
     config = parse(rendered[example].repository / model / "config.pbtxt")
-    table = CONTRACT[ROLE_OF[model]]
+    table = CONTRACT[ROLE_OF.get(model, "tensorrt_llm")]
     # Ensemble outputs carry no optional flag; compare optional/ragged on inputs only.
     assert tensor_rows(config.input, True) == expected_rows(table["inputs"], True, engine_dtype)
     assert tensor_rows(config.output, False) == expected_rows(table["outputs"], False, engine_dtype)

@@ -101,7 +101,7 @@ def test_launch_sh_carries_the_flags_the_local_deploy_passes(setup):
 def test_leader_mode_ranks_differ_only_in_what_they_load():
     ports = {"http": 1, "grpc": 2, "metrics": 3}
     leader = flags(tritonserver_argv("tritonserver", "/repo", ports, "0.0.0.0")[1:])
-    worker = flags(tritonserver_argv("tritonserver", "/repo", ports, "0.0.0.0", rank=2, engine_model="tensorrt_llm")[1:])
+    worker = flags(tritonserver_argv("tritonserver", "/repo", ports, "0.0.0.0", rank=2, engine_models=("tensorrt_llm",))[1:])
     assert worker.pop("load-model") == "tensorrt_llm" and worker.pop("model-control-mode") == "explicit"
     assert leader.pop("model-control-mode") == "none"
     assert worker.pop("backend-config") == "python,shm-region-prefix-name=prefix2_"

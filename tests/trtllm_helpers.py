@@ -56,3 +56,16 @@ def eagle_engine_example() -> ForgeConfig:
     data["quantization"] = {"algorithm": "none", "kv_cache": "none"}
     data["engine"]["plugins"]["fp8_context_fmha"] = False
     return ForgeConfig.model_validate(data)
+
+
+DRAFT_ENGINES = REPO / "tests" / "fixtures" / "draft_engines"
+
+
+def draft_engine_fixture(example: str):
+    """The draft engine of a draft-target example (tests/fixtures/draft_engines/<example>/config.json: the config.json
+    build-draft is expected to write, from engine_fixture.expected_engine_config of the draft's plan), else None."""
+    from trtllm_forge.engine_config import read_engine_config
+    from trtllm_forge.render.draft import DraftEngine
+
+    directory = DRAFT_ENGINES / example
+    return DraftEngine(directory.resolve(), read_engine_config(directory)) if directory.is_dir() else None

@@ -110,6 +110,7 @@ class BuildResult(TypedStageResult):
     target: Literal["engine", "llmapi"] = "engine"
     engine_dir: Path | None = None
     llmapi_dir: Path | None = None
+    draft_engine_dir: Path | None = None  # draft-target decoding's second engine (engine path)
 
     @property
     def model_yaml(self) -> Path | None:
@@ -122,6 +123,7 @@ class BuildResult(TypedStageResult):
             "target": "llmapi" if llmapi else "engine",
             "engine_dir": _path(outputs.get("engine_dir")),
             "llmapi_dir": _path(outputs.get("llmapi_dir")),
+            "draft_engine_dir": _path(outputs.get("draft_engine_dir")),
         }
 
 

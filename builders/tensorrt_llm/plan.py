@@ -34,6 +34,8 @@ from trtllm_forge.builders.tensorrt_llm.spec import TOOL_TABLES, Spec, load_spec
 
 PYTHON = "python3"
 CALIBRATION_DIR = "calibration"
+# The draft engine of draft-target decoding, in the build stage beside `engine/` (render finds it here too).
+DRAFT_ENGINE_DIR = "draft/engine"
 # Offline switches for everything that could reach a hub during quantization.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 # Names that TensorRT-LLM's calibration loader treats as hub datasets even when they are local paths.
@@ -535,14 +537,14 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
             Step(
                 "build-draft",
                 "trtllm-build",
-                _build_argv(config, spec, "draft/checkpoint", "draft/engine", draft_flags, True),
-                ["draft/engine/config.json"],
+                _build_argv(config, spec, "draft/checkpoint", DRAFT_ENGINE_DIR, draft_flags, True),
+                [f"{DRAFT_ENGINE_DIR}/config.json"],
                 "build the draft model's engines",
                 env=build_env,
             )
         )
-        files["draft/engine/config.json"] = "draft engine config"
-        draft = {"model_dir": draft_dir, "engine_dir": "draft/engine", "max_draft_len": sp.max_draft_len}
+        files[f"{DRAFT_ENGINE_DIR}/config.json"] = "draft engine config"
+        draft = {"model_dir": draft_dir, "engine_dir": DRAFT_ENGINE_DIR, "max_draft_len": sp.max_draft_len}
 
     _check_steps(steps, spec, warnings)
     warnings += serving_route_warnings(spec)

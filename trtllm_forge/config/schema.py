@@ -261,6 +261,9 @@ class TritonModelNames(Section):
     tensorrt_llm: Name = Field(default="tensorrt_llm", description="Engine model name.")
     postprocessing: Name = Field(default="postprocessing", description="Detokenizer model name.")
     bls: Name = Field(default="tensorrt_llm_bls", description="BLS model name.")
+    tensorrt_llm_draft: Name = Field(
+        default="tensorrt_llm_draft", description="Draft engine model name (draft-target speculative decoding only)."
+    )
 
     @model_validator(mode="after")
     def _distinct(self) -> "TritonModelNames":

@@ -8,7 +8,7 @@ ports, the address the server binds, a backend directory (wheel installs only) a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from trtllm_forge.config import ForgeConfig
@@ -33,13 +33,14 @@ def tritonserver_argv(
     *,
     backend_dir: Path | str | None = None,
     rank: int = 0,
-    engine_model: str | None = None,
+    engine_models: Sequence[str] = (),
 ) -> list[str]:
-    """The binary and its flags. `rank` > 0 with `engine_model`: an MPI leader-mode rank that loads only the
-    engine model and serves no requests (NVIDIA's scripts/launch_triton_server.py does the same)."""
+    """The binary and its flags. `rank` > 0 with `engine_models`: an MPI leader-mode rank that loads only the
+    engine models (the target, and the draft of draft-target decoding) and serves no requests (NVIDIA's
+    scripts/launch_triton_server.py does the same, one --load-model per --tensorrt_llm_model_name)."""
     argv = [str(binary), f"--model-repository={repository}"]
-    if rank and engine_model:
-        argv += ["--model-control-mode=explicit", f"--load-model={engine_model}"]
+    if rank and engine_models:
+        argv += ["--model-control-mode=explicit", *(f"--load-model={name}" for name in engine_models)]
     else:
         argv.append("--model-control-mode=none")
     argv += [

@@ -53,6 +53,17 @@ class DraftMemory:
         return fixed + self.kv_bytes(stage) if self.own_pool else fixed
 
 
+def engine_draft_kv_settings(config: ForgeConfig) -> tuple[float, int | None]:
+    """kv_cache_free_gpu_mem_fraction and max_tokens_in_paged_kv_cache of the draft engine model: the target's own.
+
+    NVIDIA fills both config.pbtxt files with the same values (kv_cache_free_gpu_mem_fraction:0.5,
+    max_tokens_in_paged_kv_cache:2560 for tensorrt_llm and tensorrt_llm_draft in examples/draft_target_model/README.md
+    of NVIDIA/TensorRT-LLM, commit 567239fcd40bda119965a3a8abf43856c63c9527). `plan` sizes the draft's pool with these
+    and render writes them into tensorrt_llm_draft/config.pbtxt, so both read them here.
+    """
+    return config.runtime.kv_cache_free_gpu_mem_fraction, config.runtime.max_tokens_in_paged_kv_cache
+
+
 def draft_shape(config: ForgeConfig) -> ModelShape | None:
     spec = config.engine.speculative
     if str(getattr(spec.mode, "value", spec.mode)) != "draft_target" or not spec.draft_model:

@@ -22,7 +22,7 @@ from trtllm_forge.plan.memory import (
     kv_cache,
     rank_memory,
 )
-from trtllm_forge.plan.draft import DraftMemory, draft_shape, engine_draft, openvino_draft
+from trtllm_forge.plan.draft import DraftMemory, draft_shape, engine_draft, engine_draft_kv_settings, openvino_draft
 from trtllm_forge.plan.roofline import Machine, ModelCost, StepTime
 from trtllm_forge.plan.weights import DTYPE_BYTES, Mapping, RankWeights, parameter_count, rank_weights
 
@@ -269,20 +269,12 @@ def plan_draft(
     if eng.backend != "tensorrt-llm":
         return None
     draft = engine_draft(config, shape, mapping, dtype_bytes, act_tokens)
+    fraction, cap = engine_draft_kv_settings(config)
     own = [
-        rank_memory(
-            stage,
-            device_bytes,
-            weights,
-            draft.activations,
-            overhead,
-            bpt,
-            config.runtime.kv_cache_free_gpu_mem_fraction,
-            eng.tokens_per_block,
-        )
+        rank_memory(stage, device_bytes, weights, draft.activations, overhead, bpt, fraction, eng.tokens_per_block)
         for stage, (weights, bpt) in enumerate(zip(draft.weights, draft.kv_bytes_per_token))
     ]
-    pool = kv_cache(own, eng.tokens_per_block, config.runtime.max_tokens_in_paged_kv_cache)
+    pool = kv_cache(own, eng.tokens_per_block, cap)
     return replace(draft, kv_tokens=pool.max_tokens)
 
 

@@ -57,7 +57,7 @@ def plan_launch(
     repository: Path,
     *,
     world_size: int = 1,
-    engine_model: str | None = None,
+    engine_models: tuple[str, ...] = (),
     backend_dir: Path | None = None,
     install: TritonInstall | None = None,
     ports: tuple[int, int, int] | None = None,
@@ -74,7 +74,7 @@ def plan_launch(
     address = bind_address(config, in_container=not local)
 
     def rank_argv(rank: int) -> list[str]:
-        return tritonserver_argv(binary, repository, port_map, address, backend_dir=backend_dir, rank=rank, engine_model=engine_model)
+        return tritonserver_argv(binary, repository, port_map, address, backend_dir=backend_dir, rank=rank, engine_models=engine_models)
 
     if world_size <= 1:
         return LaunchPlan(rank_argv(0), env, 1)

@@ -15,6 +15,7 @@ from trtllm_forge.engine_config import EngineInfo, read_engine_config
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.render import launch as launch_mod
 from trtllm_forge.render import stub_env
+from trtllm_forge.render.draft import DraftEngine, drafts, locate_draft_engine
 from trtllm_forge.render.other_kinds import write_llmapi_repository, write_vllm_repository
 from trtllm_forge.render.templates import templates_root, write_engine_repository
 from trtllm_forge.render.validate import Problem, check_repository, raise_on_errors
@@ -37,7 +38,7 @@ class RenderedRepository:
     warnings: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     world_size: int = 1
-    engine_model: str | None = None
+    engine_models: tuple[str, ...] = ()  # the TensorRT-LLM models every MPI leader-mode rank loads
 
 
 def default_engine_dir(workdir: Path) -> Path | None:
@@ -65,25 +66,31 @@ def resolve_engine(config: ForgeConfig, workdir: Path, engine_dir: Path | None, 
     return engine
 
 
-def write_repository(config: ForgeConfig, workdir: Path, engine: EngineInfo | None, kind: str, out: Path) -> RenderedRepository:
-    """Render into `out` (which must not hold another repository) and validate the result."""
+def write_repository(
+    config: ForgeConfig, workdir: Path, engine: EngineInfo | None, kind: str, out: Path, draft: DraftEngine | None = None
+) -> RenderedRepository:
+    """Render into `out` (which must not hold another repository) and validate the result. `draft`: the draft
+    engine of a draft-target config (default: the one `locate_draft_engine` finds)."""
     out.mkdir(parents=True, exist_ok=True)
+    engine_models: tuple[str, ...]
     if kind in ENGINE_KINDS:
         assert engine is not None  # resolve_engine() returns one for every engine kind
-        values = compute_values(config, workdir, engine, kind)
+        if draft is None and drafts(config, kind):
+            draft = locate_draft_engine(workdir, engine.directory)
+        values = compute_values(config, workdir, engine, kind, draft)
         files = write_engine_repository(values, out)
         warnings, world_size = values.warnings, engine.world_size
-        engine_model = values.names["tensorrt_llm"]
+        engine_models = (values.names["tensorrt_llm"],) + ((values.draft.name,) if values.draft else ())
     elif kind == "llmapi":
         files, warnings = write_llmapi_repository(config, workdir, out, engine.directory if engine else None)
-        world_size, engine_model = 1, config.triton.model_names.tensorrt_llm
+        world_size, engine_models = 1, (config.triton.model_names.tensorrt_llm,)
     else:
         files, warnings = write_vllm_repository(config, workdir, out)
-        world_size, engine_model = 1, None
+        world_size, engine_models = 1, ()
     problems = check_repository(out)
     raise_on_errors(problems)
     models = sorted(p.name for p in out.iterdir() if p.is_dir())
-    return RenderedRepository(kind, out, files, models, warnings, problems, world_size, engine_model)
+    return RenderedRepository(kind, out, files, models, warnings, problems, world_size, engine_models)
 
 
 def wheel_server(config: ForgeConfig, kind: str) -> TritonInstall | None:
@@ -100,16 +107,20 @@ def launch_plan_for(
     config: ForgeConfig, rendered: RenderedRepository, repository: Path, install: TritonInstall | None, backend_dir: Path | None
 ):
     return launch_mod.plan_launch(
-        config, repository, world_size=rendered.world_size, engine_model=rendered.engine_model, backend_dir=backend_dir, install=install
+        config, repository, world_size=rendered.world_size, engine_models=rendered.engine_models, backend_dir=backend_dir, install=install
     )
 
 
-def stage_inputs(config: ForgeConfig, engine: EngineInfo | None, kind: str) -> tuple[dict, dict]:
+def stage_inputs(config: ForgeConfig, engine: EngineInfo | None, kind: str, draft: DraftEngine | None = None) -> tuple[dict, dict]:
     values = {"kind": kind, "config": config.model_dump(mode="json"), "python_env": str(stub_env.project_env())}
     paths = {"templates": templates_root()}
     if engine is not None:
         paths["engine_config"] = engine.directory / "config.json"
         values["engine_dir"] = str(engine.directory.resolve())
+    if draft is not None:
+        values["draft_engine_dir"] = str(draft.directory)
+        if draft.info is not None:
+            paths["draft_engine_config"] = draft.directory / "config.json"
     return values, paths
 
 
@@ -120,11 +131,12 @@ def render_repository(
     workdir = Path(workdir).resolve()
     kind = choose_kind(config, kind)
     engine = resolve_engine(config, workdir, Path(engine_dir) if engine_dir else None, kind)
+    draft = locate_draft_engine(workdir, engine.directory) if engine is not None and drafts(config, kind) else None
     final = workdir / STAGE
-    values, paths = stage_inputs(config, engine, kind)
+    values, paths = stage_inputs(config, engine, kind, draft)
 
     def body(tmp: Path, recorder) -> dict:
-        rendered = write_repository(config, workdir, engine, kind, tmp / REPOSITORY)
+        rendered = write_repository(config, workdir, engine, kind, tmp / REPOSITORY, draft)
         recorder.notes.extend(rendered.warnings)
         recorder.notes.extend(f"{p.file}:{p.line}: {p.message}" for p in rendered.problems)
         install = wheel_server(config, kind)

@@ -9,7 +9,7 @@ from pathlib import Path
 import jinja2
 
 from trtllm_forge.errors import StepError
-from trtllm_forge.render.values import RepositoryValues
+from trtllm_forge.render.values import RepositoryValues, triton_dtype
 
 # (role, template directory, python files copied into <model>/1/ from python_models/)
 ENGINE_KIND_MODELS = (
@@ -100,4 +100,28 @@ def write_engine_repository(values: RepositoryValues, out: Path) -> list[Path]:
         if not any(version_dir.iterdir()):
             (version_dir / EMPTY_VERSION_MARKER).write_text("")
             written.append(version_dir / EMPTY_VERSION_MARKER)
+    if values.draft is not None:
+        written += write_draft_model(values, out)
     return written
+
+
+def write_draft_model(values: RepositoryValues, out: Path) -> list[Path]:
+    """tensorrt_llm_draft: the engine model's config with the draft's name, engine and KV values, not decoupled
+    (NVIDIA copies tensorrt_llm's config and fills it with decoupled_mode:False; render/draft.py)."""
+    draft = values.draft
+    assert draft is not None
+    context = {
+        **values.template_context(),
+        "names": {**values.names, "tensorrt_llm": draft.name},
+        "decoupled": False,
+        "tensorrt_llm_parameters": draft.parameters,
+        "logits_datatype": triton_dtype(draft.logits_datatype_of, f"{draft.engine_dir}/config.json pretrained_config.logits_dtype"),
+        "encoder_input_features_data_type": triton_dtype(draft.dtype_of, f"{draft.engine_dir}/config.json pretrained_config.dtype"),
+        "engine_model_description": f"draft model of draft-target decoding, {values.engine_model_description}",
+    }
+    version_dir = out / draft.name / "1"
+    version_dir.mkdir(parents=True, exist_ok=True)
+    (version_dir / EMPTY_VERSION_MARKER).write_text("")
+    config = out / draft.name / "config.pbtxt"
+    config.write_text(render_template("inflight_batcher_llm/tensorrt_llm/config.pbtxt.j2", context))
+    return [config, version_dir / EMPTY_VERSION_MARKER]

@@ -456,6 +456,29 @@ class Validator:
                     f"{engine.name} is decoupled but {model.name} is not; streamed requests to {model.name} fail",
                     f"set decoupled: true in {model.name}",
                 )
+            self.check_draft_model(model)
+
+    def check_draft_model(self, bls: Model) -> None:
+        """The draft engine model a BLS names must be there and not decoupled: the BLS calls it with exec()
+        (decoupled=False), as NVIDIA's draft-target loop does (render/draft.py)."""
+        name = bls.config.parameters.get("tensorrt_llm_draft_model_name")
+        if name is None or not name.string_value:
+            return
+        draft = self.models.get(name.string_value)
+        if draft is None:
+            self.add(
+                bls.config_path,
+                bls.line_of("tensorrt_llm_draft_model_name"),
+                f"tensorrt_llm_draft_model_name {name.string_value!r} is not in the repository",
+                "fix the parameter, or leave it empty for no drafting",
+            )
+        elif draft.decoupled:
+            self.add(
+                draft.config_path,
+                draft.line_of("decoupled"),
+                f"{draft.name} is decoupled, but {bls.name} calls the draft model without a response stream",
+                f"set decoupled: false in {draft.name}",
+            )
 
     def run(self) -> list[Problem]:
         try:

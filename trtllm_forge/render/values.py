@@ -13,6 +13,7 @@ from trtllm_forge.config.schema import BUILTIN_MODELS, CPU_BACKENDS, ForgeConfig
 from trtllm_forge.engine_config import EngineInfo
 from trtllm_forge.errors import ConfigError, ConfigErrors
 from trtllm_forge.importer.stage import imported_checkpoint
+from trtllm_forge.render.draft import DraftEngine, DraftValues, draft_bls_parameters, draft_refusals, draft_values, draft_warnings, drafts
 from trtllm_forge.render.stub_env import project_env
 
 KINDS = ("inflight_batcher_llm", "cpu", "llmapi", "vllm")
@@ -81,6 +82,7 @@ class RepositoryValues:
     tensorrt_llm_parameters: dict[str, str | None] = field(default_factory=dict)
     bls_parameters: dict[str, str | None] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    draft: DraftValues | None = None  # draft-target decoding's second engine model (render/draft.py)
 
     def template_context(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -232,8 +234,13 @@ def instance_counts(triton: TritonConfig, max_batch_size: int) -> dict[str, int]
     return counts
 
 
-def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind: str) -> RepositoryValues:
+def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind: str, draft: DraftEngine | None = None) -> RepositoryValues:
+    """`draft`: the draft engine of a draft-target config (render/draft.py `locate_draft_engine`)."""
     problems = refusals(config, engine, kind)
+    if drafts(config, kind):
+        if draft is None:
+            raise ConfigError("engine.speculative", "draft-target decoding needs the draft engine", "this is a bug in trtllm-forge")
+        problems += draft_refusals(config, engine, draft)
     if problems:
         raise ConfigErrors(problems) if len(problems) > 1 else problems[0]
     rt, tr = config.runtime, config.triton
@@ -251,12 +258,8 @@ def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind:
             f"triton.instances.bls is {instances['bls']}; each BLS instance serves requests one at a time "
             f"(like NVIDIA's BLS), so concurrent requests queue; consider {engine.max_batch_size}"
         )
-    if config.engine.speculative.mode == "draft_target" and kind == "inflight_batcher_llm":
-        warnings.append(
-            "draft-target speculative decoding needs a second engine model for the draft "
-            "(tensorrt_llm_draft, named by the BLS parameter tensorrt_llm_draft_model_name); render does "
-            "not add it yet, so requests run without drafting"
-        )
+    if draft is not None and drafts(config, kind):
+        warnings += draft_warnings(config, draft)
     names = tr.model_names.model_dump()
     python_env = str(project_env()) if config.deploy.target == "local" else None
     common_tokenizer = {
@@ -299,6 +302,11 @@ def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind:
             "lora_cache_max_adapter_size": str(config.engine.lora.max_loras) if engine.lora_plugin else None,
         }
         backend, description = "tensorrtllm", f"TensorRT-LLM {engine.version} engine, C++ backend"
+    bls_draft: dict[str, str | None] = {"tensorrt_llm_draft_model_name": ""}
+    draft_model = None
+    if draft is not None and drafts(config, kind):
+        draft_model = draft_values(config, engine, draft, engine_params)
+        bls_draft = draft_bls_parameters(config, engine, draft)
     return RepositoryValues(
         kind=kind,
         names=names,
@@ -324,13 +332,14 @@ def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind:
             "skip_special_tokens": "true",
             "accumulate_tokens": "true",
             "tensorrt_llm_model_name": names["tensorrt_llm"],
-            # NVIDIA's 1.2 BLS declares both; empty means "none" to its model (no draft model, no
-            # multimodal encoder), which is what every repository we render has.
-            "tensorrt_llm_draft_model_name": "",
+            # NVIDIA's 1.2 BLS declares both; empty means "none" to its model (no draft model, no multimodal
+            # encoder). A draft-target repository names its draft model (render/draft.py); none has an encoder.
+            **bls_draft,
             "multimodal_encoders_name": "",
             "preprocessing_model_name": names["preprocessing"],
             "tensorrt_llm_decoupled": pb_bool(tr.decoupled),
             "EXECUTION_ENV_PATH": python_env,
         },
         warnings=warnings,
+        draft=draft_model,
     )

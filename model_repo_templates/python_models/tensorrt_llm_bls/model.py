@@ -39,7 +39,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from forge_detokenize import IncrementalDetokenizer
-from request_checks import check_request, reraise, triton_error
+from request_checks import InvalidInput, check_request, reraise, triton_error
 from tokenizer_loading import as_bool, load_tokenizer, model_parameters
 
 # BLS input -> engine model input, for inputs passed through unchanged apart from the name.
@@ -131,6 +131,10 @@ class TritonPythonModel:
         self.engine_model = params.get("tensorrt_llm_model_name", "tensorrt_llm")
         self.preprocessing_model = params.get("preprocessing_model_name", "preprocessing")
         self.engine_decoupled = as_bool(params, "tensorrt_llm_decoupled", self.decoupled)
+        # Draft-target decoding (below): the draft engine model, and what a request that does not say drafts.
+        self.draft_model = params.get("tensorrt_llm_draft_model_name")
+        self.default_draft_tokens = int(params.get("default_num_draft_tokens", "0"))
+        self.default_draft_logits = as_bool(params, "default_use_draft_logits", False)
         self.output_names = {o["name"] for o in model_config.get("output", [])}
         self.forwarded_outputs = [name for name in PASS_THROUGH_OUTPUTS if name in self.output_names]
         # Finished engine streams whose map entry may still be alive in the stub (module docstring).
@@ -232,27 +236,22 @@ class TritonPythonModel:
         stop_words = [] if raw_stop_words is None else [text_of(w) for w in np.asarray(raw_stop_words).reshape(-1)]
         stop_words = [w for w in stop_words if w]
 
+        num_draft = self._num_draft_tokens(request)
         pre = self._preprocess(request)
-        engine_request = self._engine_request(request, pre, streaming)
+        if num_draft:
+            steps = self._draft_target_steps(request, pre, num_draft, stream)
+        else:
+            steps = self._engine_steps(self._engine_request(request, pre, streaming), stream)
         detok = IncrementalDetokenizer(self.tokenizer, self.skip_special_tokens)
         produced = ""
         if not exclude_input and not streaming:
             produced = prompt
             yield prompt, {}
-        for response in self._engine_responses(engine_request, stream):
-            if response.has_error():
-                reraise(pb_utils, response.error(), self.engine_model)
-            # One pass over the response's tensors (get_output_tensor_by_name scans them on each call).
-            outputs = {tensor.name(): tensor for tensor in response.output_tensors()}
-            output_ids = outputs.get("output_ids")
-            forwarded = {name: outputs[name].as_numpy() for name in self.forwarded_outputs if name in outputs}
-            if output_ids is None:
+        for new_ids, forwarded in steps:
+            if new_ids is None:
                 if forwarded:
                     yield "", forwarded
                 continue
-            ids = output_ids.as_numpy()
-            lengths = outputs["sequence_length"].as_numpy().reshape(-1)
-            new_ids = ids.reshape(-1, ids.shape[-1])[0][: int(lengths[0])].tolist()
             piece = detok.push(new_ids)
             stop_at = self._stop_position(produced + piece, stop_words, len(produced))
             if stop_at is not None:
@@ -326,11 +325,21 @@ class TritonPythonModel:
         return {t.name(): t.as_numpy() for t in response.output_tensors()}
 
     def _engine_request(self, request, pre: dict, streaming: bool):
-        input_len = pre["REQUEST_INPUT_LEN"].reshape(1, 1).astype(np.int32)
+        return pb_utils.InferenceRequest(
+            model_name=self.engine_model, inputs=self._engine_tensors(request, pre, streaming), requested_output_names=[]
+        )
+
+    def _engine_tensors(self, request, pre: dict, streaming: bool, input_ids=None, output_len=None, skip=()):
+        """The engine model's inputs for this request: the prompt (or `input_ids`) and the request's own inputs,
+        except those named in `skip`."""
+        if input_ids is None:
+            input_ids = pre["INPUT_ID"].reshape(-1)[: int(pre["REQUEST_INPUT_LEN"].reshape(-1)[0])]
+        if output_len is None:
+            output_len = int(pre["REQUEST_OUTPUT_LEN"].reshape(-1)[0])
         tensors = [
-            pb_utils.Tensor("input_ids", pre["INPUT_ID"][:, : int(input_len[0, 0])].astype(np.int32)),
-            pb_utils.Tensor("input_lengths", input_len),
-            pb_utils.Tensor("request_output_len", pre["REQUEST_OUTPUT_LEN"].reshape(1, 1).astype(np.int32)),
+            pb_utils.Tensor("input_ids", np.asarray(input_ids, dtype=np.int32).reshape(1, -1)),
+            pb_utils.Tensor("input_lengths", np.array([[len(input_ids)]], dtype=np.int32)),
+            pb_utils.Tensor("request_output_len", np.array([[output_len]], dtype=np.int32)),
             pb_utils.Tensor("end_id", pre["OUT_END_ID"].reshape(1, 1).astype(np.int32)),
             pb_utils.Tensor("pad_id", pre["OUT_PAD_ID"].reshape(1, 1).astype(np.int32)),
             # Detokenization here works on generated ids only; the prompt is added back as text.
@@ -345,13 +354,122 @@ class TritonPythonModel:
         if pre["EMBEDDING_BIAS"].shape[-1] > 0:
             tensors.append(pb_utils.Tensor("embedding_bias", pre["EMBEDDING_BIAS"].astype(np.float32)))
         for source, target in ENGINE_INPUTS.items():
-            if source == "exclude_input_in_output":
+            if source == "exclude_input_in_output" or source in skip:
                 continue
             value = get(request, source)
             if value is not None:
                 value = np.asarray(value)
                 tensors.append(pb_utils.Tensor(target, value.reshape(1, 1) if source in SCALAR_INPUTS else value))
-        return pb_utils.InferenceRequest(model_name=self.engine_model, inputs=tensors, requested_output_names=[])
+        return tensors
+
+    def _engine_steps(self, engine_request, stream: dict):
+        """(new token ids or None, engine outputs to forward) for each engine response."""
+        for response in self._engine_responses(engine_request, stream):
+            if response.has_error():
+                reraise(pb_utils, response.error(), self.engine_model)
+            # One pass over the response's tensors (get_output_tensor_by_name scans them on each call).
+            outputs = {tensor.name(): tensor for tensor in response.output_tensors()}
+            forwarded = {name: outputs[name].as_numpy() for name in self.forwarded_outputs if name in outputs}
+            yield self._new_ids(outputs), forwarded
+
+    @staticmethod
+    def _new_ids(outputs: dict):
+        """The generated ids of a response (the engine is asked to leave the input out), or None without output_ids."""
+        output_ids = outputs.get("output_ids")
+        if output_ids is None:
+            return None
+        ids = output_ids.as_numpy()
+        if ids.size == 0:  # e.g. [1, 1, 0]: a response without tokens
+            return []
+        lengths = outputs["sequence_length"].as_numpy().reshape(-1)
+        return ids.reshape(-1, ids.shape[-1])[0][: int(lengths[0])].tolist()
+
+    # --- draft-target speculative decoding -----------------------------------------------------------
+
+    def _num_draft_tokens(self, request) -> int:
+        """Tokens to draft per step: the request's num_draft_tokens, else default_num_draft_tokens (0: no drafting)."""
+        value = get(request, "num_draft_tokens")
+        wanted = self.default_draft_tokens if value is None or np.asarray(value).size == 0 else int(first(value))
+        if wanted <= 0:
+            return 0
+        if not self.draft_model:
+            raise InvalidInput("num_draft_tokens: this repository has no draft model (tensorrt_llm_draft_model_name is empty); send 0")
+        if self.default_draft_tokens and wanted > self.default_draft_tokens:
+            raise InvalidInput(f"num_draft_tokens: {wanted} is above the engine's max_draft_len; send 0 to {self.default_draft_tokens}")
+        # NVIDIA's BLS refuses these with draft tokens too (lib/decode.py Request.validate; beam search: the README).
+        if bool(first(get(request, "return_context_logits"), False)):
+            raise InvalidInput("return_context_logits: context logits are not returned with draft-target decoding")
+        if int(first(get(request, "beam_width"), 1)) > 1 or int(first(get(request, "num_return_sequences"), 1)) > 1:
+            raise InvalidInput("beam_width/num_return_sequences: draft-target decoding returns one greedy or sampled sequence")
+        return wanted
+
+    def _draft_target_steps(self, request, pre: dict, num_draft: int, stream: dict):
+        """NVIDIA's draft-target loop (tensorrt_llm_bls/1/lib/decode.py `_spec_generate`): the draft model proposes
+        up to `num_draft` tokens after the sequence so far, the target model checks them in one step and returns the
+        ones it accepts plus one of its own; repeat until max_tokens, the end token or no new token. Each step is a
+        new request with the whole sequence (KV-cache reuse makes the repeated prefix cheap) and asks both engines to
+        leave the input out of the output. Yields (new ids, target outputs to forward) per step."""
+        sequence = pre["INPUT_ID"].reshape(-1)[: int(pre["REQUEST_INPUT_LEN"].reshape(-1)[0])].astype(np.int32)
+        budget = int(pre["REQUEST_OUTPUT_LEN"].reshape(-1)[0])
+        use_logits = self._use_draft_logits(request)
+        min_tokens = int(first(get(request, "min_tokens"), 0))
+        per_sequence = ("return_context_logits", "return_generation_logits", "num_return_sequences", "beam_width", "min_tokens")
+        while budget > 0:
+            drafted, logits = np.zeros(0, dtype=np.int32), None
+            wanted = min(num_draft, budget - 1)
+            if wanted > 0:
+                drafted, logits = self._draft(request, pre, sequence, wanted, use_logits, per_sequence)
+            tensors = self._engine_tensors(request, pre, False, sequence, len(drafted) + 1, skip=per_sequence)
+            if min_tokens > 0:  # the request's min_tokens counts from its first generated token, not from this step's
+                tensors.append(pb_utils.Tensor("min_tokens", np.array([[min(min_tokens, len(drafted) + 1)]], dtype=np.int32)))
+            if len(drafted):
+                tensors.append(pb_utils.Tensor("draft_input_ids", drafted.reshape(1, -1)))
+                if logits is not None:
+                    tensors.append(pb_utils.Tensor("draft_logits", logits[-len(drafted) :][np.newaxis]))
+            engine_request = pb_utils.InferenceRequest(model_name=self.engine_model, inputs=tensors, requested_output_names=[])
+            new_ids, forwarded = None, {}
+            for ids, outputs in self._engine_steps(engine_request, stream):
+                new_ids = ids if ids is not None else new_ids
+                forwarded.update(outputs)
+            self._retire_engine_stream(stream)
+            if not new_ids:
+                return  # the target ended (end token) before producing anything new
+            yield new_ids, forwarded
+            sequence = np.concatenate([sequence, np.asarray(new_ids, dtype=np.int32)])
+            budget -= len(new_ids)
+            min_tokens -= len(new_ids)
+            if len(drafted) and new_ids == drafted.tolist():
+                return  # every draft token and no token of its own: the target stopped at the end token
+
+    def _draft(self, request, pre: dict, sequence, wanted: int, use_logits: bool, skip):
+        """`wanted` tokens from the draft model after `sequence` (min_tokens keeps it from ending early, as in
+        NVIDIA's loop), and their logits when the target should accept by logits."""
+        tensors = self._engine_tensors(request, pre, False, sequence, wanted, skip=skip)
+        tensors.append(pb_utils.Tensor("min_tokens", np.array([[wanted]], dtype=np.int32)))
+        tensors.append(pb_utils.Tensor("return_generation_logits", np.array([[use_logits]], dtype=bool)))
+        names = ["output_ids", "sequence_length"] + (["generation_logits"] if use_logits else [])
+        # The draft model is not decoupled (render/draft.py, as NVIDIA fills it): one response.
+        response = pb_utils.InferenceRequest(model_name=self.draft_model, inputs=tensors, requested_output_names=names).exec()
+        if response.has_error():
+            reraise(pb_utils, response.error(), self.draft_model)
+        outputs = {tensor.name(): tensor for tensor in response.output_tensors()}
+        drafted = np.asarray(self._new_ids(outputs) or [], dtype=np.int32)
+        logits = None
+        if use_logits and "generation_logits" in outputs:
+            values = outputs["generation_logits"].as_numpy()  # [1, beam, tokens, vocab]
+            logits = values.reshape(-1, values.shape[-2], values.shape[-1])[0]
+        return drafted, logits
+
+    def _use_draft_logits(self, request) -> bool:
+        value = get(request, "use_draft_logits")
+        return self.default_draft_logits if value is None or np.asarray(value).size == 0 else bool(first(value))
+
+    def _retire_engine_stream(self, stream: dict) -> None:
+        """A finished step's engine stream joins the ones kept until the stub has let go of them (module docstring)."""
+        iterator = stream.pop("iterator", None)
+        stream.pop("finished", None)
+        if iterator is not None:
+            self.retired_streams.append(iterator)
 
     def _engine_responses(self, engine_request, stream: dict):
         """The engine's responses; a decoupled stream's iterator is left in `stream` for _release_engine_stream."""
