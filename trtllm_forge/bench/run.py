@@ -25,7 +25,7 @@ MAX_AUTO_STREAMS = 64  # gRPC connections (a client thread each) when --streams 
 
 def auto_streams(options: BenchOptions) -> int:
     """One connection and client thread per request in flight, as perf_analyzer has one per concurrency slot, at
-    most MAX_AUTO_STREAMS (past that, more client threads share the connections)."""
+    most MAX_AUTO_STREAMS (past that, the streams carry several requests each, matched by id)."""
     in_flight = max([*options.concurrency, options.max_concurrency or 0, *(4 * r for r in options.request_rate), 1])
     per_worker = -(-int(in_flight) // max(1, options.workers))
     return max(1, min(MAX_AUTO_STREAMS, per_worker))
