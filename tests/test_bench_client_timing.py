@@ -252,3 +252,19 @@ def test_the_gil_switch_interval_is_lowered_while_open_and_restored(timing_serve
     _run(timing_server.grpc_url, "ensemble", n=1, output_tokens=2, concurrency=1, probe=probe)
     assert seen == [pytest.approx(min(before, target_grpc.GIL_SWITCH_S))]
     assert sys.getswitchinterval() == before
+
+
+def test_a_response_that_cannot_be_read_ends_only_its_request(timing_server, monkeypatch):
+    real = target_grpc.TritonGrpcTarget.parse_response
+
+    def parse_response(self, response, record):
+        if record.id == "m1":
+            raise ValueError("garbled")
+        return real(self, response, record)
+
+    monkeypatch.setattr(target_grpc.TritonGrpcTarget, "parse_response", parse_response)
+    records = _send_mixed(timing_server.grpc_url, "ensemble", [(4, None, 0.0), (3, None, 0.0), (5, None, 0.0)])
+    assert [r.error_kind for r in records] == [None, "client_error", None]
+    assert "garbled" in (records[1].error_message or "")
+    assert [r.output_tokens for r in records] == [4, 0, 5]
+    assert not _lane_threads()

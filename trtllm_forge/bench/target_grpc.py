@@ -1,8 +1,8 @@
 """Triton gRPC streaming targets: the text contract of the ensemble / tensorrt_llm_bls model, and token ids
 straight to the tensorrt_llm model. Uses tritonclient's protobuf messages over grpc's Cython layer, skipping
-its InferResult wrapper. Each connection keeps one ModelStreamInfer stream open that carries request after
-request; a client thread per connection (a lane) polls the stream itself, stamps each response as it is
-handed over and reads a request's responses only after its final one (see _Lane)."""
+its InferResult wrapper. Each lane keeps one ModelStreamInfer stream open that carries request after request;
+the lane's client thread polls the stream itself, stamps each response as it is handed over and reads a
+request's responses only after its final one (see _Lane)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import collections
 import struct
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,12 @@ _STREAM_METHOD = b"/inference.GRPCInferenceService/ModelStreamInfer"
 # lane's Python run 5 ms ahead of a stamp (TTFT error vs the model's stamps at concurrency 16: +2.4% to +5.7%
 # with 5 ms, +1.8% to +2.7% with 0.2 ms, interleaved runs with a call per request, load average 11-13).
 GIL_SWITCH_S = 0.0002
+# Lanes (a stream and a thread each) per TCP connection. Fewer sockets: one read brings several streams'
+# responses. perf_analyzer 2.51 (tritonclient's shared channels) kept 3 connections at concurrency 16 and 64
+# (counted with `ss` during its runs). Interleaved in-process runs, 1 vs 6 streams per connection, load average
+# 16: client CPU per response 219 -> 204 us (timing model, c=16), 111 -> 73 us (flood, c=16); responses/s
+# consumed from the flood +6% to +12%; TTFT error vs the model's stamps 1.21 -> 1.07% (c=16), 0.49 -> 0.69% (c=64).
+STREAMS_PER_CONNECTION = 6
 InputSpec = tuple[str, str, list[Any]]  # (input name, Triton datatype, values)
 
 
@@ -78,6 +85,9 @@ def _resolve(done: asyncio.Future) -> None:
 def _close_all(lanes: list["_Lane"]) -> None:
     for lane in lanes:
         lane.close()
+    deadline = time.monotonic() + 5
+    for lane in lanes:
+        lane.join(max(0.0, deadline - time.monotonic()))
 
 
 _DECODE = pb.ModelStreamInferResponse.FromString
@@ -88,8 +98,9 @@ _SEND_MESSAGE = cygrpc.OperationType.send_message
 
 
 class _Lane:
-    """One connection, one persistent bidirectional ModelStreamInfer stream on it, and one client thread that
-    polls the stream's own completion queue (as perf_analyzer keeps one stream per concurrency slot).
+    """One persistent bidirectional ModelStreamInfer stream (on a connection shared by up to
+    STREAMS_PER_CONNECTION lanes) and one client thread that polls the stream's own completion queue (as
+    perf_analyzer keeps one stream per concurrency slot).
 
     Requests are written onto the open stream by the event loop's thread (no call set-up per request: no new
     HTTP/2 stream, no headers, no call object), the send stamp taken right before the write starts. The lane's
@@ -115,16 +126,19 @@ class _Lane:
         self.outbox: collections.deque[tuple[RequestRecord, bytes]] = collections.deque()
         self.broken: tuple[str, str] | None = None  # (error kind, message) when the connection failed
         self.thread: threading.Thread | None = None
+        self.live = False  # the stream is up: set when opened, cleared as soon as its end is seen
         self.cancelled = False  # the stream was cancelled: it ends, and the next request opens a new one
 
     @property
     def open(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
+        return self.live and self.thread is not None and self.thread.is_alive()
 
     def start(self) -> None:
         """Open the stream (headers sent, status and first response awaited) and its polling thread."""
         if self.thread is not None:
             self.thread.join(timeout=5)
+            if self.thread.is_alive():  # its call never ended: a second thread must not share the lane's state
+                raise TargetDown("a cancelled gRPC stream did not end within 5 s")
         operations = (
             ((cygrpc.SendInitialMetadataOperation(None, 0),), None),
             ((cygrpc.ReceiveInitialMetadataOperation(0),), None),
@@ -134,7 +148,7 @@ class _Lane:
         flags = cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS
         with self.lock:
             self.call = self.channel._channel.segregated_call(flags, _STREAM_METHOD, None, None, None, None, operations, None, None)
-            self.ops, self.sending, self.cancelled = len(operations), False, False
+            self.ops, self.sending, self.cancelled, self.live = len(operations), False, False, True
             self.outbox.clear()
         self.thread = threading.Thread(target=self._poll, name="bench-grpc-lane", daemon=True)
         self.thread.start()
@@ -179,6 +193,7 @@ class _Lane:
                 elif kind == _SEND_MESSAGE:
                     self._sent(event.success)
                 elif kind == _RECEIVE_STATUS:
+                    self.live = False
                     status = _status_error(operation.code(), operation.details())
             with self.lock:
                 self.ops -= 1
@@ -205,15 +220,15 @@ class _Lane:
         message = _DECODE(raw)
         entry = self.pending.get(message.infer_response.id)
         if entry is None:
-            if not message.error_message or len(self.pending) != 1:
+            entries = list(self.pending.values())  # a snapshot: the loop's thread adds requests meanwhile
+            if not message.error_message or len(entries) != 1:
                 return  # a late response of a request that timed out
-            (entry,) = self.pending.values()  # an error without the request's id: the one request on this stream
+            entry = entries[0]  # an error without the request's id: the one request on this stream
         entry.record.recv_ns.append(stamp)
         entry.messages.append(message)
         if message.error_message or message.infer_response.parameters[_FINAL].bool_param:
             self.pending.pop(entry.record.id, None)
-            self.decode(entry.record, entry.messages)
-            self._resolve(entry)
+            self._finish(entry)
 
     def _fail(self, entry: _Pending, kind: str, message: str) -> None:
         record = entry.record
@@ -221,18 +236,25 @@ class _Lane:
             return
         if record.error_kind is None:
             record.error_kind, record.error_message = kind, message
-        self.decode(record, entry.messages)
-        self._resolve(entry)
+        self._finish(entry)
 
     def _end(self, status: tuple[str, str] | None) -> None:
         """The stream ended (the server or a cancel closed it): every request still on it ends with that error."""
+        self.live = False
         kind, message = status or ("connection", "the stream ended without a final response")
         if status is not None and kind == "connection":
             self.broken = status
         for entry in list(self.pending.values()):
             self._fail(entry, kind, message)
 
-    def _resolve(self, entry: _Pending) -> None:
+    def _finish(self, entry: _Pending) -> None:
+        """Read the request's responses and tell the loop it ended; a response that cannot be read ends only its
+        request (as an error), never the lane's thread."""
+        record = entry.record
+        try:
+            self.decode(record, entry.messages)
+        except Exception as exc:  # noqa: BLE001 - one unreadable response must not stop the stream's other requests
+            record.error_kind, record.error_message = "client_error", f"cannot read a response: {type(exc).__name__}: {exc}"
         try:
             self.loop.call_soon_threadsafe(_resolve, entry.done)
         except RuntimeError:  # the event loop closed under a lane that was never closed
@@ -265,19 +287,24 @@ class _Lane:
             self.call.cancel(cygrpc.StatusCode.cancelled, "request timed out")
 
     def close(self) -> None:
-        """Half-close an idle stream (the server ends it cleanly), cancel one with requests on it; wait for the thread."""
-        if self.call is not None and self.open:
-            if self.pending:
-                self.call.cancel(cygrpc.StatusCode.cancelled, "bench closed")
-            else:
-                with self.lock:
-                    if self.call.operate((cygrpc.SendCloseFromClientOperation(0),), None):
-                        self.ops += 1
-            assert self.thread is not None
+        """Half-close an idle stream (the server ends it cleanly), cancel one with requests on it."""
+        if self.call is None or self.thread is None or not self.thread.is_alive():
+            return
+        if self.pending:
+            self.call.cancel(cygrpc.StatusCode.cancelled, "bench closed")
+            return
+        with self.lock:
+            if self.call.operate((cygrpc.SendCloseFromClientOperation(0),), None):
+                self.ops += 1
+
+    def join(self, timeout: float) -> None:
+        """Wait for the thread; a stream the server has not ended by then is cancelled."""
+        if self.thread is None:
+            return
+        self.thread.join(timeout=timeout)
+        if self.thread.is_alive():
+            self.call.cancel(cygrpc.StatusCode.cancelled, "bench closed")
             self.thread.join(timeout=5)
-            if self.thread.is_alive():
-                self.call.cancel(cygrpc.StatusCode.cancelled, "bench closed")
-                self.thread.join(timeout=5)
 
 
 def _status_error(code, details: bytes | str | None) -> tuple[str, str] | None:
@@ -307,8 +334,8 @@ class TritonGrpcTarget(Target):
         self.batched = False
 
     async def open(self) -> None:
-        # One channel (own TCP connection) per lane, as perf_analyzer has one per concurrency slot.
-        self.channels = [grpc.insecure_channel(self.url, options=_CHANNEL_OPTIONS) for _ in range(self.n_streams)]
+        n_connections = -(-self.n_streams // STREAMS_PER_CONNECTION)
+        self.channels = [grpc.insecure_channel(self.url, options=_CHANNEL_OPTIONS) for _ in range(n_connections)]
         self.stub = stub = pb_grpc.GRPCInferenceServiceStub(self.channels[0])
         try:
             config = await asyncio.to_thread(stub.ModelConfig, pb.ModelConfigRequest(name=self.model), timeout=10)
@@ -334,17 +361,18 @@ class TritonGrpcTarget(Target):
         except grpc.FutureTimeoutError:
             raise StepError(
                 "--url",
-                f"cannot open {self.n_streams} connections to {self.url} within 10 s",
+                f"cannot open {n_connections} connections to {self.url} within 10 s",
                 "check the server, or pass a smaller --streams",
             ) from None
         loop = asyncio.get_running_loop()
         self.switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(self.switch_interval, GIL_SWITCH_S))
-        self.lanes = [_Lane(self, channel, loop) for channel in self.channels]
+        self.lanes = [_Lane(self, self.channels[i % n_connections], loop) for i in range(self.n_streams)]
         for lane in self.lanes:
             lane.start()
         self.info.notes.append(
-            f"{self.n_streams} gRPC connection(s), each with one ModelStreamInfer stream kept open and a client thread; requests matched by id"
+            f"{self.n_streams} ModelStreamInfer stream(s) kept open, a client thread each, over {n_connections} gRPC connection(s); "
+            "requests matched by id"
         )
 
     # NVIDIA's llmapi model names the same inputs differently and streams the whole text so far in each response.
