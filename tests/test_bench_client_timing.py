@@ -2,19 +2,22 @@
 timing model: properties of the stamps that hold however busy the machine is (no test here asserts punctuality;
 the fidelity script measures that: scripts/bench_tools_fidelity.py).
 
-- every stamp of a call is taken before any of its responses is decoded;
+- every stamp of a request is taken before any of its responses' content is read;
 - a response flood is counted response by response (tokens, the model's send stamps, the empty final response);
 - stamps are ordered and causal: our send stamp <= the model's arrival stamp <= its first send stamp, and each
   receive stamp >= the model's send stamp of the same response (one CLOCK_MONOTONIC on both sides);
-- a lane carries one request at a time and is reused; a timed-out request's call is cancelled and its lane freed;
-- the GIL switch interval the client lowers while open is restored on close.
+- a lane keeps one stream open and carries request after request on it; several requests on one stream get
+  their own responses (matched by id) however the responses interleave, and a server error ends only its request;
+- a timed-out request is dropped from its stream (the stream is cancelled when nothing else is on it, and
+  reopened for the next request); its late responses go to no other request;
+- close() leaves no client thread behind; the GIL switch interval the client lowers while open is restored.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-import time
+import threading
 
 import pytest
 
@@ -85,31 +88,25 @@ def _run(url: str, model: str, n: int, output_tokens: int, concurrency: int, req
     return asyncio.run(main())
 
 
-def test_every_stamp_of_a_call_is_taken_before_its_responses_are_decoded(timing_server, monkeypatch):
-    decoded_at: dict[int, list[int]] = {}  # id(record) -> when each of its responses was decoded
-    real_decode = target_grpc._Lane.decode
+def _lane_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "bench-grpc-lane"]
 
-    def decode(self, record, raws):
-        original = target_grpc._DECODE
-        times = decoded_at.setdefault(id(record), [])
 
-        def timed(raw):
-            times.append(now_ns())
-            return original(raw)
+def test_every_stamp_of_a_request_is_taken_before_its_responses_are_read(timing_server, monkeypatch):
+    read_at: dict[str, list[int]] = {}  # record id -> when each of its responses' content was read
+    real_parse = target_grpc.TritonGrpcTarget.parse_response
 
-        target_grpc._DECODE = timed
-        try:
-            real_decode(self, record, raws)
-        finally:
-            target_grpc._DECODE = original
+    def parse_response(self, response, record):
+        read_at.setdefault(record.id, []).append(now_ns())
+        return real_parse(self, response, record)
 
-    monkeypatch.setattr(target_grpc._Lane, "decode", decode)
+    monkeypatch.setattr(target_grpc.TritonGrpcTarget, "parse_response", parse_response)
     records, _ = _run(timing_server.grpc_url, "ensemble", n=6, output_tokens=8, concurrency=2)
     for record in records:
         assert record.ok, record.error_message
-        times = decoded_at[id(record)]
+        times = read_at[record.id]
         assert len(times) == len(record.recv_ns) == 9  # 8 tokens and the empty final response
-        assert max(record.recv_ns) < min(times), "a response was decoded before the call's last stamp was taken"
+        assert max(record.recv_ns) < min(times), "a response was read before the request's last stamp was taken"
 
 
 def test_a_response_flood_is_counted_response_by_response(timing_server):
@@ -143,18 +140,106 @@ def test_stamps_are_ordered_and_causal(timing_server):
         assert record.sent_ns <= arrival <= record.server_send_ns[0] <= token_stamps[0]
 
 
-def test_a_timed_out_call_is_cancelled_and_its_lane_freed(timing_server):
+def _send_mixed(url: str, model: str, plan: list[tuple[int, float | None, float]], request_timeout: float = 120.0, after=None):
+    """The requests of `plan` on ONE lane (one stream): (output tokens, the model's TTFT in ms or None for its
+    default, seconds to wait before sending) per request; `after(target)` then runs before close. Returns the records."""
+
+    async def main():
+        target = target_grpc.TritonGrpcTarget(url, model, streams=1, request_timeout=request_timeout)
+        await target.open()
+        real_build = target.build
+
+        def build(request, request_id):
+            message = real_build(request, request_id)
+            ttft_ms = ttfts.get(request_id)
+            if ttft_ms is not None:
+                message.parameters["ttft_ms"].double_param = ttft_ms
+            return message
+
+        target.build = build  # type: ignore[method-assign]
+        ttfts = {f"m{i}": ttft for i, (_, ttft, _) in enumerate(plan)}
+        records = [_record(i, tokens) for i, (tokens, _, _) in enumerate(plan)]
+
+        async def send(record, delay):
+            await asyncio.sleep(delay)
+            await target.send(_request(record.requested_output_tokens), record)
+
+        try:
+            await asyncio.gather(*(send(r, delay) for r, (_, _, delay) in zip(records, plan)))
+            assert len(target.lanes) == 1
+            if after is not None:
+                await after(target)
+            return records
+        finally:
+            await target.close()
+
+    return asyncio.run(main())
+
+
+def test_requests_sharing_a_stream_get_their_own_responses_however_they_interleave(timing_server):
+    plan = [(4 + 3 * i, None, 0.0) for i in range(5)]  # different lengths: a response routed to the wrong request shows
+    records = _send_mixed(timing_server.grpc_url, "ensemble", plan)
+    for record, (tokens, _, _) in zip(records, plan):
+        assert record.ok, record.error_message
+        assert record.output_tokens == tokens and len(record.server_send_ns) == tokens
+        assert record.final == [False] * tokens + [True]
+        assert record.recv_ns == sorted(record.recv_ns)
+    arrivals = sorted((stamp, record.id) for record in records for stamp in record.recv_ns)
+    switches = sum(1 for (_, a), (_, b) in zip(arrivals, arrivals[1:]) if a != b)
+    assert switches > len(records) - 1, "the requests' responses did not interleave on the stream"
+    assert not _lane_threads(), "close() left a lane thread running"
+
+
+def test_a_server_error_ends_only_its_request_on_a_shared_stream(timing_server, monkeypatch):
+    real = target_grpc.TritonGrpcTarget.request_inputs
+
+    def request_inputs(self, request):  # the 3-token request sends INT64 where the model takes INT32
+        spec = real(self, request)
+        return [(n, "INT64" if d == "INT32" and request.output_tokens == 3 else d, v) for n, d, v in spec]
+
+    monkeypatch.setattr(target_grpc.TritonGrpcTarget, "request_inputs", request_inputs)
+    records = _send_mixed(timing_server.grpc_url, "ensemble", [(4, None, 0.0), (3, None, 0.0), (5, None, 0.0)])
+    assert [r.ok for r in records] == [True, False, True]
+    assert (
+        records[1].error_kind == "server_error" and "m1" in (records[1].error_message or "") and "INT64" in (records[1].error_message or "")
+    )
+    assert not records[1].recv_ns and records[1].output_tokens == 0
+    assert [r.output_tokens for r in records] == [4, 0, 5]
+
+
+def test_a_timed_out_request_is_dropped_and_its_late_responses_reach_no_other(timing_server):
+    """On one stream: a slow request (first token after 5 s) times out at 2 s while a second one, sent at 1 s with
+    its first token at 2.5 s, is in flight, so the stream stays open; the slow request's responses come at 5 s
+    and are dropped; a request sent after them gets exactly its own responses."""
+    later: list = []
+
+    async def after(target):
+        await asyncio.sleep(3.0)  # until the slow request's responses have come and gone
+        (lane,) = target.lanes
+        assert not lane.pending and lane.open and not lane.cancelled
+        record = _record(9, 3)
+        await target.send(_request(3), record)
+        later.append(record)
+
+    slow, other = _send_mixed(timing_server.grpc_url, "ensemble", [(4, 5_000.0, 0.0), (4, 1_500.0, 1.0)], request_timeout=2.0, after=after)
+    assert slow.error_kind == "timeout" and not slow.tokens and not slow.recv_ns and slow.sent_ns > 0
+    assert other.ok, other.error_message
+    assert other.output_tokens == 4 and len(other.recv_ns) == 5
+    (record,) = later
+    assert record.ok, record.error_message
+    assert record.output_tokens == 3 and record.final == [False, False, False, True]
+    assert not _lane_threads()
+
+
+def test_a_timed_out_request_alone_on_its_stream_cancels_it_and_the_next_opens_a_new_one(timing_server):
     async def probe(target):
-        deadline = time.monotonic() + 30
-        while len(target.free) < len(target.lanes) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        # the second request may get a new lane while the first lane's cancelled call winds down
-        assert len(target.free) == len(target.lanes) <= 2
-        assert all(lane.running is None and lane.current is None for lane in target.lanes)
+        (lane,) = target.lanes
+        assert not lane.pending
 
     records, _ = _run(timing_server.grpc_url, "slow", n=2, output_tokens=4, concurrency=1, request_timeout=0.5, probe=probe)
     assert [r.error_kind for r in records] == ["timeout", "timeout"]
     assert all(r.sent_ns > 0 and not r.tokens for r in records)
+    assert not _lane_threads()
 
 
 def test_the_gil_switch_interval_is_lowered_while_open_and_restored(timing_server):
@@ -167,3 +252,19 @@ def test_the_gil_switch_interval_is_lowered_while_open_and_restored(timing_serve
     _run(timing_server.grpc_url, "ensemble", n=1, output_tokens=2, concurrency=1, probe=probe)
     assert seen == [pytest.approx(min(before, target_grpc.GIL_SWITCH_S))]
     assert sys.getswitchinterval() == before
+
+
+def test_a_response_that_cannot_be_read_ends_only_its_request(timing_server, monkeypatch):
+    real = target_grpc.TritonGrpcTarget.parse_response
+
+    def parse_response(self, response, record):
+        if record.id == "m1":
+            raise ValueError("garbled")
+        return real(self, response, record)
+
+    monkeypatch.setattr(target_grpc.TritonGrpcTarget, "parse_response", parse_response)
+    records = _send_mixed(timing_server.grpc_url, "ensemble", [(4, None, 0.0), (3, None, 0.0), (5, None, 0.0)])
+    assert [r.error_kind for r in records] == [None, "client_error", None]
+    assert "garbled" in (records[1].error_message or "")
+    assert [r.output_tokens for r in records] == [4, 0, 5]
+    assert not _lane_threads()

@@ -255,8 +255,8 @@ class BenchOptions:
         None,
         flag="--streams",
         ge=1,
-        help="gRPC connections (a client thread each; every request is its own ModelStreamInfer call) to spread requests "
-        "over. Default: one per request in flight, at most 64.",
+        help="ModelStreamInfer streams kept open (a client thread each, up to 6 per gRPC connection) to spread requests over; "
+        "a stream carries several requests when more are in flight. Default: one per request in flight, at most 64.",
     )
     stall_timeout_s: float = option(
         60.0,

@@ -20,12 +20,12 @@ from trtllm_forge.bench.workload import BenchRequest, from_dataset, load_tokeniz
 from trtllm_forge.errors import ConfigError, StepError
 from trtllm_forge.ui import info, warn
 
-MAX_AUTO_STREAMS = 64  # gRPC connections (a client thread each) when --streams is not given
+MAX_AUTO_STREAMS = 64  # gRPC streams (a client thread each) when --streams is not given
 
 
 def auto_streams(options: BenchOptions) -> int:
-    """One connection and client thread per request in flight, as perf_analyzer has one per concurrency slot, at
-    most MAX_AUTO_STREAMS (past that, more client threads share the connections)."""
+    """One stream and client thread per request in flight, as perf_analyzer has one stream per concurrency slot, at
+    most MAX_AUTO_STREAMS (past that, the streams carry several requests each, matched by id)."""
     in_flight = max([*options.concurrency, options.max_concurrency or 0, *(4 * r for r in options.request_rate), 1])
     per_worker = -(-int(in_flight) // max(1, options.workers))
     return max(1, min(MAX_AUTO_STREAMS, per_worker))

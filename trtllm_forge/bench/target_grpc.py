@@ -1,23 +1,24 @@
 """Triton gRPC streaming targets: the text contract of the ensemble / tensorrt_llm_bls model, and token ids
-straight to the tensorrt_llm model. Uses tritonclient's protobuf messages over grpc's threaded (sync) API,
-skipping its InferResult wrapper. Each request is its own ModelStreamInfer call, carried by a client thread
-(a lane) that polls the call itself, stamps each response as it hands it over and decodes the responses only
-when the call has ended (see _Lane)."""
+straight to the tensorrt_llm model. Uses tritonclient's protobuf messages over grpc's Cython layer, skipping
+its InferResult wrapper. Each lane keeps one ModelStreamInfer stream open that carries request after request;
+the lane's client thread polls the stream itself, stamps each response as it is handed over and reads a
+request's responses only after its final one (see _Lane)."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import queue
 import struct
 import sys
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-import grpc.experimental
 from google.protobuf.json_format import MessageToDict
+from grpc import _common
+from grpc._cython import cygrpc  # type: ignore[import-untyped]
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
@@ -31,15 +32,19 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.max_send_message_length", 64 << 20),
     ("grpc.use_local_subchannel_pool", 1),  # a connection per channel, not one shared by equal channels
-    (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),  # the calling thread polls its call (see _Lane)
 ]
-_STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
+_STREAM_METHOD = b"/inference.GRPCInferenceService/ModelStreamInfer"
 # While the target is open, a thread that wants the GIL gets it after at most this long (Python's default is
-# 5 ms). A lane woken by a response needs the GIL before it can stamp; the first response of a call comes
-# with the call's headers, handled as a separate completion, so it needs the GIL twice. Under load the
-# default let another lane's Python run 5 ms ahead of a stamp (TTFT error vs the model's stamps at
-# concurrency 16: +2.4% to +5.7% with 5 ms, +1.8% to +2.7% with 0.2 ms, interleaved runs, load average 11-13).
+# 5 ms). A lane woken by a response needs the GIL before it can stamp. Under load the default let another
+# lane's Python run 5 ms ahead of a stamp (TTFT error vs the model's stamps at concurrency 16: +2.4% to +5.7%
+# with 5 ms, +1.8% to +2.7% with 0.2 ms, interleaved runs with a call per request, load average 11-13).
 GIL_SWITCH_S = 0.0002
+# Lanes (a stream and a thread each) per TCP connection. Fewer sockets: one read brings several streams'
+# responses. perf_analyzer 2.51 (tritonclient's shared channels) kept 3 connections at concurrency 16 and 64
+# (counted with `ss` during its runs). Interleaved in-process runs, 1 vs 6 streams per connection, load average
+# 16: client CPU per response 219 -> 204 us (timing model, c=16), 111 -> 73 us (flood, c=16); responses/s
+# consumed from the flood +6% to +12%; TTFT error vs the model's stamps 1.21 -> 1.07% (c=16), 0.49 -> 0.69% (c=64).
+STREAMS_PER_CONNECTION = 6
 InputSpec = tuple[str, str, list[Any]]  # (input name, Triton datatype, values)
 
 
@@ -63,22 +68,13 @@ def _first_bytes(raw: bytes) -> bytes:
 
 
 @dataclass(slots=True)
-class _Outgoing:
+class _Pending:
+    """A request on a lane's stream: its record, the loop's future, and its responses as they came (stamped,
+    envelope decoded, content not yet read)."""
+
     record: RequestRecord
-    payload: bytes  # the serialized ModelInferRequest
     done: asyncio.Future
-
-
-def _stamp_sent(item: _Outgoing) -> bytes:
-    """grpc's request serializer: called in the lane's thread right before the call starts; the request was
-    serialized before, so only the stamp is taken here."""
-    item.record.sent_ns = now_ns()
-    return item.payload
-
-
-def _stamp_received(raw: bytes) -> tuple[int, bytes]:
-    """grpc's response deserializer: the receive stamp, taken first, before anything is decoded."""
-    return now_ns(), raw
+    messages: list = field(default_factory=list)
 
 
 def _resolve(done: asyncio.Future) -> None:
@@ -89,81 +85,187 @@ def _resolve(done: asyncio.Future) -> None:
 def _close_all(lanes: list["_Lane"]) -> None:
     for lane in lanes:
         lane.close()
+    deadline = time.monotonic() + 5
+    for lane in lanes:
+        lane.join(max(0.0, deadline - time.monotonic()))
 
 
 _DECODE = pb.ModelStreamInferResponse.FromString
+_FINAL = "triton_final_response"
+_RECEIVE_MESSAGE = cygrpc.OperationType.receive_message
+_RECEIVE_STATUS = cygrpc.OperationType.receive_status_on_client
+_SEND_MESSAGE = cygrpc.OperationType.send_message
 
 
 class _Lane:
-    """One client thread that carries one request at a time as its own ModelStreamInfer call (one request,
-    then the client half-closes; Triton ends the call after the final response).
+    """One persistent bidirectional ModelStreamInfer stream (on a connection shared by up to
+    STREAMS_PER_CONNECTION lanes) and one client thread that polls the stream's own completion queue (as
+    perf_analyzer keeps one stream per concurrency slot).
 
-    The call runs in grpc's single-threaded unary-stream mode: this thread polls the call's completion queue
-    itself, so a response is stamped by the thread that asked for it, with one thread wake-up, and no other
-    client thread has to run first. (grpc's bidirectional streams hand every message from the channel's
-    completion thread to the reading thread: two wake-ups per message, and a message is only asked for when
-    the reader is back; under a response flood that doubled our stamp lag and cost a third more CPU per
-    response than perf_analyzer.) Between two responses the thread only stamps and keeps the raw bytes; they
-    are decoded when the call has ended, so decoding never delays a stamp."""
+    Requests are written onto the open stream by the event loop's thread (no call set-up per request: no new
+    HTTP/2 stream, no headers, no call object), the send stamp taken right before the write starts. The lane's
+    thread waits in grpc's completion queue with the GIL released; a response is stamped the moment that
+    wait returns, then its envelope is decoded to find the request it belongs to (by id: a lane may carry
+    several requests at once) and whether it was the final one. Its content is read only after the request's
+    final response, so reading never delays a stamp of the same request.
 
-    def __init__(
-        self, target: "TritonGrpcTarget", channel: grpc.Channel, loop: asyncio.AbstractEventLoop, free: "collections.deque[_Lane]"
-    ):
+    This uses grpc's Cython layer (a segregated call: one call, one completion queue, polled by the thread
+    that owns it), the same layer grpc's own single-threaded unary-stream mode is built on; grpc's public
+    bidirectional streams hand every message from the channel's thread to the reading thread (two wake-ups
+    per message; under a response flood that doubled our stamp lag)."""
+
+    def __init__(self, target: "TritonGrpcTarget", channel: grpc.Channel, loop: asyncio.AbstractEventLoop):
         self.target = target
+        self.channel = channel
         self.loop = loop
-        self.free = free
-        self.call = channel.unary_stream(_STREAM_METHOD, request_serializer=_stamp_sent, response_deserializer=_stamp_received)
-        self.inbox: queue.SimpleQueue[_Outgoing | None] = queue.SimpleQueue()
-        self.running: Any = None  # the call in flight, for cancel()
-        self.current: RequestRecord | None = None
-        self.broken: BaseException | None = None
-        self.thread = threading.Thread(target=self._serve, name="bench-grpc-lane", daemon=True)
+        self.pending: dict[str, _Pending] = {}
+        self.lock = threading.Lock()  # guards the call's operations in flight (`ops`) and the send queue
+        self.call: Any = None
+        self.ops = 0  # operations started on the call and not yet taken from its completion queue
+        self.sending = False  # one message write at a time per call (grpc core's rule)
+        self.outbox: collections.deque[tuple[RequestRecord, bytes]] = collections.deque()
+        self.broken: tuple[str, str] | None = None  # (error kind, message) when the connection failed
+        self.thread: threading.Thread | None = None
+        self.live = False  # the stream is up: set when opened, cleared as soon as its end is seen
+        self.cancelled = False  # the stream was cancelled: it ends, and the next request opens a new one
+
+    @property
+    def open(self) -> bool:
+        return self.live and self.thread is not None and self.thread.is_alive()
+
+    def start(self) -> None:
+        """Open the stream (headers sent, status and first response awaited) and its polling thread."""
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+            if self.thread.is_alive():  # its call never ended: a second thread must not share the lane's state
+                raise TargetDown("a cancelled gRPC stream did not end within 5 s")
+        operations = (
+            ((cygrpc.SendInitialMetadataOperation(None, 0),), None),
+            ((cygrpc.ReceiveInitialMetadataOperation(0),), None),
+            ((cygrpc.ReceiveStatusOnClientOperation(0),), None),
+            ((cygrpc.ReceiveMessageOperation(0),), None),
+        )
+        flags = cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS
+        with self.lock:
+            self.call = self.channel._channel.segregated_call(flags, _STREAM_METHOD, None, None, None, None, operations, None, None)
+            self.ops, self.sending, self.cancelled, self.live = len(operations), False, False, True
+            self.outbox.clear()
+        self.thread = threading.Thread(target=self._poll, name="bench-grpc-lane", daemon=True)
         self.thread.start()
 
     def submit(self, record: RequestRecord, payload: bytes, done: asyncio.Future) -> None:
-        self.inbox.put(_Outgoing(record, payload, done))
+        """Called by the event loop's thread: write `payload` onto the stream now, or after the write in flight."""
+        entry = _Pending(record, done)
+        record.recv_ns = []  # filled as responses come: the runner's stall watchdog reads the last stamp
+        self.pending[record.id] = entry
+        with self.lock:
+            if self.sending:
+                self.outbox.append((record, payload))
+                return
+            started = self._write(record, payload)
+        if not started:
+            self._fail(entry, "connection", "the stream had ended before the request was written")
 
-    def _serve(self) -> None:
-        while (item := self.inbox.get()) is not None:
-            self.current = item.record
-            try:
-                self._carry(item)
-            finally:
-                self.current = None
-                self.free.append(self)  # free before the loop learns the request ended: the next one may come here
-                try:
-                    self.loop.call_soon_threadsafe(_resolve, item.done)
-                except RuntimeError:  # the event loop closed under a lane that was never closed
-                    return
+    def _write(self, record: RequestRecord, payload: bytes) -> bool:
+        """Start one message write (with `self.lock` held); the send stamp is taken right before it starts."""
+        record.sent_ns = now_ns()
+        if not self.call.operate((cygrpc.SendMessageOperation(payload, 0),), None):
+            return False
+        self.ops += 1
+        self.sending = True
+        return True
 
-    def _carry(self, item: _Outgoing) -> None:
-        record = item.record
-        stamps: list[int] = []
-        raws: list[bytes] = []
-        record.recv_ns = stamps  # filled as responses come: the runner's stall watchdog reads the last stamp
+    def _poll(self) -> None:
+        call = self.call
+        status: tuple[str, str] | None = None
+        while True:
+            event = call.next_event()
+            stamp = now_ns()
+            for operation in event.batch_operations:
+                kind = operation.type()
+                if kind == _RECEIVE_MESSAGE:
+                    raw = operation.message()
+                    if raw is not None:
+                        with self.lock:
+                            if call.operate((cygrpc.ReceiveMessageOperation(0),), None):
+                                self.ops += 1
+                        self._route(stamp, raw)
+                elif kind == _SEND_MESSAGE:
+                    self._sent(event.success)
+                elif kind == _RECEIVE_STATUS:
+                    self.live = False
+                    status = _status_error(operation.code(), operation.details())
+            with self.lock:
+                self.ops -= 1
+                finished = self.ops == 0  # grpc has released the call and its queue: no next_event() after this
+            if finished:
+                break
+        self._end(status)
+
+    def _sent(self, success: bool) -> None:
+        failed: list[RequestRecord] = []
+        with self.lock:
+            self.sending = False
+            while self.outbox:
+                record, payload = self.outbox.popleft()
+                if self._write(record, payload):
+                    break
+                failed.append(record)
+        for record in failed:
+            entry = self.pending.get(record.id)
+            if entry is not None:
+                self._fail(entry, "connection", "the stream had ended before the request was written")
+
+    def _route(self, stamp: int, raw: bytes) -> None:
+        message = _DECODE(raw)
+        entry = self.pending.get(message.infer_response.id)
+        if entry is None:
+            entries = list(self.pending.values())  # a snapshot: the loop's thread adds requests meanwhile
+            if not message.error_message or len(entries) != 1:
+                return  # a late response of a request that timed out
+            entry = entries[0]  # an error without the request's id: the one request on this stream
+        entry.record.recv_ns.append(stamp)
+        entry.messages.append(message)
+        if message.error_message or message.infer_response.parameters[_FINAL].bool_param:
+            self.pending.pop(entry.record.id, None)
+            self._finish(entry)
+
+    def _fail(self, entry: _Pending, kind: str, message: str) -> None:
+        record = entry.record
+        if self.pending.pop(record.id, None) is None:
+            return
+        if record.error_kind is None:
+            record.error_kind, record.error_message = kind, message
+        self._finish(entry)
+
+    def _end(self, status: tuple[str, str] | None) -> None:
+        """The stream ended (the server or a cancel closed it): every request still on it ends with that error."""
+        self.live = False
+        kind, message = status or ("connection", "the stream ended without a final response")
+        if status is not None and kind == "connection":
+            self.broken = status
+        for entry in list(self.pending.values()):
+            self._fail(entry, kind, message)
+
+    def _finish(self, entry: _Pending) -> None:
+        """Read the request's responses and tell the loop it ended; a response that cannot be read ends only its
+        request (as an error), never the lane's thread."""
+        record = entry.record
         try:
-            self.running = call = self.call(item)
-            for stamp, raw in call:
-                stamps.append(stamp)
-                raws.append(raw)
-            self.broken = None
-        except grpc.RpcError as exc:
-            if record.error_kind is None:
-                record.error_kind, record.error_message = _rpc_error(exc)
-            if isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.UNAVAILABLE:
-                self.broken = exc
-        finally:
-            self.running = None
-            item.payload = b""
-        self.decode(record, raws)
+            self.decode(record, entry.messages)
+        except Exception as exc:  # noqa: BLE001 - one unreadable response must not stop the stream's other requests
+            record.error_kind, record.error_message = "client_error", f"cannot read a response: {type(exc).__name__}: {exc}"
+        try:
+            self.loop.call_soon_threadsafe(_resolve, entry.done)
+        except RuntimeError:  # the event loop closed under a lane that was never closed
+            pass
 
-    def decode(self, record: RequestRecord, raws: list[bytes]) -> None:
-        """After the call: parse the responses whose stamps are in `record.recv_ns`, in arrival order; stamps
-        after the final response (or a server error) are dropped."""
+    def decode(self, record: RequestRecord, messages: list) -> None:
+        """After the request's final response: read the responses whose stamps are in `record.recv_ns`, in
+        arrival order; stamps after the final response (or a server error) are dropped."""
         parse = self.target.parse_response
         used = 0
-        for raw in raws:
-            message = _DECODE(raw)
+        for message in messages:
             if message.error_message:
                 if record.error_kind is None:
                     record.error_kind, record.error_message = "server_error", message.error_message
@@ -173,29 +275,46 @@ class _Lane:
                 break
         else:
             if record.error_kind is None:
-                record.error_kind, record.error_message = "connection", "the call ended without a final response"
+                record.error_kind, record.error_message = "connection", "the stream ended without a final response"
         del record.recv_ns[used:]
 
     def cancel(self, record: RequestRecord) -> None:
-        """End `record`'s call (its timeout passed); the lane then takes the next request."""
-        call = self.running
-        if call is not None and self.current is record:
-            call.cancel()
+        """`record`'s timeout passed: forget it; when it was the only request on the stream, end the stream so
+        the server stops working on it (the next request opens a new one)."""
+        entry = self.pending.pop(record.id, None)
+        if entry is not None and not self.pending and self.call is not None:
+            self.cancelled = True
+            self.call.cancel(cygrpc.StatusCode.cancelled, "request timed out")
 
     def close(self) -> None:
-        self.inbox.put(None)
-        call = self.running
-        if call is not None:
-            call.cancel()
-        self.thread.join(timeout=5)
+        """Half-close an idle stream (the server ends it cleanly), cancel one with requests on it."""
+        if self.call is None or self.thread is None or not self.thread.is_alive():
+            return
+        if self.pending:
+            self.call.cancel(cygrpc.StatusCode.cancelled, "bench closed")
+            return
+        with self.lock:
+            if self.call.operate((cygrpc.SendCloseFromClientOperation(0),), None):
+                self.ops += 1
+
+    def join(self, timeout: float) -> None:
+        """Wait for the thread; a stream the server has not ended by then is cancelled."""
+        if self.thread is None:
+            return
+        self.thread.join(timeout=timeout)
+        if self.thread.is_alive():
+            self.call.cancel(cygrpc.StatusCode.cancelled, "bench closed")
+            self.thread.join(timeout=5)
 
 
-def _rpc_error(exc: grpc.RpcError) -> tuple[str, str]:
-    if isinstance(exc, grpc.Call):
-        code = exc.code()
-        kind = "connection" if code == grpc.StatusCode.UNAVAILABLE else f"grpc_{code.name.lower()}"
-        return kind, exc.details() or code.name
-    return "connection", str(exc) or type(exc).__name__
+def _status_error(code, details: bytes | str | None) -> tuple[str, str] | None:
+    """A stream's final status as (error kind, message), or None when it ended OK."""
+    status = _common.CYGRPC_STATUS_CODE_TO_STATUS_CODE.get(code, grpc.StatusCode.UNKNOWN)
+    if status == grpc.StatusCode.OK:
+        return None
+    text = details.decode("utf-8", "replace") if isinstance(details, bytes) else details
+    kind = "connection" if status == grpc.StatusCode.UNAVAILABLE else f"grpc_{status.name.lower()}"
+    return kind, text or status.name
 
 
 class TritonGrpcTarget(Target):
@@ -209,15 +328,14 @@ class TritonGrpcTarget(Target):
         self.channels: list[grpc.Channel] = []
         self.stub: pb_grpc.GRPCInferenceServiceStub | None = None
         self.lanes: list[_Lane] = []
-        self.free: collections.deque[_Lane] = collections.deque()
         self.switch_interval: float | None = None  # the process's GIL switch interval before open()
         self.inputs: dict[str, dict] = {}
         self.outputs: set[str] = set()
         self.batched = False
 
     async def open(self) -> None:
-        # One channel (own TCP connection) per lane, as perf_analyzer has one per concurrency slot.
-        self.channels = [grpc.insecure_channel(self.url, options=_CHANNEL_OPTIONS) for _ in range(self.n_streams)]
+        n_connections = -(-self.n_streams // STREAMS_PER_CONNECTION)
+        self.channels = [grpc.insecure_channel(self.url, options=_CHANNEL_OPTIONS) for _ in range(n_connections)]
         self.stub = stub = pb_grpc.GRPCInferenceServiceStub(self.channels[0])
         try:
             config = await asyncio.to_thread(stub.ModelConfig, pb.ModelConfigRequest(name=self.model), timeout=10)
@@ -243,15 +361,19 @@ class TritonGrpcTarget(Target):
         except grpc.FutureTimeoutError:
             raise StepError(
                 "--url",
-                f"cannot open {self.n_streams} connections to {self.url} within 10 s",
+                f"cannot open {n_connections} connections to {self.url} within 10 s",
                 "check the server, or pass a smaller --streams",
             ) from None
         loop = asyncio.get_running_loop()
         self.switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(self.switch_interval, GIL_SWITCH_S))
-        self.lanes = [_Lane(self, channel, loop, self.free) for channel in self.channels]
-        self.free.extend(self.lanes)
-        self.info.notes.append(f"{self.n_streams} gRPC connection(s) with a client thread each; one ModelStreamInfer call per request")
+        self.lanes = [_Lane(self, self.channels[i % n_connections], loop) for i in range(self.n_streams)]
+        for lane in self.lanes:
+            lane.start()
+        self.info.notes.append(
+            f"{self.n_streams} ModelStreamInfer stream(s) kept open, a client thread each, over {n_connections} gRPC connection(s); "
+            "requests matched by id"
+        )
 
     # NVIDIA's llmapi model names the same inputs differently and streams the whole text so far in each response.
     LLMAPI_NAMES = {
@@ -343,22 +465,22 @@ class TritonGrpcTarget(Target):
         record.add_content(tokens, text, final, server_ns)
         return final
 
-    async def _free_lane(self) -> _Lane:
-        """A lane with no request in flight: one is free per request in flight up to --streams; past that a new
-        lane (thread) shares a connection round robin. After a connection failure, the server must answer first."""
-        try:
-            lane = self.free.popleft()
-        except IndexError:
-            lane = _Lane(self, self.channels[len(self.lanes) % len(self.channels)], asyncio.get_running_loop(), self.free)
-            self.lanes.append(lane)
+    async def _lane(self) -> _Lane:
+        """The lane with the fewest requests on it (the first such: at a concurrency up to --streams, every
+        request in flight has a stream to itself). A stream that ended (cancelled after a timeout, or closed by
+        the server) is opened again; after a connection failure, the server must answer first."""
+        lane = min(self.lanes, key=lambda lane: len(lane.pending))
         if lane.broken is not None:
             try:
                 assert self.stub is not None
                 await asyncio.to_thread(self.stub.ServerReady, pb.ServerReadyRequest(), timeout=2)
             except grpc.RpcError as exc:
-                self.free.append(lane)
                 raise TargetDown((exc.details() if isinstance(exc, grpc.Call) else None) or "server unreachable") from None
             lane.broken = None
+        if lane.cancelled or not lane.open:
+            if lane.thread is not None:
+                await asyncio.to_thread(lane.thread.join, 5)
+            lane.start()
         return lane
 
     async def send(self, request: BenchRequest, record: RequestRecord) -> None:
@@ -368,13 +490,17 @@ class TritonGrpcTarget(Target):
         record.output_tokens_source = self.info.output_tokens_source
         done = asyncio.get_running_loop().create_future()
         try:
-            lane = await self._free_lane()
+            lane = await self._lane()
         except TargetDown as exc:
             record.sent_ns = now_ns()
             record.error_kind, record.error_message = "connection", str(exc)
             raise
         lane.submit(record, payload, done)
-        await wait_done(done, record, self.request_timeout)
+        try:
+            await wait_done(done, record, self.request_timeout)
+        except asyncio.CancelledError:  # the runner gave up on it (stall, interrupt)
+            lane.cancel(record)
+            raise
         if record.error_kind == "timeout":
             lane.cancel(record)
         if not record.sent_ns:  # never handed to the transport
@@ -382,7 +508,6 @@ class TritonGrpcTarget(Target):
 
     async def close(self) -> None:
         lanes, self.lanes = self.lanes, []
-        self.free.clear()
         if lanes:
             await asyncio.to_thread(_close_all, lanes)
         for channel in self.channels:
