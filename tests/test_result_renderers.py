@@ -71,6 +71,22 @@ def test_peer_table_medians_and_ratios() -> None:
     assert "1 failed runs" in text
 
 
+def test_peer_points_never_repeat_a_prompt() -> None:
+    """llama-server answers a prompt it has seen from its prompt cache: no point may reuse another's prompts."""
+    import numpy as np
+
+    from trtllm_forge.bench.workload import LengthSpec, synthetic
+
+    peer = _script("bench_llamacpp_peer")
+    points = [(repeat, concurrency) for repeat in range(3) for concurrency in (1, 8, 16)]
+    seeds = [peer.prompt_seed(*point) for point in points]
+    assert len(set(seeds)) == len(points)
+    length = LengthSpec.parse("64", "--input-len")
+    # The bench draws a point's prompts from default_rng([seed, point index]) (trtllm_forge/bench/run.py).
+    prompts = [p.prompt for seed in seeds for p in synthetic(16, length, length, np.random.default_rng([seed, 0]))]
+    assert len(set(prompts)) == len(prompts)
+
+
 def test_batch1_report_says_whether_the_goal_is_met() -> None:
     batch1 = _script("bench_batch1_roofline")
     names = [v.name for v in batch1.VARIANTS]
