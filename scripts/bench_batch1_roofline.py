@@ -19,7 +19,8 @@ sides of the ratio. Variants, interleaved per repeat (order rotated):
   fp32 weights, lm_head included) run once per "step": how fast OpenVINO's own FullyConnected kernels stream
   these weights on this machine. Against it the engine's step splits into weight reading (the floor) and the
   rest (attention, norms, sampling, scheduling); against the roofline the floor says how much of the copy
-  bandwidth a read-only kernel reaches.
+  bandwidth a read-only kernel reaches; the same on one thread, and the same products in numpy's BLAS (another
+  library's kernels on the same bytes).
 
 The effective bandwidth of a step (the bytes `plan` says it must move ÷ its measured time) against the copy
 bandwidth says whether the step is memory-bound or spends its time elsewhere (per-step overhead, compute).
@@ -56,7 +57,9 @@ class Variant:
     precision: str  # fp32 | int8
     threads: int | None  # None: OpenVINO's default (all cores)
     prompt_tokens: int
-    kind: str = "engine"  # engine: the served ContinuousBatchingPipeline | stateful: LLMPipeline, SDPA | floor: projections only
+    # engine: the served ContinuousBatchingPipeline | stateful: LLMPipeline, SDPA | floor: projections only, OpenVINO |
+    # blas: projections only, numpy's BLAS
+    kind: str = "engine"
 
     @property
     def tags(self) -> set[str]:
@@ -80,6 +83,8 @@ VARIANTS = (
     Variant("fp32, all threads, 960-token prompt", "fp32", None, 960),
     Variant("fp32, stateful LLMPipeline (SDPA), 64-token prompt", "fp32", None, 64, "stateful"),
     Variant("fp32 projections only (weight-reading floor)", "fp32", None, 64, "floor"),
+    Variant("fp32 projections only, 1 thread", "fp32", 1, 64, "floor"),
+    Variant("fp32 projections only, numpy BLAS", "fp32", None, 64, "blas"),
 )
 
 
@@ -194,8 +199,31 @@ class ProjectionFloor:
         return times
 
 
+class BlasFloor:
+    """The same projections as matrix-vector products in numpy's BLAS (its own threads, all cores): another
+    library's kernels streaming the same bytes, to tell OpenVINO's kernels from the machine."""
+
+    def __init__(self, hf_config: dict[str, Any]) -> None:
+        import numpy as np
+
+        rng = np.random.default_rng(0)
+        shapes = projection_shapes(hf_config)
+        self.weights = [rng.standard_normal((n, k), dtype=np.float32) for k, n in shapes]
+        self.inputs = {k: np.ones(k, np.float32) for k, _ in shapes}
+        self.weight_bytes = sum(w.nbytes for w in self.weights)
+
+    def steps(self, count: int) -> list[float]:
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            for w in self.weights:
+                w @ self.inputs[w.shape[1]]
+            times.append(time.perf_counter() - started)
+        return times
+
+
 def steps_of(variant: Variant, pipeline: Any, prompt: list[int], output_tokens: int) -> list[float]:
-    if variant.kind == "floor":
+    if variant.kind in ("floor", "blas"):
         return pipeline.steps(output_tokens - 1)
     if variant.kind == "stateful":
         return stateful_steps(pipeline, prompt, output_tokens)
@@ -241,6 +269,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 properties["INFERENCE_NUM_THREADS"] = str(variant.threads)
             if variant.kind == "floor":
                 pipelines[key] = ProjectionFloor(json.loads((engine_dir / "hf_config.json").read_text()), properties)
+            elif variant.kind == "blas":
+                pipelines[key] = BlasFloor(json.loads((engine_dir / "hf_config.json").read_text()))
             elif variant.kind == "stateful":
                 pipelines[key] = ov_genai.LLMPipeline(str(engine_dir), "CPU", ATTENTION_BACKEND="SDPA", **properties)
             else:
@@ -261,7 +291,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             point = plan.point(1)
             assert point is not None, "the plan has no machine numbers"
             step_ms = statistics.median(steps) * 1000
-            bytes_per_step = pipelines[key].weight_bytes if variant.kind == "floor" else point.decode.memory_s * bandwidth
+            bytes_per_step = pipelines[key].weight_bytes if variant.kind in ("floor", "blas") else point.decode.memory_s * bandwidth
             row = {
                 "variant": variant.name,
                 "kind": variant.kind,
@@ -344,7 +374,7 @@ def render_report(document: dict[str, Any]) -> str:
             f"{r['best_step_share']:.0%} |"
         )
     by = {r["variant"]: r for r in rows}
-    default, one, int8, long, stateful, floor = (by.get(v.name) for v in VARIANTS)
+    default, one, int8, long, stateful, floor, floor_one, blas = (by.get(v.name) for v in VARIANTS)
     lines.append("")
     if default:
         verdict = "meets" if default["share_of_roofline"] >= GOAL else "misses"
@@ -386,6 +416,16 @@ def render_report(document: dict[str, Any]) -> str:
                     else "no faster than the engine's whole step in this run, so the split is lost in the noise."
                 )
             )
+            if floor_one:
+                text += (
+                    f" On one thread the projections take {floor_one['step_ms_p50']:.1f} ms ({floor_one['effective_bandwidth_gb_s']:.2f} GB/s "
+                    f"effective)."
+                )
+            if blas:
+                text += (
+                    f" numpy's BLAS reads the same projections in {blas['step_ms_p50']:.1f} ms ({blas['effective_bandwidth_gb_s']:.2f} GB/s "
+                    f"effective, {blas['step_ms_p50'] / floor['step_ms_p50']:.2f}× OpenVINO's time)."
+                )
         text += (
             f" The fp32 step moves {default['roofline_bytes_per_step'] / 1e6:.0f} MB at an effective "
             f"{default['effective_bandwidth_gb_s']:.2f} GB/s against {default['bandwidth_gb_s']:.2f} GB/s copy bandwidth; its fastest "
@@ -403,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--note", help="stored with the results, e.g. what else ran on the machine")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--skip", default="", help="comma-separated variants to leave out: threads, int8, long, stateful, floor")
+    parser.add_argument("--skip", default="", help="comma-separated variants to leave out: threads, int8, long, stateful, floor, blas")
     args = parser.parse_args(argv)
     document = run(args)
     provenance.write_result(args.out, document)
