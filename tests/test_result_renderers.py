@@ -98,10 +98,12 @@ def test_batch1_report_says_whether_the_goal_is_met() -> None:
     assert "stateful" not in text and "weights alone" not in text  # older result files have no such variants
 
     points += [point(names[4], 44.0, 60.0, 5e8), point(names[5], 50.0, 60.0, 4.9e8), point(names[7], 40.0, 60.0, 4.9e8)]
+    points.append(point(names[8], 42.0, 60.0, 5e8))
     text = batch1.render_report(_header(output_tokens=32, points=points))
     assert "steps in 22.7 ms (0.91× the served pipeline's step)" in text
     assert "only the 490 MB of fp32 projections" in text and "takes 20.0 ms per step, 83% of the roofline" in text
     assert "spends the other 5.0 ms (20%) on attention" in text
+    assert "TBB_PARTITIONER STATIC): 42.0 tok/s (1.05× the default)" in text
     assert "numpy's BLAS reads the same projections in 25.0 ms (19.60 GB/s effective, 1.25× OpenVINO's time)" in text
 
 
