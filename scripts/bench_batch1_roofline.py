@@ -12,7 +12,16 @@ sides of the ratio. Variants, interleaved per repeat (order rotated):
 - threads: OpenVINO's INFERENCE_NUM_THREADS 1 and the default (all cores), against the copy bandwidth one
   thread and all threads reach;
 - weights: fp32 and int8 (weight-only), where the roofline's bytes per step shrink ~4× for the projections;
-- KV reads: a 64-token and a 960-token prompt, where the roofline's KV bytes per step grow ~15×.
+- KV reads: a 64-token and a 960-token prompt, where the roofline's KV bytes per step grow ~15×;
+- pipeline: the stateful LLMPipeline (OpenVINO's SDPA attention, no paged cache, no scheduler) on the same IR,
+  timed between streamed tokens: what the continuous-batching pipeline's paging and scheduling cost at batch 1;
+- weight-reading floor: an OpenVINO model of nothing but the model's projections (the same shapes and bytes of
+  fp32 weights, lm_head included) run once per "step": how fast OpenVINO's own FullyConnected kernels stream
+  these weights on this machine. Against it the engine's step splits into weight reading (the floor) and the
+  rest (attention, norms, sampling, scheduling); against the roofline the floor says how much of the copy
+  bandwidth a read-only kernel reaches; the same on one thread, and the same products in numpy's BLAS (another
+  library's kernels on the same bytes);
+- OpenVINO properties: TBB's static partitioner against the default.
 
 The effective bandwidth of a step (the bytes `plan` says it must move ÷ its measured time) against the copy
 bandwidth says whether the step is memory-bound or spends its time elsewhere (per-step overhead, compute).
@@ -49,13 +58,23 @@ class Variant:
     precision: str  # fp32 | int8
     threads: int | None  # None: OpenVINO's default (all cores)
     prompt_tokens: int
+    # engine: the served ContinuousBatchingPipeline | stateful: LLMPipeline, SDPA | floor: projections only, OpenVINO |
+    # blas: projections only, numpy's BLAS
+    kind: str = "engine"
+    properties: tuple[tuple[str, str], ...] = ()  # OpenVINO properties on top of the served ones
 
     @property
     def tags(self) -> set[str]:
         """What sets this variant apart from the served default (the names --skip takes)."""
         return {
             t
-            for t, on in (("threads", self.threads is not None), ("int8", self.precision == "int8"), ("long", self.prompt_tokens > 64))
+            for t, on in (
+                ("threads", self.threads is not None),
+                ("int8", self.precision == "int8"),
+                ("long", self.prompt_tokens > 64),
+                (self.kind, self.kind != "engine"),
+                ("properties", bool(self.properties)),
+            )
             if on
         }
 
@@ -65,6 +84,13 @@ VARIANTS = (
     Variant("fp32, 1 thread, 64-token prompt", "fp32", 1, 64),
     Variant("int8 weights, all threads, 64-token prompt", "int8", None, 64),
     Variant("fp32, all threads, 960-token prompt", "fp32", None, 960),
+    Variant("fp32, stateful LLMPipeline (SDPA), 64-token prompt", "fp32", None, 64, "stateful"),
+    Variant("fp32 projections only (weight-reading floor)", "fp32", None, 64, "floor"),
+    Variant("fp32 projections only, 1 thread", "fp32", 1, 64, "floor"),
+    Variant("fp32 projections only, numpy BLAS", "fp32", None, 64, "blas"),
+    # TBB's static partitioner: equal shares per thread, no work stealing; the same arithmetic per output (tokens
+    # stayed identical), about 15% less CPU time per step in a loaded in-process run
+    Variant("fp32, TBB static partitioner", "fp32", None, 64, properties=(("TBB_PARTITIONER", "STATIC"),)),
 )
 
 
@@ -107,6 +133,109 @@ def decode_steps(pipeline: Any, prompt: list[int], output_tokens: int) -> list[f
     return steps
 
 
+def stateful_steps(pipeline: Any, prompt: list[int], output_tokens: int) -> list[float]:
+    """Seconds between the streamed tokens of one LLMPipeline request (prefill, before the first token, left out)."""
+    import numpy as np
+    import openvino as ov
+    import openvino_genai as ov_genai
+
+    config = ov_genai.GenerationConfig()
+    config.max_new_tokens = output_tokens
+    config.min_new_tokens = output_tokens
+    config.do_sample = False
+    stamps: list[float] = []
+
+    class Stamps(ov_genai.StreamerBase):  # token ids as they are made (a plain callback gets text, which may lag)
+        def write(self, _token: Any) -> Any:
+            stamps.append(time.perf_counter())
+            return ov_genai.StreamingStatus.RUNNING
+
+        def end(self) -> None:
+            pass
+
+    pipeline.generate(ov.Tensor(np.asarray([prompt], dtype=np.int64)), config, Stamps())
+    return [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def projection_shapes(hf_config: dict[str, Any]) -> list[tuple[int, int]]:
+    """(in, out) of every weight matrix a decode step reads, lm_head included (llama-family layout)."""
+    hidden, inter = int(hf_config["hidden_size"]), int(hf_config["intermediate_size"])
+    heads = int(hf_config["num_attention_heads"])
+    head_dim = int(hf_config.get("head_dim") or hidden // heads)
+    kv = int(hf_config.get("num_key_value_heads") or heads) * head_dim
+    layer = [
+        (hidden, heads * head_dim),
+        (hidden, kv),
+        (hidden, kv),
+        (heads * head_dim, hidden),
+        (hidden, inter),
+        (hidden, inter),
+        (inter, hidden),
+    ]
+    return layer * int(hf_config["num_hidden_layers"]) + [(hidden, int(hf_config["vocab_size"]))]
+
+
+class ProjectionFloor:
+    """An OpenVINO model of only the projections (fp32 weights of the model's shapes), compiled like the engine."""
+
+    def __init__(self, hf_config: dict[str, Any], properties: dict[str, str]) -> None:
+        import numpy as np
+        import openvino as ov
+        import openvino.opset13 as op
+
+        rng = np.random.default_rng(0)
+        shapes = projection_shapes(hf_config)
+        inputs = {k: op.parameter([1, k], np.float32, name=f"x{k}") for k in dict.fromkeys(k for k, _ in shapes)}
+        outputs = [
+            op.reduce_sum(op.matmul(inputs[k], op.constant(rng.standard_normal((n, k), dtype=np.float32)), False, True), [1], True)
+            for k, n in shapes
+        ]
+        model = ov.Model([op.concat(outputs, 1)], list(inputs.values()))
+        compile_properties = {k: v for k, v in properties.items() if not k.startswith("KV_CACHE")}
+        self.request = ov.Core().compile_model(model, "CPU", compile_properties).create_infer_request()
+        self.feed = {f"x{k}": np.ones((1, k), np.float32) for k in inputs}
+        self.weight_bytes = sum(4 * k * n for k, n in shapes)
+
+    def steps(self, count: int) -> list[float]:
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            self.request.infer(self.feed)
+            times.append(time.perf_counter() - started)
+        return times
+
+
+class BlasFloor:
+    """The same projections as matrix-vector products in numpy's BLAS (its own threads, all cores): another
+    library's kernels streaming the same bytes, to tell OpenVINO's kernels from the machine."""
+
+    def __init__(self, hf_config: dict[str, Any]) -> None:
+        import numpy as np
+
+        rng = np.random.default_rng(0)
+        shapes = projection_shapes(hf_config)
+        self.weights = [rng.standard_normal((n, k), dtype=np.float32) for k, n in shapes]
+        self.inputs = {k: np.ones(k, np.float32) for k, _ in shapes}
+        self.weight_bytes = sum(w.nbytes for w in self.weights)
+
+    def steps(self, count: int) -> list[float]:
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            for w in self.weights:
+                w @ self.inputs[w.shape[1]]
+            times.append(time.perf_counter() - started)
+        return times
+
+
+def steps_of(variant: Variant, pipeline: Any, prompt: list[int], output_tokens: int) -> list[float]:
+    if variant.kind in ("floor", "blas"):
+        return pipeline.steps(output_tokens - 1)
+    if variant.kind == "stateful":
+        return stateful_steps(pipeline, prompt, output_tokens)
+    return decode_steps(pipeline, prompt, output_tokens)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import bench_cpu_engine as cpu  # the same engines and scheduler as the CPU engine benchmark
@@ -130,7 +259,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     skip = {name.strip() for name in args.skip.split(",") if name.strip()}
     variants = tuple(v for v in VARIANTS if not skip & v.tags)
-    pipelines: dict[tuple[str, int | None], Any] = {}
+    pipelines: dict[tuple[str, int | None, str, tuple[tuple[str, str], ...]], Any] = {}
     configs = {}
     for variant in variants:
         if variant.precision not in configs:
@@ -138,33 +267,41 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             engine_dir = build_engine(config, root / variant.precision, checkpoint).engine_dir
             assert engine_dir is not None  # an engine-target build
             configs[variant.precision] = (config, engine_dir)
-        key = (variant.precision, variant.threads)
+        key = (variant.precision, variant.threads, variant.kind, variant.properties)
         if key not in pipelines:
             config, engine_dir = configs[variant.precision]
             scheduler, properties = cpu.scheduler_for(config, engine_dir)
             if variant.threads is not None:
                 properties["INFERENCE_NUM_THREADS"] = str(variant.threads)
-            pipelines[key] = ov_genai.ContinuousBatchingPipeline(str(engine_dir), scheduler, "CPU", properties)
-            decode_steps(pipelines[key], prompt_of(tokenizer, 16), 4)  # warm-up: kernels compile on first use
+            properties.update(variant.properties)
+            if variant.kind == "floor":
+                pipelines[key] = ProjectionFloor(json.loads((engine_dir / "hf_config.json").read_text()), properties)
+            elif variant.kind == "blas":
+                pipelines[key] = BlasFloor(json.loads((engine_dir / "hf_config.json").read_text()))
+            elif variant.kind == "stateful":
+                pipelines[key] = ov_genai.LLMPipeline(str(engine_dir), "CPU", ATTENTION_BACKEND="SDPA", **properties)
+            else:
+                pipelines[key] = ov_genai.ContinuousBatchingPipeline(str(engine_dir), scheduler, "CPU", properties)
+            steps_of(variant, pipelines[key], prompt_of(tokenizer, 16), 4)  # warm-up: kernels compile on first use
 
     points = []
     for repeat in range(args.repeats):
         order = variants[repeat % len(variants) :] + variants[: repeat % len(variants)]
         for variant in order:
             threads = variant.threads or threads_all
+            key = (variant.precision, variant.threads, variant.kind, variant.properties)
             bandwidth = measure_bandwidth(threads, 0.5)
-            steps = decode_steps(
-                pipelines[(variant.precision, variant.threads)], prompt_of(tokenizer, variant.prompt_tokens), OUTPUT_TOKENS
-            )
+            steps = steps_of(variant, pipelines[key], prompt_of(tokenizer, variant.prompt_tokens), OUTPUT_TOKENS)
             config, _ = configs[variant.precision]
             measured_device = dataclasses.replace(device, bandwidth_gb_s=bandwidth / 1e9)
             plan = make_plan(config, Workload(variant.prompt_tokens, OUTPUT_TOKENS), shape, measured_device)
             point = plan.point(1)
             assert point is not None, "the plan has no machine numbers"
             step_ms = statistics.median(steps) * 1000
-            bytes_per_step = point.decode.memory_s * bandwidth
+            bytes_per_step = pipelines[key].weight_bytes if variant.kind in ("floor", "blas") else point.decode.memory_s * bandwidth
             row = {
                 "variant": variant.name,
+                "kind": variant.kind,
                 "precision": variant.precision,
                 "threads": threads,
                 "prompt_tokens": variant.prompt_tokens,
@@ -244,7 +381,7 @@ def render_report(document: dict[str, Any]) -> str:
             f"{r['best_step_share']:.0%} |"
         )
     by = {r["variant"]: r for r in rows}
-    default, one, int8, long = (by.get(v.name) for v in VARIANTS)
+    default, one, int8, long, stateful, floor, floor_one, blas, static = (by.get(v.name) for v in VARIANTS)
     lines.append("")
     if default:
         verdict = "meets" if default["share_of_roofline"] >= GOAL else "misses"
@@ -268,6 +405,39 @@ def render_report(document: dict[str, Any]) -> str:
                 f" A 960-token prompt: {long['tokens_per_s']:.1f} tok/s ({long['tokens_per_s'] / default['tokens_per_s']:.2f}× the "
                 f"64-token prompt) for {long['roofline_bytes_per_step'] / default['roofline_bytes_per_step']:.2f}× the bytes (KV reads)."
             )
+        if stateful:
+            text += (
+                f" The stateful LLMPipeline (SDPA attention, no paged cache or scheduler) on the same IR steps in "
+                f"{stateful['step_ms_p50']:.1f} ms ({stateful['step_ms_p50'] / default['step_ms_p50']:.2f}× the served pipeline's step)."
+            )
+        if static:
+            text += (
+                f" TBB's static partitioner (TBB_PARTITIONER STATIC): {static['tokens_per_s']:.1f} tok/s "
+                f"({static['tokens_per_s'] / default['tokens_per_s']:.2f}× the default)."
+            )
+        if floor:
+            rest = default["step_ms_p50"] - floor["step_ms_p50"]
+            text += (
+                f" Reading the weights alone (an OpenVINO model of only the {floor['roofline_bytes_per_step'] / 1e6:.0f} MB of fp32 "
+                f"projections, lm_head included) takes {floor['step_ms_p50']:.1f} ms per step, {floor['share_of_roofline']:.0%} of the "
+                f"roofline at an effective {floor['effective_bandwidth_gb_s']:.2f} GB/s (fastest {floor['step_ms_min']:.1f} ms); "
+                + (
+                    f"the engine's step spends the other {rest:.1f} ms ({rest / default['step_ms_p50']:.0%}) on attention, norms, "
+                    "sampling and scheduling."
+                    if rest >= 0
+                    else "no faster than the engine's whole step in this run, so the split is lost in the noise."
+                )
+            )
+            if floor_one:
+                text += (
+                    f" On one thread the projections take {floor_one['step_ms_p50']:.1f} ms ({floor_one['effective_bandwidth_gb_s']:.2f} GB/s "
+                    f"effective)."
+                )
+            if blas:
+                text += (
+                    f" numpy's BLAS reads the same projections in {blas['step_ms_p50']:.1f} ms ({blas['effective_bandwidth_gb_s']:.2f} GB/s "
+                    f"effective, {blas['step_ms_p50'] / floor['step_ms_p50']:.2f}× OpenVINO's time)."
+                )
         text += (
             f" The fp32 step moves {default['roofline_bytes_per_step'] / 1e6:.0f} MB at an effective "
             f"{default['effective_bandwidth_gb_s']:.2f} GB/s against {default['bandwidth_gb_s']:.2f} GB/s copy bandwidth; its fastest "
@@ -285,7 +455,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--note", help="stored with the results, e.g. what else ran on the machine")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--skip", default="", help="comma-separated variants to leave out: threads, int8, long")
+    parser.add_argument(
+        "--skip", default="", help="comma-separated variants to leave out: threads, int8, long, stateful, floor, blas, properties"
+    )
     args = parser.parse_args(argv)
     document = run(args)
     provenance.write_result(args.out, document)

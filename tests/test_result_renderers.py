@@ -111,3 +111,30 @@ def test_batch1_report_says_whether_the_goal_is_met() -> None:
     assert "int8 weights: 80.0 tok/s (2.00× fp32) for 3.33× fewer bytes" in text
     assert "A 960-token prompt: 36.0 tok/s (0.90×" in text
     assert "fastest step reaches 133% of the roofline" in text
+    assert "stateful" not in text and "weights alone" not in text  # older result files have no such variants
+
+    points += [point(names[4], 44.0, 60.0, 5e8), point(names[5], 50.0, 60.0, 4.9e8), point(names[7], 40.0, 60.0, 4.9e8)]
+    points.append(point(names[8], 42.0, 60.0, 5e8))
+    text = batch1.render_report(_header(output_tokens=32, points=points))
+    assert "steps in 22.7 ms (0.91× the served pipeline's step)" in text
+    assert "only the 490 MB of fp32 projections" in text and "takes 20.0 ms per step, 83% of the roofline" in text
+    assert "spends the other 5.0 ms (20%) on attention" in text
+    assert "TBB_PARTITIONER STATIC): 42.0 tok/s (1.05× the default)" in text
+    assert "numpy's BLAS reads the same projections in 25.0 ms (19.60 GB/s effective, 1.25× OpenVINO's time)" in text
+
+
+def test_batch1_floor_reads_the_models_weights() -> None:
+    batch1 = _script("bench_batch1_roofline")
+    smollm2 = {
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "head_dim": 64,
+        "num_hidden_layers": 30,
+        "vocab_size": 49152,
+    }
+    shapes = batch1.projection_shapes(smollm2)
+    # SmolLM2-135M: 134.5M parameters, of which the token embedding (tied to lm_head) is read once, as lm_head
+    assert len(shapes) == 30 * 7 + 1 and shapes[-1] == (576, 49152)
+    assert sum(k * n for k, n in shapes) == 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536) + 576 * 49152
