@@ -53,22 +53,23 @@ def reused_workdir(root: Path, *stages: Path) -> Path:
 
 
 def run_chain(
-    workdir: Path, config: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 1500
+    workdir: Path, config: Path, *args: str, host_profile: Path, env: dict[str, str] | None = None, timeout: float = 1500
 ) -> subprocess.CompletedProcess:
-    """`trtllm-forge run CONFIG --workdir WORKDIR --json ARGS` with the measured-host profile kept beside the workdir."""
-    run_env = {HOST_PROFILE_ENV: str(workdir.parent / "hardware-cpu.json"), **(env or {})}
+    """`trtllm-forge run CONFIG --workdir WORKDIR --json ARGS` with the measured-host profile at `host_profile`
+    (conftest.chain_host_profile: the session's first `run` with a bench measures this machine, the others read it)."""
+    run_env = {HOST_PROFILE_ENV: str(host_profile), **(env or {})}
     return run_cli("run", str(config), "--workdir", str(workdir), "--json", *args, env=run_env, timeout=timeout)
 
 
 @contextmanager
 def kept_run(
-    root: Path, config: Path, stages: list[Path], env: dict[str, str] | None = None
+    root: Path, config: Path, stages: list[Path], host_profile: Path, env: dict[str, str] | None = None
 ) -> Iterator[tuple[Path, subprocess.CompletedProcess]]:
     """(workdir, the run's process); the server is stopped on exit. `stages` are the session's finished stage
     directories the run reuses (see link_stages): the config must equal the one they were made with in what
     each stage hashes (its model section for the import, also its engine and quantization for a build)."""
     workdir = reused_workdir(root, *stages)
-    proc = run_chain(workdir, config, "--keep-serving", env=env)
+    proc = run_chain(workdir, config, "--keep-serving", host_profile=host_profile, env=env)
     try:
         yield workdir, proc
     finally:

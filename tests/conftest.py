@@ -442,3 +442,13 @@ def imported_smollm2(tmp_path_factory) -> Path:
     checkpoint = workdir / "import" / "checkpoint"
     assert (checkpoint / "model.safetensors").is_file(), proc.stderr
     return checkpoint
+
+
+# ---- whole-chain tests (helper h1): what the `trtllm-forge run` tests (tests/chain_helpers.py) share ----
+
+
+@pytest.fixture(scope="session")
+def chain_host_profile(tmp_path_factory) -> Path:
+    """Where every `run` of the chain tests keeps this machine's measured bandwidth and FLOP/s (the roofline's
+    TRTLLM_FORGE_CPU_PROFILE): the session's first `run` with a bench measures it, the later ones read it."""
+    return tmp_path_factory.mktemp("chain-host") / "hardware-cpu.json"

@@ -23,11 +23,11 @@ PROMPT = "The capital of France is"
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, imported_smollm2, cpu_engine_llmapi):
+def served(tmp_path_factory, imported_smollm2, cpu_engine_llmapi, chain_host_profile):
     root = tmp_path_factory.mktemp("llmapi-e2e")
     stats = root / "engine-stats.json"
     stages = [imported_smollm2.parent, cpu_engine_llmapi[0] / "build"]  # the session's import and llmapi build, reused
-    with kept_run(root, CONFIGS / "smollm2-cpu-llmapi.yaml", stages, env={STATS_ENV: str(stats)}) as (workdir, proc):
+    with kept_run(root, CONFIGS / "smollm2-cpu-llmapi.yaml", stages, chain_host_profile, env={STATS_ENV: str(stats)}) as (workdir, proc):
         yield workdir, proc, stats
 
 

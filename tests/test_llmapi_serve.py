@@ -53,24 +53,28 @@ def test_cpu_command_is_the_stand_in_with_trtllm_serves_flags():
 
 
 @pytest.fixture(scope="module")
-def stand_in_server(cpu_engine_fp32, tmp_path_factory):
-    from trtllm_forge.builders.tensorrt_llm.llmapi import write_model_yaml
+def deployed(cpu_engine_llmapi, tmp_path_factory):
+    """(what `deploy start --json` described, workdir, config file): the deploy kind through the CLI, `deploy start`
+    of smollm2-cpu-llmapi.yaml with deploy.server trtllm-serve on the session's llmapi build (its engine and
+    build/llmapi/model.yaml), i.e. the stand-in behind trtllm-serve's argv. One server for the module's endpoint, bench
+    and deploy tests; test_deploy_stop_ends_the_stand_in, the last of them, stops it."""
+    from chain_helpers import link_stages
+    from conftest import run_cli
 
-    _, result = cpu_engine_fp32
-    engine_dir = Path(result.manifest["outputs"]["engine_dir"])
-    config = cpu_test_config(engine={"target": "llmapi", "max_batch_size": 4})
     root = tmp_path_factory.mktemp("trtllm-serve")
-    write_model_yaml(config, root / "llmapi", str(engine_dir))
-    options = trtllm_serve.options_file_for(root / "llmapi")
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    argv = trtllm_serve.serve_argv(config, str(engine_dir), str(options), host="127.0.0.1", port=port)
-    server = trtllm_serve.start_local(argv, f"http://127.0.0.1:{port}", root / "serve.log")
-    yield server, str(engine_dir), root
-    server.stop()
+    source = yaml.safe_load((CONFIGS / "smollm2-cpu-llmapi.yaml").read_text())
+    source["deploy"]["server"] = "trtllm-serve"
+    source["bench"]["workloads"][0]["target"] = "openai"  # trtllm-serve speaks OpenAI only (a config rule)
+    config_file = root / "serve.yaml"
+    config_file.write_text(yaml.safe_dump(source))
+    workdir = root / "wd"
+    link_stages(workdir, cpu_engine_llmapi[0] / "build")
+    started = run_cli("deploy", "start", str(config_file), "--workdir", str(workdir), "--json", timeout=600)
+    assert started.returncode == 0, started.stderr[-3000:]
+    try:
+        yield json.loads(started.stdout), workdir, config_file
+    finally:
+        run_cli("deploy", "stop", "--workdir", str(workdir))
 
 
 def _post(url: str, body: dict) -> dict:
@@ -80,38 +84,47 @@ def _post(url: str, body: dict) -> dict:
 
 
 @pytest.mark.slow
-def test_stand_in_serves_openai_endpoints(stand_in_server):
-    server, model, _ = stand_in_server
-    with urllib.request.urlopen(f"{server.url}/v1/models") as response:
+def test_deploy_start_runs_the_stand_in_with_trtllm_serves_argv(deployed):
+    described, workdir, _ = deployed
+    assert described["stand_in"] is True and "--extra_llm_api_options" in described["argv"]
+    assert described["argv"][1:3] == ["-m", trtllm_serve.STAND_IN_MODULE]
+    with urllib.request.urlopen(f"{described['url']}/health") as response:
+        assert response.status == 200
+    assert trtllm_serve.served_url(workdir) == described["url"]
+
+
+@pytest.mark.slow
+def test_stand_in_serves_openai_endpoints(deployed):
+    described, workdir, _ = deployed
+    url, model = described["url"], trtllm_serve.served_model(workdir)
+    with urllib.request.urlopen(f"{url}/v1/models") as response:
         assert json.loads(response.read())["data"][0]["id"] == model
-    done = _post(f"{server.url}/v1/completions", {"model": model, "prompt": "The capital of France is", "max_tokens": 8})
+    done = _post(f"{url}/v1/completions", {"model": model, "prompt": "The capital of France is", "max_tokens": 8})
     assert done["choices"][0]["text"].startswith(" Paris") and done["usage"]["completion_tokens"] == 8
-    chat = _post(
-        f"{server.url}/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 8}
-    )
+    chat = _post(f"{url}/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 8})
     assert chat["choices"][0]["message"]["content"]
-    with urllib.request.urlopen(f"{server.url}/metrics") as response:
+    with urllib.request.urlopen(f"{url}/metrics") as response:
         assert json.loads(response.read())[0]["finished"] >= 2
 
 
 @pytest.mark.slow
-def test_bench_openai_target_measures_the_stand_in(stand_in_server, smollm2_checkpoint):
+def test_bench_openai_target_measures_the_stand_in(deployed, smollm2_checkpoint):
     from trtllm_forge.bench.run import BenchOptions, run_bench
     from trtllm_forge.bench.workload import LengthSpec
 
-    server, model, root = stand_in_server
+    described, workdir, _ = deployed
     for endpoint in ("completions", "chat"):
         options = BenchOptions(
             target="openai",
-            url=server.url,
-            model=model,
+            url=described["url"],
+            model=str(trtllm_serve.served_model(workdir)),
             concurrency=[2],
             num_requests=4,
             warmup_requests=1,
             input_len=LengthSpec(32),
             output_len=LengthSpec(12),
             tokenizer=smollm2_checkpoint,
-            out=root / f"bench-{endpoint}",
+            out=workdir.parent / f"bench-{endpoint}",
             plots=False,
             openai_endpoint=endpoint,
         )
@@ -122,53 +135,46 @@ def test_bench_openai_target_measures_the_stand_in(stand_in_server, smollm2_chec
 
 
 @pytest.mark.slow
-def test_deploy_start_and_stop_with_server_trtllm_serve(cpu_engine_llmapi, tmp_path):
-    """The deploy kind through the CLI: `deploy start` runs the (stand-in) trtllm-serve, `deploy stop` ends it."""
-    from chain_helpers import link_stages
+def test_bench_cli_finds_the_workdirs_trtllm_serve(deployed):
     from conftest import run_cli
 
-    source = yaml.safe_load((CONFIGS / "smollm2-cpu-llmapi.yaml").read_text())
-    source["deploy"]["server"] = "trtllm-serve"
-    source["bench"]["workloads"][0]["target"] = "openai"  # trtllm-serve speaks OpenAI only (a config rule)
-    config_file = tmp_path / "serve.yaml"
-    config_file.write_text(yaml.safe_dump(source))
-    workdir = tmp_path / "wd"
-    link_stages(workdir, cpu_engine_llmapi[0] / "build")  # the session's llmapi build: engine and build/llmapi/model.yaml
-    started = run_cli("deploy", "start", str(config_file), "--workdir", str(workdir), "--json", timeout=600)
-    assert started.returncode == 0, started.stderr[-3000:]
-    described = json.loads(started.stdout)
-    try:
-        assert described["stand_in"] is True and "--extra_llm_api_options" in described["argv"]
-        with urllib.request.urlopen(f"{described['url']}/health") as response:
-            assert response.status == 200
-        bench = run_cli(
-            "bench",
-            str(config_file),
-            "--workdir",
-            str(workdir),
-            "--target",
-            "openai",
-            "--concurrency",
-            "1",
-            "--num-requests",
-            "2",
-            "--warmup",
-            "0",
-            "--input-len",
-            "16",
-            "--output-len",
-            "8",
-            "--json",
-            timeout=600,
-        )
-        assert bench.returncode == 0, bench.stderr[-3000:]
-        point = (json.loads(bench.stdout).get("points") or [json.loads(bench.stdout)])[0]
-        assert point["requests"]["completed"] == 2 and point["requests"]["failed"] == 0
-    finally:
-        stopped = run_cli("deploy", "stop", "--workdir", str(workdir))
+    _, workdir, config_file = deployed
+    bench = run_cli(
+        "bench",
+        str(config_file),
+        "--workdir",
+        str(workdir),
+        "--target",
+        "openai",
+        "--concurrency",
+        "1",
+        "--num-requests",
+        "2",
+        "--warmup",
+        "0",
+        "--input-len",
+        "16",
+        "--output-len",
+        "8",
+        "--json",
+        timeout=600,
+    )
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    point = (json.loads(bench.stdout).get("points") or [json.loads(bench.stdout)])[0]
+    assert point["requests"]["completed"] == 2 and point["requests"]["failed"] == 0
+
+
+@pytest.mark.slow
+def test_deploy_stop_ends_the_stand_in(deployed):
+    """The last test on the module's server: `deploy stop` ends it (and `deploy start --target docker` renders it)."""
+    from conftest import run_cli
+
+    described, workdir, config_file = deployed
+    stopped = run_cli("deploy", "stop", "--workdir", str(workdir))
     assert stopped.returncode == 0, stopped.stderr
     with pytest.raises(OSError):
         urllib.request.urlopen(f"{described['url']}/health", timeout=2)
+    assert not (workdir / "deploy" / trtllm_serve.STATE).exists()
     docker = run_cli("deploy", "start", str(config_file), "--workdir", str(workdir), "--target", "docker", "--json")
     assert docker.returncode == 0, docker.stderr
     assert "trtllm_forge.llmapi_cpu.serve" in Path(json.loads(docker.stdout)["file"]).read_text()
@@ -196,7 +202,9 @@ def test_bench_on_trtllm_serve_must_target_openai(tmp_path):
 
 
 @pytest.mark.slow
-def test_run_with_trtllm_serve_smokes_verifies_and_benches_its_openai_endpoint(imported_smollm2, cpu_engine_llmapi, tmp_path):
+def test_run_with_trtllm_serve_smokes_verifies_and_benches_its_openai_endpoint(
+    imported_smollm2, cpu_engine_llmapi, chain_host_profile, tmp_path
+):
     """`run` on deploy.server trtllm-serve: deploy starts the (stand-in) trtllm-serve, smoke and verify ask its
     /v1/completions (exact tokens against transformers in fp32), bench measures it with the openai target, and
     the server is gone afterwards. The import and the llmapi build are the session's (its engine section is
@@ -205,7 +213,7 @@ def test_run_with_trtllm_serve_smokes_verifies_and_benches_its_openai_endpoint(i
 
     config_file = _serve_config(tmp_path)  # the workload's target is left unset: openai for trtllm-serve
     workdir = reused_workdir(tmp_path, imported_smollm2.parent, cpu_engine_llmapi[0] / "build")
-    proc = run_chain(workdir, config_file)
+    proc = run_chain(workdir, config_file, host_profile=chain_host_profile)
     assert proc.returncode == 0, proc.stderr[-4000:]
     doc = json.loads(proc.stdout)
     stages = {s["name"]: s for s in doc["stages"]}

@@ -24,8 +24,9 @@ ADAPTER_DIR = REPO / "model_repo_templates" / "cpu" / "tensorrt_llm"
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, imported_smollm2):
-    with kept_run(tmp_path_factory.mktemp("onnxruntime-e2e"), CONFIG, [imported_smollm2.parent]) as run:  # builds for real
+def served(tmp_path_factory, imported_smollm2, chain_host_profile):
+    root = tmp_path_factory.mktemp("onnxruntime-e2e")
+    with kept_run(root, CONFIG, [imported_smollm2.parent], chain_host_profile) as run:  # builds for real
         yield run
 
 

@@ -22,9 +22,9 @@ def tritonservers_for(workdir) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def first_run(tmp_path_factory, imported_smollm2, cpu_engine_fp32):
+def first_run(tmp_path_factory, imported_smollm2, cpu_engine_fp32, chain_host_profile):
     workdir = reused_workdir(tmp_path_factory.mktemp("e2e"), imported_smollm2.parent, cpu_engine_fp32[0] / "build")
-    return workdir, run_chain(workdir, CONFIGS / "smollm2-cpu.yaml", timeout=1200)
+    return workdir, run_chain(workdir, CONFIGS / "smollm2-cpu.yaml", host_profile=chain_host_profile, timeout=1200)
 
 
 def test_run_serves_paris_and_verifies(first_run):
@@ -67,15 +67,25 @@ def test_human_report_names_answer_logs_and_query_commands(first_run):
     assert "from trtllm_forge.client import generate" in err
 
 
-def test_second_run_skips_cached_stages_and_keep_serving(first_run):
+def test_second_run_skips_cached_stages_and_keep_serving(first_run, chain_host_profile):
+    """Verify is the first run's to check (test_run_serves_paris_and_verifies); this one leaves it out."""
     workdir, _ = first_run
-    result = run_chain(workdir, CONFIGS / "smollm2-cpu.yaml", "--keep-serving", "--skip-bench", timeout=900)
+    result = run_chain(
+        workdir,
+        CONFIGS / "smollm2-cpu.yaml",
+        "--keep-serving",
+        "--skip-verify",
+        "--skip-bench",
+        host_profile=chain_host_profile,
+        timeout=900,
+    )
     try:
         assert result.returncode == 0, result.stderr[-3000:]
         doc = json.loads(result.stdout)
         status = {s["name"]: s["status"] for s in doc["stages"]}
         assert status["import"] == status["build"] == status["render"] == "skipped"
-        assert "bench" not in status
+        assert status["smoke"] == "done" and "Paris" in doc["answer"]
+        assert "verify" not in status and doc["verify"] is None and "bench" not in status
         assert doc["serving"]["running"] is True
         live = run_cli("deploy", "status", "--workdir", str(workdir), "--json")
         assert json.loads(live.stdout)["running"] is True

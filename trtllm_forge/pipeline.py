@@ -176,16 +176,19 @@ def run_pipeline(
     *,
     force: bool = False,
     keep_serving: bool = False,
+    run_verify: bool = True,
     run_bench: bool = True,
     report: RunReport | None = None,
 ) -> RunReport:
     """Run every stage; `report` (when given) is filled as the stages run, so a caller still has it after an error."""
     report = report if report is not None else RunReport(config.name or "config", workdir)
     with terminate_as_error("run", workdir):  # SIGTERM, like Ctrl-C, still stops the server and cleans up
-        return _run_stages(config, workdir, report, force, keep_serving, run_bench)
+        return _run_stages(config, workdir, report, force, keep_serving, run_verify, run_bench)
 
 
-def _run_stages(config: ForgeConfig, workdir: Path, report: RunReport, force: bool, keep_serving: bool, run_bench: bool) -> RunReport:
+def _run_stages(
+    config: ForgeConfig, workdir: Path, report: RunReport, force: bool, keep_serving: bool, run_verify: bool, run_bench: bool
+) -> RunReport:
     from trtllm_forge.deploy.trtllm_serve import serving_for_run  # Triton, or trtllm-serve when deploy.server says so
     from trtllm_forge.importer.stage import import_checkpoint
     from trtllm_forge.render.repository import render_repository
@@ -209,7 +212,8 @@ def _run_stages(config: ForgeConfig, workdir: Path, report: RunReport, force: bo
             report.deployment = deployment
             report.kept_serving = keep_serving
             stages.run("smoke", _smoke, config, deployment, report)
-            report.verify = stages.run("verify", verify_deployment, config, workdir, deployment, imported, built)
+            if run_verify:
+                report.verify = stages.run("verify", verify_deployment, config, workdir, deployment, imported, built)
             if run_bench:
                 report.bench = stages.run("bench", _bench, config, workdir, deployment)
     except (ConfigError, StepError, KeyboardInterrupt):
