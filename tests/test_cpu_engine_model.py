@@ -52,14 +52,21 @@ def tokens_of(result) -> list[int]:
 
 
 @pytest.fixture(scope="module")
+def alone(cpu_engine_server, prompt_ids):
+    """Every prompt's 24 tokens, requested one at a time with nothing else in flight (not streamed): the engine's own
+    reference that the concurrent tests compare with, requested once for the module. A shorter greedy output is
+    a prefix of it."""
+    return [request(cpu_engine_server, ids, 24) for ids in prompt_ids]
+
+
+@pytest.fixture(scope="module")
 def transformers_outputs(prompt_ids, transformers_greedy):
     """transformers' greedy 24 tokens for the first 4 prompts (the reference the engine must equal)."""
     return [transformers_greedy(ids, 24) for ids in prompt_ids[:4]]
 
 
-def test_greedy_output_equals_transformers(cpu_engine_server, prompt_ids, transformers_outputs):
-    for ids, want in zip(prompt_ids, transformers_outputs):
-        result = request(cpu_engine_server, ids, 24)
+def test_greedy_output_equals_transformers(alone, transformers_outputs):
+    for result, want in zip(alone, transformers_outputs):
         assert result.error is None, result.error
         assert len(result.responses) == 1
         assert tokens_of(result) == want
@@ -85,8 +92,9 @@ def test_streaming_is_incremental_and_matches_the_non_streamed_output(cpu_engine
     assert int(last["arrival_time_ns"].reshape(-1)[0]) <= first_token <= int(last["last_token_time_ns"].reshape(-1)[0])
 
 
-def test_sixteen_concurrent_streams_all_complete_correctly(cpu_engine_server, prompt_ids, transformers_outputs):
-    one_at_a_time = [tokens_of(request(cpu_engine_server, ids, 16)) for ids in prompt_ids]
+def test_sixteen_concurrent_streams_all_complete_correctly(cpu_engine_server, prompt_ids, alone, transformers_outputs):
+    assert all(result.error is None for result in alone), [result.error for result in alone]
+    one_at_a_time = [tokens_of(result)[:16] for result in alone]
     with ThreadPoolExecutor(max_workers=16) as pool:
         results = list(pool.map(lambda ids: request(cpu_engine_server, ids, 16, streaming=True), prompt_ids))
     for prompt, result, want in zip(PROMPTS, results, one_at_a_time):
@@ -112,7 +120,7 @@ def test_sixteen_concurrent_streams_all_complete_correctly(cpu_engine_server, pr
     ],
     ids=["max_tokens_0", "end_id_vocab", "temperature_negative", "empty_prompt", "too_long", "beam_width_2", "bad_token_id"],
 )
-def test_bad_request_gets_an_error_while_good_ones_succeed(cpu_engine_server, prompt_ids, change, message):
+def test_bad_request_gets_an_error_while_good_ones_succeed(cpu_engine_server, prompt_ids, alone, change, message):
     good_ids = prompt_ids[:3]
     with ThreadPoolExecutor(max_workers=4) as pool:
         good = [pool.submit(request, cpu_engine_server, ids, 24, True) for ids in good_ids]
@@ -121,9 +129,10 @@ def test_bad_request_gets_an_error_while_good_ones_succeed(cpu_engine_server, pr
         bad = stream_request(cpu_engine_server, MODEL, values, timeout_s=60, raise_on_error=False)
         good_results = [f.result() for f in good]
     assert bad.error is not None and message in bad.error
-    for ids, result in zip(good_ids, good_results):
+    for result, reference in zip(good_results, alone):
         assert result.error is None, result.error
-        assert tokens_of(result) == tokens_of(request(cpu_engine_server, ids, 24))
+        assert reference.error is None, reference.error
+        assert tokens_of(result) == tokens_of(reference)
 
 
 _VANISHING_CLIENT = textwrap.dedent(
@@ -220,16 +229,15 @@ def _engine_with_draft(engine_dir: Path, root: Path, num_assistant_tokens: int) 
     return drafted
 
 
-def test_a_draft_model_speculates_and_the_tokens_stay_the_targets(
-    cpu_engine_fp32, cpu_engine_server, prompt_ids, triton_launcher, tmp_path
-):
+def test_a_draft_model_speculates_and_the_tokens_stay_the_targets(cpu_engine_fp32, prompt_ids, alone, triton_launcher, tmp_path):
     workdir, result = cpu_engine_fp32
     drafted = _engine_with_draft(Path(result.manifest["outputs"]["engine_dir"]), tmp_path, num_assistant_tokens=3)
     server = triton_launcher(write_cpu_engine_repository(tmp_path / "repo", drafted), config=cpu_test_config())
     log = Path(server.log).read_text(errors="replace")
     assert "draft=draft x3" in log and "'INFERENCE_NUM_THREADS': '1'" in log  # the draft's own properties reached it
-    for ids in prompt_ids[:3]:
-        want = tokens_of(request(cpu_engine_server, ids, 24))
+    for ids, reference in zip(prompt_ids[:3], alone):
+        assert reference.error is None, reference.error
+        want = tokens_of(reference)  # the engine without a draft
         assert tokens_of(request(server, ids, 24)) == want
         streamed = request(server, ids, 24, streaming=True)
         assert streamed.error is None, streamed.error

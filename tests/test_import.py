@@ -51,6 +51,14 @@ def config_text(source: str, family: str | None = "llama", extra: str = "") -> s
 
 
 @pytest.fixture(scope="module")
+def gguf_reader():
+    """gguf.GGUFReader on the built-in GGUF, parsed once for the module (2.5 s of CPU a parse). Read-only."""
+    from gguf import GGUFReader
+
+    return GGUFReader(str(gguf_path()))
+
+
+@pytest.fixture(scope="module")
 def imported_copy(imported_smollm2, tmp_path_factory) -> Path:
     """A private copy of the session import's workdir, for tests that re-run or interrupt the import. Hard links
     (no 0.5 GB copy): a stage never writes into its finished directory, it replaces it (stages.run_stage)."""
@@ -87,11 +95,10 @@ def test_converted_checkpoint_generates_what_the_gguf_model_generates(imported_s
 
 
 @pytest.mark.slow
-def test_saved_tokenizer_follows_the_gguf_metadata(imported_smollm2):
-    from gguf import GGUFReader
+def test_saved_tokenizer_follows_the_gguf_metadata(imported_smollm2, gguf_reader):
     from transformers import AutoTokenizer
 
-    fields = GGUFReader(str(gguf_path())).fields
+    fields = gguf_reader.fields
     assert fields["tokenizer.ggml.add_bos_token"].contents() is False
     tokenizer = AutoTokenizer.from_pretrained(str(imported_smollm2))
     ids = tokenizer(PROMPT)["input_ids"]
@@ -291,13 +298,11 @@ def test_source_that_is_not_gguf_or_directory(write_config, tmp_path):
     assert ".gguf" in line
 
 
-def test_gguf_header_reader_agrees_with_ggufreader():
+def test_gguf_header_reader_agrees_with_ggufreader(gguf_reader):
     """Our header-only reader (plan, dry runs and the input hash use it) against the gguf package's full reader."""
-    from gguf import GGUFReader
-
     from trtllm_forge.importer.gguf_meta import read_metadata
 
-    fields = GGUFReader(str(gguf_path())).fields
+    fields = gguf_reader.fields
     theirs = {k: f.contents() for k, f in fields.items() if not k.startswith("GGUF.") and f.types[0].name != "ARRAY"}
     ours = read_metadata(gguf_path())
     assert ours == theirs
@@ -416,17 +421,16 @@ def test_import_is_registered_without_heavy_imports():
 
 
 @pytest.mark.slow
-def test_fallback_tokenizer_path_is_checked_after_reloading(tmp_path, monkeypatch):
+def test_fallback_tokenizer_path_is_checked_after_reloading(gguf_reader, tmp_path, monkeypatch):
     """GGUF vocabularies we do not rebuild go through transformers' GGUF tokenizer, corrected and re-checked;
     forced here on the SmolLM2 file, the only GGUF on this machine."""
     from trtllm_forge.importer import gguf_to_hf
-    from trtllm_forge.importer.gguf_meta import open_reader, read_gguf_info
+    from trtllm_forge.importer.gguf_meta import read_gguf_info
 
     path = gguf_path()
-    reader = open_reader(path)
     info = read_gguf_info(path)
     monkeypatch.setattr(gguf_to_hf, "builds_natively", lambda info: False)
-    mode, tokenizer = gguf_to_hf.convert_tokenizer(reader, path, tmp_path, info)
+    mode, tokenizer = gguf_to_hf.convert_tokenizer(gguf_reader, path, tmp_path, info)
     assert mode.startswith("transformers GGUF tokenizer")
     facts = gguf_to_hf.check_tokenizer(tmp_path, info, tokenizer, native=False)
     assert facts["add_bos_token"] is False and facts["eos_token_id"] == 2

@@ -32,7 +32,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import cpu_test_config, run_cli, write_tiny_repository
+from cli_inprocess import run_in_process
+from conftest import cpu_test_config, write_tiny_repository
 
 from trtllm_forge.client import generate, stream_request
 from trtllm_forge.deploy.health import stub_health
@@ -48,9 +49,10 @@ OUTPUT_TOKENS = 12
 # Generous on purpose: a busy 2-core machine is slow, but a stalled request never finishes at all.
 REQUEST_BOUND_S = 240.0
 # Before the fix the stub died within 2-4 rounds of 16 streamed requests of 64 tokens (bench_cpu_streaming.py),
-# and the breakpoint below saw 10 of 12 iterators freed by SendCleanupId in one round.
+# and the breakpoint below saw 10 of 12 iterators freed by SendCleanupId in one round. One iterator per stream,
+# whatever its length: 16 tokens keep every stream in several pieces and the iterators as many as with 32.
 STREAM_ROUNDS = 3
-STREAM_TOKENS = 32
+STREAM_TOKENS = 16
 PTRACE_REFUSED = re.compile(r"ptrace: Operation not permitted|Could not attach|not permitted", re.IGNORECASE)
 STUB_DIED = re.compile(r"malloc|fastbin|free\(\)|double free|corrupted|Segmentation fault|core dumped|Stub process .* is not healthy")
 PROMPTS = [
@@ -245,10 +247,10 @@ def test_a_killed_stub_makes_the_deployment_unhealthy(loaded):
     status = server_status(workdir)
     assert status.running and status.models["tensorrt_llm_bls"] is False, status.models
 
-    shown = run_cli("deploy", "status", "--workdir", str(workdir))
+    shown = run_in_process("deploy", "status", "--workdir", str(workdir))
     assert shown.returncode == 1, shown.stderr + shown.stdout
     assert "unhealthy" in shown.stderr and "tensorrt_llm_bls" in shown.stderr
-    as_json = run_cli("deploy", "status", "--workdir", str(workdir), "--json")
+    as_json = run_in_process("deploy", "status", "--workdir", str(workdir), "--json")
     assert as_json.returncode == 1
     doc = json.loads(as_json.stdout)
     assert doc["models"]["tensorrt_llm_bls"] is False
