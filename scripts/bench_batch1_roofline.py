@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from trtllm_forge.bench import provenance
+from trtllm_forge.pipeline import measure_host_once
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results" / "bench_batch1_roofline" / "batch1.json"
@@ -254,6 +255,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     root = args.root.resolve()
     checkpoint = import_checkpoint(base, root / "import").checkpoint_dir.resolve()
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    measure_host_once(base)  # a fresh machine has no measured cpu entry: the plan needs its FLOP/s too
     shape, device = resolve_inputs(base)
     threads_all = len(os.sched_getaffinity(0))
 

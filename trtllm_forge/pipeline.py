@@ -156,7 +156,7 @@ def _bench(config: ForgeConfig, workdir: Path, deployment: Deployment) -> dict |
     return {"workloads": documents, "roofline": rows}
 
 
-def _measure_host_once(config: ForgeConfig) -> None:
+def measure_host_once(config: ForgeConfig) -> None:
     """The CPU's roofline needs this machine's measured bandwidth and FLOP/s (a few seconds, kept in a cache);
     measured before the server starts so it does not compete with it."""
     from trtllm_forge.hardware import find_device
@@ -206,7 +206,7 @@ def _run_stages(
             "logs": str(workdir / "logs"),
         }
         if run_bench:
-            _measure_host_once(config)
+            measure_host_once(config)
         server = serving_for_run(config, workdir, rendered.repository, keep=keep_serving)
         with stages.entered("deploy", server, lambda d: f"grpc {d.grpc_url}, http {d.http_url}") as deployment:
             report.deployment = deployment
