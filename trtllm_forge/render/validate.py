@@ -430,17 +430,8 @@ class Validator:
         for model in self.models.values():
             if model.config.backend != "python" or "text_input" not in model.inputs() or model.is_ensemble:
                 continue
-            engine_name = model.config.parameters.get("tensorrt_llm_model_name")
-            if engine_name is None:
-                continue
-            engine = self.models.get(engine_name.string_value)
+            engine = self.model_named_by(model, "tensorrt_llm_model_name", "fix the parameter")
             if engine is None:
-                self.add(
-                    model.config_path,
-                    model.line_of("tensorrt_llm_model_name"),
-                    f"tensorrt_llm_model_name {engine_name.string_value!r} is not in the repository",
-                    "fix the parameter",
-                )
                 continue
             if model.decoupled and not engine.decoupled:
                 self.add(
@@ -458,21 +449,24 @@ class Validator:
                 )
             self.check_draft_model(model)
 
+    def model_named_by(self, model: Model, parameter: str, hint: str) -> Model | None:
+        """The model that `parameter` of `model` names; a problem when it is not in the repository."""
+        named = model.config.parameters.get(parameter)
+        if named is None:
+            return None
+        found = self.models.get(named.string_value)
+        if found is None:
+            self.add(model.config_path, model.line_of(parameter), f"{parameter} {named.string_value!r} is not in the repository", hint)
+        return found
+
     def check_draft_model(self, bls: Model) -> None:
         """The draft engine model a BLS names must be there and not decoupled: the BLS calls it with exec()
         (decoupled=False), as NVIDIA's draft-target loop does (render/draft.py)."""
         name = bls.config.parameters.get("tensorrt_llm_draft_model_name")
         if name is None or not name.string_value:
             return
-        draft = self.models.get(name.string_value)
-        if draft is None:
-            self.add(
-                bls.config_path,
-                bls.line_of("tensorrt_llm_draft_model_name"),
-                f"tensorrt_llm_draft_model_name {name.string_value!r} is not in the repository",
-                "fix the parameter, or leave it empty for no drafting",
-            )
-        elif draft.decoupled:
+        draft = self.model_named_by(bls, "tensorrt_llm_draft_model_name", "fix the parameter, or leave it empty for no drafting")
+        if draft is not None and draft.decoupled:
             self.add(
                 draft.config_path,
                 draft.line_of("decoupled"),
