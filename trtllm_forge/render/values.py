@@ -237,9 +237,11 @@ def instance_counts(triton: TritonConfig, max_batch_size: int) -> dict[str, int]
 def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind: str, draft: DraftEngine | None = None) -> RepositoryValues:
     """`draft`: the draft engine of a draft-target config (render/draft.py `locate_draft_engine`)."""
     problems = refusals(config, engine, kind)
-    if drafts(config, kind):
-        if draft is None:
-            raise ConfigError("engine.speculative", "draft-target decoding needs the draft engine", "this is a bug in trtllm-forge")
+    if not drafts(config, kind):
+        draft = None  # only a draft-target engine repository has a draft model
+    elif draft is None:
+        raise ConfigError("engine.speculative", "draft-target decoding needs the draft engine", "this is a bug in trtllm-forge")
+    else:
         problems += draft_refusals(config, engine, draft)
     if problems:
         raise ConfigErrors(problems) if len(problems) > 1 else problems[0]
@@ -258,7 +260,7 @@ def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind:
             f"triton.instances.bls is {instances['bls']}; each BLS instance serves requests one at a time "
             f"(like NVIDIA's BLS), so concurrent requests queue; consider {engine.max_batch_size}"
         )
-    if draft is not None and drafts(config, kind):
+    if draft is not None:
         warnings += draft_warnings(config, draft)
     names = tr.model_names.model_dump()
     python_env = str(project_env()) if config.deploy.target == "local" else None
@@ -304,7 +306,7 @@ def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind:
         backend, description = "tensorrtllm", f"TensorRT-LLM {engine.version} engine, C++ backend"
     bls_draft: dict[str, str | None] = {"tensorrt_llm_draft_model_name": ""}
     draft_model = None
-    if draft is not None and drafts(config, kind):
+    if draft is not None:
         draft_model = draft_values(config, engine, draft, engine_params)
         bls_draft = draft_bls_parameters(config, engine, draft)
     return RepositoryValues(
