@@ -333,7 +333,7 @@ class TritonPythonModel:
         """The engine model's inputs for this request: the prompt (or `input_ids`) and the request's own inputs,
         except those named in `skip`."""
         if input_ids is None:
-            input_ids = pre["INPUT_ID"].reshape(-1)[: int(pre["REQUEST_INPUT_LEN"].reshape(-1)[0])]
+            input_ids = self._prompt_ids(pre)
         if output_len is None:
             output_len = int(pre["REQUEST_OUTPUT_LEN"].reshape(-1)[0])
         tensors = [
@@ -373,6 +373,11 @@ class TritonPythonModel:
             yield self._new_ids(outputs), forwarded
 
     @staticmethod
+    def _prompt_ids(pre: dict):
+        """The prompt's token ids from the preprocessing outputs (INPUT_ID is padded to the batch's longest)."""
+        return pre["INPUT_ID"].reshape(-1)[: int(pre["REQUEST_INPUT_LEN"].reshape(-1)[0])]
+
+    @staticmethod
     def _new_ids(outputs: dict):
         """The generated ids of a response (the engine is asked to leave the input out), or None without output_ids."""
         output_ids = outputs.get("output_ids")
@@ -409,7 +414,7 @@ class TritonPythonModel:
         ones it accepts plus one of its own; repeat until max_tokens, the end token or no new token. Each step is a
         new request with the whole sequence (KV-cache reuse makes the repeated prefix cheap) and asks both engines to
         leave the input out of the output. Yields (new ids, target outputs to forward) per step."""
-        sequence = pre["INPUT_ID"].reshape(-1)[: int(pre["REQUEST_INPUT_LEN"].reshape(-1)[0])].astype(np.int32)
+        sequence = self._prompt_ids(pre).astype(np.int32)
         budget = int(pre["REQUEST_OUTPUT_LEN"].reshape(-1)[0])
         use_logits = self._use_draft_logits(request)
         min_tokens = int(first(get(request, "min_tokens"), 0))
