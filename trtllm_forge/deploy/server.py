@@ -16,7 +16,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -217,13 +217,15 @@ def start_server(
     *,
     ready_timeout_s: float | None = None,
     die_with_caller: bool = False,
+    launched: Callable[[Deployment], None] | None = None,
 ) -> Deployment:
     """Start tritonserver on the repository and wait until it is live and every model is ready.
 
     On any failure the server is stopped, the log tail is printed and a StepError is raised. Ports picked
     as free (configured 0) are picked again when another process takes one first. With die_with_caller the
     server gets SIGKILL when this process dies, even by SIGKILL (for servers that live only as long as a
-    command such as `run`; `deploy` leaves its server running).
+    command such as `run`; `deploy` leaves its server running). `launched` is told each deployment as soon
+    as its process exists, so a caller can stop it even when a signal interrupts the start.
     """
     workdir = Path(workdir).resolve()
     timeout = config.deploy.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
@@ -234,6 +236,8 @@ def start_server(
             if attempt == 1 and plan.backend_dir is not None:
                 prepare_backend_dir(plan.install, plan.backend_dir)
             proc, deployment = _launch(plan, workdir, die_with_caller)
+            if launched is not None:
+                launched(deployment)
         try:
             return _wait_ready(proc, deployment, plan, timeout, picked_ports=0 in _configured_ports(config))
         except _PortTaken:
@@ -430,9 +434,12 @@ def mark_dead_stubs(deployment: Deployment) -> None:
 def serving(config: ForgeConfig, workdir: Path, repository: Path | None = None, keep: bool = False) -> Iterator[Deployment]:
     """A running server for the body of a `with` block; stopped on exit (errors and Ctrl-C too) unless keep.
     Unless keep, the server also dies when this process is killed with SIGKILL."""
-    deployment = start_server(config, workdir, repository, die_with_caller=not keep)
-    try:
+    launched: list[Deployment] = []
+    started = False
+    try:  # from before the start: a SIGTERM between "ready" and the body must still stop the server
+        deployment = start_server(config, workdir, repository, die_with_caller=not keep, launched=launched.append)
+        started = True
         yield deployment
     finally:
-        if not keep:
-            stop_server(deployment)
+        if not keep and launched:
+            stop_server(launched[-1], quiet=not started)

@@ -334,12 +334,11 @@ def serving_for_run(config: ForgeConfig, workdir: Path, repository: Path, keep: 
             f"a trtllm-serve from this workdir is already running (pid {previous['pid']}, {previous['url']})",
             f"stop it first: `trtllm-forge deploy stop --workdir {workdir}`",
         )
-    described = deploy(config, workdir, "local", die_with_caller=not keep)
-    served = OpenAIDeployment(
-        described["url"], str(served_model(workdir)), int(described["pid"]), described["log"], described["argv"], described["stand_in"]
-    )
-    try:
-        yield served
+    try:  # from before the start: a SIGTERM between "ready" and the body must still stop the server
+        described = deploy(config, workdir, "local", die_with_caller=not keep)
+        yield OpenAIDeployment(
+            described["url"], str(served_model(workdir)), int(described["pid"]), described["log"], described["argv"], described["stand_in"]
+        )
     finally:
         if not keep:
             stop(workdir)
