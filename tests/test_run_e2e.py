@@ -68,13 +68,12 @@ def test_human_report_names_answer_logs_and_query_commands(first_run):
 
 
 def test_second_run_skips_cached_stages_and_keep_serving(first_run, chain_host_profile):
-    """Verify is the first run's to check (test_run_serves_paris_and_verifies); this one leaves it out."""
+    """The second run verifies with transformers' answers from the first run's (the session's) reference cache."""
     workdir, _ = first_run
     result = run_chain(
         workdir,
         CONFIGS / "smollm2-cpu.yaml",
         "--keep-serving",
-        "--skip-verify",
         "--skip-bench",
         host_profile=chain_host_profile,
         timeout=900,
@@ -85,7 +84,8 @@ def test_second_run_skips_cached_stages_and_keep_serving(first_run, chain_host_p
         status = {s["name"]: s["status"] for s in doc["stages"]}
         assert status["import"] == status["build"] == status["render"] == "skipped"
         assert status["smoke"] == "done" and "Paris" in doc["answer"]
-        assert "verify" not in status and doc["verify"] is None and "bench" not in status
+        assert status["verify"] == "done" and doc["verify"]["passed"] is True and "bench" not in status
+        assert doc["verify"]["reference"]["source"] == "cache", doc["verify"]["reference"]
         assert doc["serving"]["running"] is True
         live = run_cli("deploy", "status", "--workdir", str(workdir), "--json")
         assert json.loads(live.stdout)["running"] is True

@@ -13,6 +13,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from trtllm_forge.user_cache import user_cache_dir
+
 HOST_PROFILE_ENV = "TRTLLM_FORGE_CPU_PROFILE"
 
 
@@ -42,8 +44,7 @@ def host_profile_path() -> Path:
     override = os.environ.get(HOST_PROFILE_ENV)
     if override:
         return Path(override).expanduser()
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "trtllm-forge" / "hardware-cpu.json"
+    return user_cache_dir() / "hardware-cpu.json"
 
 
 def _measured_cpu() -> dict | None:

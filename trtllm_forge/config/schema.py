@@ -361,6 +361,11 @@ class VerifyConfig(Section):
     max_perplexity_increase: float = Field(
         default=0.05, ge=0.0, description="Allowed relative perplexity increase over the unquantized model."
     )
+    reference_cache: bool = Field(
+        default=True,
+        description="Reuse transformers' answers from an earlier verify of the same checkpoint files, prompts and "
+        "torch/transformers versions (kept under ~/.cache/trtllm-forge/reference); false recomputes them.",
+    )
 
 
 class HardwareConfig(Section):

@@ -18,7 +18,8 @@ import numpy as np
 
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.entrypoint import entry_model, is_llmapi
-from trtllm_forge.verify.reference import Agreement, Perplexity, ReferenceModel, compare_tokens, mean_agreement
+from trtllm_forge.verify.reference import Agreement, Perplexity, compare_tokens, mean_agreement
+from trtllm_forge.verify.reference_cache import CachedReference
 
 QUANTIZED_DEFAULT_AGREEMENT = 0.5
 
@@ -54,6 +55,8 @@ class VerifyReport:
     engine_perplexity: Perplexity | None = None
     max_perplexity_increase: float | None = None
     problems: list[str] = field(default_factory=list)
+    reference_source: str = "transformers"  # or "cache": every reference answer came from an earlier run's
+    reference_cache: str | None = None
 
     @property
     def perplexity_increase(self) -> float | None:
@@ -71,6 +74,7 @@ class VerifyReport:
             "problems": self.problems,
             "quantized": self.quantized,
             "min_token_agreement": self.min_token_agreement,
+            "reference": {"source": self.reference_source, "cache": self.reference_cache},
             "agreement": self.agreement.to_json(),
             "perplexity": {
                 "reference": self.reference_perplexity.to_json() if self.reference_perplexity else None,
@@ -129,17 +133,17 @@ def run_checks(config: ForgeConfig, deployment: Any, checkpoint_dir: Path, engin
 
     names = config.triton.model_names
     entry = names.ensemble if config.triton.entrypoint == "ensemble" else names.bls
-    reference = ReferenceModel(checkpoint_dir, config.model.tokenizer, trust_remote_code=config.model.trust_remote_code)
-    eos = reference.model.generation_config.eos_token_id
-    end_id = int(eos[0] if isinstance(eos, list) else eos)
-    pad_id = reference.tokenizer.pad_token_id if reference.tokenizer.pad_token_id is not None else end_id
+    tokenizer_dir = config.resolve_path(config.model.tokenizer).resolve() if config.model.tokenizer else None
+    reference = CachedReference(
+        checkpoint_dir, tokenizer_dir, trust_remote_code=config.model.trust_remote_code, enabled=config.verify.reference_cache
+    )
+    end_id, pad_id = reference.special_ids()
     max_tokens = config.verify.max_tokens
 
     checks = []
     for prompt in config.verify.prompts:
-        prompt_ids = reference.encode(prompt)
-        ref_ids = reference.generate_ids(prompt_ids, max_tokens)
-        ref_ids_cmp = [t for t in ref_ids if t != end_id]
+        answer = reference.greedy(prompt, max_tokens)
+        ref_ids_cmp = [t for t in answer.output_ids if t != end_id]
         if is_llmapi(config):
             # NVIDIA's llmapi model returns text only: the served tokens are its text tokenized again.
             from trtllm_forge.llmapi_requests import llmapi_generate
@@ -148,14 +152,14 @@ def run_checks(config: ForgeConfig, deployment: Any, checkpoint_dir: Path, engin
             streamed = llmapi_generate(deployment, prompt, max_tokens, model=entry_model(config), stream=True)
             got_ids_cmp = list(reference.tokenizer.encode(text.text, add_special_tokens=False))
         else:
-            got_ids = served_token_ids(deployment, names.tensorrt_llm, prompt_ids, max_tokens, end_id, pad_id)
+            got_ids = served_token_ids(deployment, names.tensorrt_llm, answer.prompt_ids, max_tokens, end_id, pad_id)
             got_ids_cmp = [t for t in got_ids if t != end_id]
             text = generate(deployment, prompt, max_tokens, model=entry, stream=False, end_id=end_id, pad_id=pad_id)
             streamed = generate(deployment, prompt, max_tokens, model=entry, stream=True, end_id=end_id, pad_id=pad_id)
         checks.append(
             PromptCheck(
                 prompt=prompt,
-                reference_text=reference.decode(ref_ids),
+                reference_text=answer.text,
                 served_text=text.text,
                 streamed_text=streamed.text,
                 reference_ids=ref_ids_cmp,
@@ -173,6 +177,7 @@ def run_checks(config: ForgeConfig, deployment: Any, checkpoint_dir: Path, engin
         agreement=mean_agreement([(c.reference_ids, c.served_ids) for c in checks]),
         min_token_agreement=threshold,
         quantized=quantized,
+        reference_cache=str(reference.path) if reference.path else None,
     )
     if report.agreement.prefix < threshold:
         report.problems.append(f"token agreement {report.agreement.prefix:.1%} is below verify.min_token_agreement {threshold:.1%}")
@@ -192,4 +197,5 @@ def run_checks(config: ForgeConfig, deployment: Any, checkpoint_dir: Path, engin
                     f"perplexity rose {increase:.1%} over the unquantized model "
                     f"(verify.max_perplexity_increase {config.verify.max_perplexity_increase:.1%})"
                 )
+    report.reference_source = reference.source
     return report

@@ -43,5 +43,7 @@ def verify_summary(report: VerifyReport) -> str:
             f"{reference.perplexity:.2f} ({report.perplexity_increase:+.1%}; allowed "
             f"+{report.max_perplexity_increase:.0%})"
         )
+    if report.reference_source == "cache":
+        lines.append(f"transformers' answers reused from {report.reference_cache} (verify.reference_cache: false recomputes them)")
     lines.append("[green]verify passed[/green]" if report.passed else "[red]verify failed:[/red] " + "; ".join(report.problems))
     return "\n".join(lines)
