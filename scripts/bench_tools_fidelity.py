@@ -30,7 +30,7 @@ the offset between the two clocks read around each run.
 Writes results/bench_fidelity/tools.json (git commit, machine, load average, every run); `readme_table()`
 renders the README block between the `bench-fidelity-table` markers from that file (--readme / --readme-only).
 
-    .venv/bin/python scripts/bench_tools_fidelity.py [--repeats 3] [--concurrency 1,4,16,64] [--tokenizer DIR]
+    .venv/bin/python scripts/bench_tools_fidelity.py [--repeats 3] [--concurrency 1,4,16,64] [--tools trtllm-forge,perf_analyzer] [--tokenizer DIR]
         [--cpu-url HOST:PORT] [--readme]
     .venv/bin/python scripts/bench_tools_fidelity.py --readme-only   # the README block from the committed file
 """
@@ -45,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +131,7 @@ def stamp_stats(requests: list[Stamps]) -> dict[str, float | None]:
     if not usable:
         return {}
     lags = sorted((a - b) / 1e6 for r in usable for a, b in zip(r.recv_ns, r.server_ns))
+    first_lags = [(r.recv_ns[0] - r.server_ns[0]) / 1e6 for r in usable]
     gaps = [b - a for r in usable for a, b in zip(r.recv_ns, r.recv_ns[1:])]
     paths = [(r.arrival_ns - r.sent_ns) / 1e6 for r in usable if r.arrival_ns]
     server_ttft = [(r.server_ns[0] - r.arrival_ns) / 1e6 for r in usable if r.arrival_ns]
@@ -146,9 +148,73 @@ def stamp_stats(requests: list[Stamps]) -> dict[str, float | None]:
         "request_path_ms_p50": statistics.median(paths) if paths else None,
         "delivery_lag_ms_p50": lags[len(lags) // 2],
         "delivery_lag_ms_p99": lags[min(len(lags) - 1, int(len(lags) * 0.99))],
+        # the part of TTFT p50 the client adds: TTFT error vs the server's stamps ~ this / reference TTFT
+        "first_delivery_lag_ms_p50": statistics.median(first_lags),
         "responses_per_s": len(lags) / span_s if span_s > 0 else None,
         "zero_gap_share": sum(1 for g in gaps if g <= 0) / len(gaps) if gaps else 0.0,
     }
+
+
+class ChildCpu:
+    """CPU time (user + system) of this script's descendant processes named `name`, read from /proc every 10 ms with
+    a CLOCK_MONOTONIC stamp, so a tool's CPU inside its measured window can be taken (perf_analyzer has no own
+    figure; ours is the bench's client_cpu_busy_share)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.samples: dict[int, list[tuple[int, float]]] = {}  # pid -> [(monotonic ns, CPU seconds)]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _descendants(pid: int) -> list[int]:
+        """Every process under `pid`, from the kernel's per-thread children lists (a few reads, not a /proc scan)."""
+        found, todo = [], [pid]
+        while todo:
+            parent = todo.pop()
+            try:
+                tasks = list(os.scandir(f"/proc/{parent}/task"))
+            except OSError:
+                continue
+            for task in tasks:
+                try:
+                    children = [int(c) for c in Path(task.path, "children").read_text().split()]
+                except OSError:
+                    continue
+                found += children
+                todo += children
+        return found
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for pid in self._descendants(os.getpid()):
+                try:
+                    if Path(f"/proc/{pid}/comm").read_text().strip() != self.name:
+                        continue
+                    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                self.samples.setdefault(pid, []).append((time.monotonic_ns(), (int(fields[11]) + int(fields[12])) / self.tick))
+            self.stop.wait(0.01)
+
+    def __enter__(self) -> "ChildCpu":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def seconds_between(self, start_ns: int, end_ns: int) -> float | None:
+        """CPU seconds of the process that ran over [start_ns, end_ns]: from its last sample at or before the start to
+        its first sample at or after the end, or its last one when it exited first (one 10 ms clock tick at each end)."""
+        for samples in self.samples.values():
+            before = [cpu for t, cpu in samples if t <= start_ns]
+            after = [cpu for t, cpu in samples if t >= end_ns] or [samples[-1][1]]
+            if before and samples[-1][0] > start_ns:
+                return after[0] - before[-1]
+        return None
 
 
 def _checked(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -218,11 +284,13 @@ def one_run(tool: str, urls: dict[str, str], model: str, concurrency: int, n: in
     offset_before = wall_minus_monotonic_ns()
     started = time.time()
     command = None
+    tool_cpu: ChildCpu | None = None
     if tool in EMITTED:
         summary, command = emitted_run(tool, options, out)
     else:
         argv = bench_argv(**options, out=out, tool=None if tool == "trtllm-forge" else tool, extra=("--request-timeout", "120"))
-        summary = json.loads(_checked(argv).stdout)
+        with ChildCpu("perf_analyzer") as tool_cpu:  # finds nothing when our bench runs
+            summary = json.loads(_checked(argv).stdout)
     offset_after = wall_minus_monotonic_ns()
     m = summary["metrics"]
     row: Row = {
@@ -249,7 +317,26 @@ def one_run(tool: str, urls: dict[str, str], model: str, concurrency: int, n: in
         stamps = pa_export_stamps(exports[0], (offset_before + offset_after) // 2) if exports else []
         row["clock_offset_drift_us"] = round((offset_after - offset_before) / 1e3, 1)
     row.update(stamp_stats(stamps))
+    row["client_cpu_us_per_response"] = client_cpu_per_response(tool, stamps, row, tool_cpu)
     return row
+
+
+def client_cpu_per_response(tool: str, stamps: list[Stamps], row: Row, tool_cpu: ChildCpu | None) -> float | None:
+    """The client's CPU per token-carrying response over the measured window (first send to last response): ours
+    from its own CPU share of the run, perf_analyzer's from /proc (ChildCpu). The empty final responses are not
+    counted but cost CPU too (one per request)."""
+    usable = [r for r in stamps if r.recv_ns]
+    if not usable:
+        return None
+    start, end = min(r.sent_ns for r in usable), max(r.recv_ns[-1] for r in usable)
+    responses = sum(len(r.recv_ns) for r in usable)
+    if tool == "trtllm-forge" and row.get("client_cpu_busy_share") is not None:
+        seconds = row["client_cpu_busy_share"] * (end - start) / 1e9
+    elif tool_cpu is not None:
+        seconds = tool_cpu.seconds_between(start, end)
+    else:
+        return None
+    return None if seconds is None else round(seconds / responses * 1e6, 1)
 
 
 def interleaved(
@@ -296,6 +383,7 @@ def run(
     cpu_http_url: str | None = None,
     cpu_repeats: int | None = None,
     partial_out: Path | None = None,
+    only: list[str] | None = None,
 ) -> dict[str, Any]:
     from trtllm_forge.bench.local_triton import render_timing_model, start_triton
     from trtllm_forge.bench.perf_analyzer import problem
@@ -314,6 +402,12 @@ def run(
             skipped[tool] = "--tokenizer not given" if tokenizer is None else f"perf_analyzer (which it runs) cannot run: {pa_problem}"
         else:
             tools.append(tool)
+    if only is not None:
+        unknown = sorted(set(only) - set(TOOLS))
+        if unknown:
+            raise SystemExit(f"--tools: unknown {', '.join(unknown)}; the tools are {', '.join(TOOLS)}")
+        skipped.update({tool: "not in --tools" for tool in tools if tool not in only})
+        tools = [tool for tool in tools if tool in only]
     if tokenizer is not None:
         check_tokenizer(tokenizer)
     document: dict[str, Any] = {
@@ -532,6 +626,16 @@ def explanations(document: dict[str, Any]) -> list[str]:
                     if tool == "trtllm-forge" and _median(rows, "client_cpu_busy_share") is not None
                     else ""
                 )
+                + (
+                    "; client CPU per response "
+                    + ", ".join(
+                        f"{t} {_median(r, 'client_cpu_us_per_response'):.0f} µs"
+                        for c, t, r in _groups(document, "flood")
+                        if c == concurrency and _median(r, "client_cpu_us_per_response") is not None
+                    )
+                    if _median(rows, "client_cpu_us_per_response") is not None
+                    else ""
+                )
             )
     cpu = _groups(document, "cpu")
     for concurrency, tool, rows in cpu:
@@ -582,16 +686,19 @@ def timing_table(document: dict[str, Any]) -> list[str]:
 
 def flood_table(document: dict[str, Any]) -> list[str]:
     lines = [
-        "| concurrency | tool | runs | responses/s consumed | delivery lag p50 / p99 (ms) | zero gaps | server TTFT p50 (ms) |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| concurrency | tool | runs | responses/s consumed | client CPU per response (µs) | delivery lag p50 / p99 (ms) | zero gaps "
+        "| server TTFT p50 (ms) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for concurrency, tool, rows in _groups(document, "flood"):
         rate, zero = _median(rows, "responses_per_s"), _median(rows, "zero_gap_share")
+        cpu = _median(rows, "client_cpu_us_per_response")
         cells = [
             str(concurrency),
             tool,
             str(len(rows)),
             "-" if rate is None else f"{rate:,.0f}",
+            "-" if cpu is None else f"{cpu:.0f}",
             f"{_ms(_median(rows, 'delivery_lag_ms_p50'))} / {_ms(_median(rows, 'delivery_lag_ms_p99'))}",
             "-" if zero is None else f"{zero:.2%}",
             _ms(_median(rows, "server_ttft_ms_p50")),
@@ -709,6 +816,7 @@ def main() -> int:
     parser.add_argument("--cpu-model", default="ensemble")
     parser.add_argument("--cpu-requests", type=int, default=8, help="requests per CPU-deployment run (at least the concurrency)")
     parser.add_argument("--cpu-repeats", type=int, default=None, help="repeats on the CPU deployment (default: --repeats)")
+    parser.add_argument("--tools", default=None, help="comma-separated subset of the tools to run (default: every one installed)")
     parser.add_argument("--note", default=None, help="a note stored with the results (e.g. that the machine was loaded)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--readme", action="store_true", help="regenerate the README block from the new file")
@@ -729,6 +837,7 @@ def main() -> int:
         cpu_http_url=args.cpu_http_url,
         cpu_repeats=args.cpu_repeats,
         partial_out=args.out.with_name(args.out.stem + ".partial.json"),
+        only=args.tools.split(",") if args.tools else None,
     )
     if args.note:
         document["note"] = args.note

@@ -6,6 +6,8 @@ the fidelity script measures that: scripts/bench_tools_fidelity.py).
 - a response flood is counted response by response (tokens, the model's send stamps, the empty final response);
 - stamps are ordered and causal: our send stamp <= the model's arrival stamp <= its first send stamp, and each
   receive stamp >= the model's send stamp of the same response (one CLOCK_MONOTONIC on both sides);
+- outputs are read by position only where their names are there (a response that orders them otherwise is read
+  by name), and the model's perf stamps are its first-token and last responses';
 - a lane keeps one stream open and carries request after request on it; several requests on one stream get
   their own responses (matched by id) however the responses interleave, and a server error ends only its request;
 - a timed-out request is dropped from its stream (the stream is cancelled when nothing else is on it, and
@@ -37,6 +39,16 @@ def timing_server(tmp_path_factory):
     render_timing_model(root / "repo", "ensemble", ttft_ms=20.0, gap_ms=5.0)
     render_timing_model(root / "repo", "flood", ttft_ms=1.0, gap_ms=0.0)
     render_timing_model(root / "repo", "slow", ttft_ms=3_000.0, gap_ms=10.0)  # short: the server drains it before stopping
+    # The timing model with its outputs in reverse order in every other response (same count, other places)
+    shuffled = render_timing_model(root / "repo", "shuffled", ttft_ms=1.0, gap_ms=0.0) / "1" / "model.py"
+    code = shuffled.read_text()
+    assert "return pb_utils.InferenceResponse(output_tensors=outputs)" in code
+    shuffled.write_text(
+        code.replace(
+            "return pb_utils.InferenceResponse(output_tensors=outputs)",
+            "return pb_utils.InferenceResponse(output_tensors=outputs[::-1] if state.sent % 2 else outputs)",
+        )
+    )
     server = start_triton(root / "repo", root)
     yield server
     server.stop()
@@ -138,6 +150,22 @@ def test_stamps_are_ordered_and_causal(timing_server):
         arrival = (record.server_perf or {}).get("arrival_time_ns")
         assert arrival is not None, "the timing model returns its arrival stamp when asked (return_perf_metrics)"
         assert record.sent_ns <= arrival <= record.server_send_ns[0] <= token_stamps[0]
+
+
+def test_outputs_in_another_order_are_read_by_name_and_perf_stamps_per_request(timing_server):
+    n_tokens = 9
+    records, target = _run(timing_server.grpc_url, "shuffled", n=4, output_tokens=n_tokens, concurrency=2)
+    for record in records:
+        assert record.ok, record.error_message
+        assert record.tokens == [1] * n_tokens + [0]
+        assert len(record.server_send_ns) == n_tokens
+        # a send stamp read from another output (arrival, first token) would repeat instead of increasing
+        assert all(a < b for a, b in zip(record.server_send_ns, record.server_send_ns[1:]))
+        perf = record.server_perf or {}
+        assert perf.get("first_token_time_ns") == record.server_send_ns[0]
+        assert perf.get("last_token_time_ns") == record.server_send_ns[-1]
+        assert record.sent_ns <= perf["arrival_time_ns"] == perf["first_scheduled_time_ns"] <= record.server_send_ns[0]
+    assert sorted(target.layouts) == [0, 7]  # the empty final response, and the model's 7 outputs in one of two orders
 
 
 def _send_mixed(url: str, model: str, plan: list[tuple[int, float | None, float]], request_timeout: float = 120.0, after=None):

@@ -90,6 +90,39 @@ def _close_all(lanes: list["_Lane"]) -> None:
         lane.join(max(0.0, deadline - time.monotonic()))
 
 
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """Where a response with `count` outputs keeps the ones read on every response (indexes into its outputs and
+    raw_output_contents). Learned by name from the first such response and checked by name at those indexes on
+    each: walking every output of every response (each a new Python object) cost a flood ~8 us per response."""
+
+    count: int
+    text: int | None
+    tokens: int | None
+    send: int | None
+
+    @classmethod
+    def read(cls, outputs) -> "_Layout":
+        index = {output.name: i for i, output in enumerate(outputs)}
+        return cls(len(outputs), index.get("text_output"), index.get("num_output_tokens"), index.get("send_time_ns"))
+
+    def holds(self, outputs) -> bool:
+        return (
+            (self.tokens is None or outputs[self.tokens].name == "num_output_tokens")
+            and (self.send is None or outputs[self.send].name == "send_time_ns")
+            and (self.text is None or outputs[self.text].name == "text_output")
+        )
+
+
+def read_perf(response, record: RequestRecord) -> None:
+    """The model's return_perf_metrics stamps in `response`, by name (later responses overwrite earlier ones)."""
+    for output, raw in zip(response.outputs, response.raw_output_contents):
+        if output.name in PERF_OUTPUTS and raw:
+            if record.server_perf is None:
+                record.server_perf = {}
+            record.server_perf[output.name] = struct.unpack_from("<q", raw, 0)[0]
+
+
 _DECODE = pb.ModelStreamInferResponse.FromString
 _FINAL = "triton_final_response"
 _RECEIVE_MESSAGE = cygrpc.OperationType.receive_message
@@ -181,20 +214,22 @@ class _Lane:
         while True:
             event = call.next_event()
             stamp = now_ns()
-            for operation in event.batch_operations:
-                kind = operation.type()
-                if kind == _RECEIVE_MESSAGE:
-                    raw = operation.message()
-                    if raw is not None:
-                        with self.lock:
-                            if call.operate((cygrpc.ReceiveMessageOperation(0),), None):
-                                self.ops += 1
-                        self._route(stamp, raw)
-                elif kind == _SEND_MESSAGE:
-                    self._sent(event.success)
-                elif kind == _RECEIVE_STATUS:
-                    self.live = False
-                    status = _status_error(operation.code(), operation.details())
+            (operation,) = event.batch_operations  # every batch started on the call holds one operation
+            kind = operation.type()
+            if kind == _RECEIVE_MESSAGE:
+                raw = operation.message()
+                if raw is not None:
+                    # The next receive replaces the one just taken: the count of operations in flight stays, so
+                    # this per-response path takes no lock (the loop's thread takes it to write).
+                    rearmed = call.operate((cygrpc.ReceiveMessageOperation(0),), None)
+                    self._route(stamp, raw)
+                    if rearmed:
+                        continue
+            elif kind == _SEND_MESSAGE:
+                self._sent(event.success)
+            elif kind == _RECEIVE_STATUS:
+                self.live = False
+                status = _status_error(operation.code(), operation.details())
             with self.lock:
                 self.ops -= 1
                 finished = self.ops == 0  # grpc has released the call and its queue: no next_event() after this
@@ -218,16 +253,18 @@ class _Lane:
 
     def _route(self, stamp: int, raw: bytes) -> None:
         message = _DECODE(raw)
-        entry = self.pending.get(message.infer_response.id)
+        response = message.infer_response
+        entry = self.pending.get(response.id)
         if entry is None:
             entries = list(self.pending.values())  # a snapshot: the loop's thread adds requests meanwhile
             if not message.error_message or len(entries) != 1:
                 return  # a late response of a request that timed out
             entry = entries[0]  # an error without the request's id: the one request on this stream
-        entry.record.recv_ns.append(stamp)
+        record = entry.record
+        record.recv_ns.append(stamp)
         entry.messages.append(message)
-        if message.error_message or message.infer_response.parameters[_FINAL].bool_param:
-            self.pending.pop(entry.record.id, None)
+        if response.parameters[_FINAL].bool_param or message.error_message:
+            self.pending.pop(record.id, None)
             self._finish(entry)
 
     def _fail(self, entry: _Pending, kind: str, message: str) -> None:
@@ -277,6 +314,10 @@ class _Lane:
             if record.error_kind is None:
                 record.error_kind, record.error_message = "connection", "the stream ended without a final response"
         del record.recv_ns[used:]
+        # arrival / first_scheduled / first_token are the same in every response, last_token is the last one's (the
+        # final response is often empty): read from the first and the last two responses, not from each
+        for i in sorted({0, used - 2, used - 1} & set(range(used))):
+            read_perf(messages[i].infer_response, record)
 
     def cancel(self, record: RequestRecord) -> None:
         """`record`'s timeout passed: forget it; when it was the only request on the stream, end the stream so
@@ -332,6 +373,7 @@ class TritonGrpcTarget(Target):
         self.inputs: dict[str, dict] = {}
         self.outputs: set[str] = set()
         self.batched = False
+        self.layouts: dict[int, _Layout] = {}  # by output count (see _Layout)
 
     async def open(self) -> None:
         n_connections = -(-self.n_streams // STREAMS_PER_CONNECTION)
@@ -435,35 +477,41 @@ class TritonGrpcTarget(Target):
         return message
 
     def parse_response(self, response, record: RequestRecord) -> bool:
-        """Record what one response carried (its stamp is already in `record.recv_ns`); return whether it was the final one."""
-        tokens = 0
+        """Record what one response carried (its stamp is already in `record.recv_ns`); return whether it was the final one.
+        Only the outputs used are read, by position (_Layout); the text only when it is counted or kept."""
+        outputs = response.outputs
+        raws = response.raw_output_contents
+        layout = self._layout(outputs)
         text = None
-        server_ns = None
-        for output, raw in zip(response.outputs, response.raw_output_contents):
-            name = output.name
-            if name == "text_output":
-                text = _first_bytes(raw).decode("utf-8", "replace")
-                if self.llmapi:  # cumulative → the new part
-                    previous = self.seen_text.get(record.id, "")
-                    self.seen_text[record.id] = text
-                    text = text[len(previous) :] if text.startswith(previous) else text
-            elif name == "num_output_tokens":
-                tokens = struct.unpack_from("<i", raw, 0)[0] if raw else 0
-            elif name == "send_time_ns":
-                server_ns = struct.unpack_from("<q", raw, 0)[0] if raw else None
-            elif name in PERF_OUTPUTS and raw:
-                if record.server_perf is None:
-                    record.server_perf = {}
-                record.server_perf[name] = struct.unpack_from("<q", raw, 0)[0]
-        if not self.count_server:
+        if layout.text is not None and (self.llmapi or record.texts is not None or not self.count_server):
+            text = _first_bytes(raws[layout.text]).decode("utf-8", "replace")
+            if self.llmapi:  # cumulative → the new part
+                previous = self.seen_text.get(record.id, "")
+                self.seen_text[record.id] = text
+                text = text[len(previous) :] if text.startswith(previous) else text
+        if self.count_server:
+            raw = raws[layout.tokens] if layout.tokens is not None else b""
+            tokens = struct.unpack_from("<i", raw, 0)[0] if raw else 0
+        else:
             tokens = 1 if text else 0
-        final = response.parameters["triton_final_response"].bool_param
+        server_ns = None
+        if layout.send is not None:
+            raw = raws[layout.send]
+            server_ns = struct.unpack_from("<q", raw, 0)[0] if raw else None
+        final = response.parameters[_FINAL].bool_param
         if final:
             self.seen_text.pop(record.id, None)
-        if not response.outputs and final:
-            tokens, text = 0, None
+            if not layout.count:
+                tokens, text = 0, None
         record.add_content(tokens, text, final, server_ns)
         return final
+
+    def _layout(self, outputs) -> "_Layout":
+        count = len(outputs)
+        layout = self.layouts.get(count)
+        if layout is None or not layout.holds(outputs):
+            layout = self.layouts[count] = _Layout.read(outputs)
+        return layout
 
     async def _lane(self) -> _Lane:
         """The lane with the fewest requests on it (the first such: at a concurrency up to --streams, every
@@ -560,10 +608,6 @@ class TritonGrpcTokensTarget(TritonGrpcTarget):
                 tokens = output.shape[-1] if output.shape else len(raw) // 4
             elif output.name == "send_time_ns" and raw:
                 server_ns = struct.unpack_from("<q", raw, 0)[0]
-            elif output.name in PERF_OUTPUTS and raw:
-                if record.server_perf is None:
-                    record.server_perf = {}
-                record.server_perf[output.name] = struct.unpack_from("<q", raw, 0)[0]
         final = response.parameters["triton_final_response"].bool_param
         record.add_content(tokens, None, final, server_ns)
         return final
