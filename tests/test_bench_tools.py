@@ -210,6 +210,58 @@ def test_perf_analyzer_binary_is_installed_and_located():
     assert any((d / "libcudart.so.12").is_file() for d in found.lib_dirs)
 
 
+def _scripted_tool(tmp_path: Path, outcomes: list[tuple[int, str]]) -> list[str]:
+    """A process that stands in for perf_analyzer's exit only (not its measurement): each call prints the next
+    outcome's text and exits with its code; calls are counted in `calls`."""
+    import sys
+
+    (tmp_path / "outcomes.json").write_text(json.dumps(outcomes))
+    script = tmp_path / "tool.py"
+    script.write_text(
+        "import json, pathlib, sys\n"
+        f"here = pathlib.Path({str(tmp_path)!r})\n"
+        "calls = here / 'calls'\n"
+        "n = int(calls.read_text()) if calls.exists() else 0\n"
+        "calls.write_text(str(n + 1))\n"
+        "code, text = json.loads((here / 'outcomes.json').read_text())[n]\n"
+        "print(text)\n"
+        "sys.exit(code)\n"
+    )
+    return [sys.executable, str(script)]
+
+
+def test_perf_analyzers_statistics_race_reruns_a_measured_point_and_passes_a_warmup(tmp_path):
+    """perf_analyzer 2.51's "failed to find the requested model version" (its server-statistics race, seen in CI at
+    concurrency 2 on a busy machine): the warm-up goes on, a measured point runs again with the failed log kept;
+    any other failure is raised at once."""
+    from trtllm_forge.bench.tool_runs import PA_STATS_RACE, _run_perf_analyzer
+    from trtllm_forge.errors import StepError
+
+    race = (99, f"Request concurrency: 2\n{PA_STATS_RACE}")
+    argv = _scripted_tool(tmp_path, [race, race, (0, "ok")])
+    log = tmp_path / "run" / "perf_analyzer.log"
+    _run_perf_analyzer(argv, dict(os.environ), log, 60, warmup=False)
+    assert (tmp_path / "calls").read_text() == "3"
+    assert "ok" in log.read_text()
+    assert PA_STATS_RACE in (log.parent / "perf_analyzer.attempt1.log").read_text()
+    assert PA_STATS_RACE in (log.parent / "perf_analyzer.attempt2.log").read_text()
+
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(StepError, match="exited with 99: error: model not found"):
+        _run_perf_analyzer(_scripted_tool(other, [(99, "error: model not found")]), dict(os.environ), other / "pa.log", 60, warmup=False)
+
+    warm = tmp_path / "warm"
+    warm.mkdir()
+    _run_perf_analyzer(_scripted_tool(warm, [race]), dict(os.environ), warm / "warmup.log", 60, warmup=True)
+    assert (warm / "calls").read_text() == "1"
+
+    endless = tmp_path / "endless"
+    endless.mkdir()
+    with pytest.raises(StepError, match="exited with 99"):
+        _run_perf_analyzer(_scripted_tool(endless, [race] * 3), dict(os.environ), endless / "pa.log", 60, warmup=False)
+
+
 @pytest.mark.slow
 @needs_perf_analyzer
 def test_bench_tool_perf_analyzer_on_the_timing_model_matches_the_schedule_and_compares(timing_triton, tmp_path):

@@ -178,6 +178,32 @@ def run_logged(argv: list[str], env: dict, log: Path, timeout_s: float) -> None:
         raise StepError(Path(argv[0]).name, f"exited with {code}: {said}", f"see {log}")
 
 
+# perf_analyzer 2.51 ends with this error (exit 99) when the server's statistics of the model did not move between
+# its two snapshots around the measurement: a race on a busy server with few requests, after every request was
+# answered (InferenceProfiler::DetermineStatsModelVersion; triton-inference-server/client PR #437 proposed making
+# it a warning). The warm-up's requests are done by then; a measured run is run again.
+PA_STATS_RACE = "failed to find the requested model version"
+PA_STATS_RACE_ATTEMPTS = 3
+
+
+def _run_perf_analyzer(argv: list[str], env: dict, log: Path, timeout_s: float, *, warmup: bool) -> None:
+    for attempt in range(1, PA_STATS_RACE_ATTEMPTS + 1):
+        try:
+            run_logged(argv, env, log, timeout_s)
+            return
+        except StepError:
+            if PA_STATS_RACE not in log.read_text(errors="replace"):
+                raise
+            if warmup:
+                info(f"perf_analyzer's warm-up: {PA_STATS_RACE!r} after its requests were answered; going on")
+                return
+            if attempt == PA_STATS_RACE_ATTEMPTS:
+                raise
+            kept = log.with_name(f"{log.stem}.attempt{attempt}{log.suffix}")
+            log.replace(kept)
+            info(f"perf_analyzer: {PA_STATS_RACE!r} (its statistics race, log kept in {kept}); running the point again")
+
+
 def _run_point(tool: str, options, workload: ToolWorkload, warmup: ToolWorkload | None, load: LoadSpec, work: Path, tokenizer):
     binary, env = executable(tool)
     # a stuck tool must not hang the run: each request may take request_timeout_s, slots run in parallel
@@ -187,7 +213,8 @@ def _run_point(tool: str, options, workload: ToolWorkload, warmup: ToolWorkload 
         if warmup is not None:
             inputs = write_perf_analyzer_inputs(warmup, work / "warmup_inputs.json")
             warm_load = replace(load, value=min(load.value, len(warmup.requests))) if load.mode == "concurrency" else load
-            run_logged(perf_analyzer_argv(binary, warmup, inputs, warm_load, len(warmup.requests), None), env, work / "warmup.log", timeout)
+            warm_argv = perf_analyzer_argv(binary, warmup, inputs, warm_load, len(warmup.requests), None)
+            _run_perf_analyzer(warm_argv, env, work / "warmup.log", timeout, warmup=True)
         inputs = write_perf_analyzer_inputs(workload, work / "inputs.json")
         export = work / "profile_export.json"
         argv = perf_analyzer_argv(binary, workload, inputs, load, options.num_requests, export)
@@ -201,7 +228,10 @@ def _run_point(tool: str, options, workload: ToolWorkload, warmup: ToolWorkload 
         prompts = write_aiperf_inputs(workload, work / "prompts.jsonl")
         argv = aiperf_argv(binary, workload, prompts, load, options.num_requests, work / "artifacts")
         export = work / "artifacts"
-    run_logged(argv, env, work / f"{tool}.log", timeout)
+    if tool == "perf_analyzer":
+        _run_perf_analyzer(argv, env, work / f"{tool}.log", timeout, warmup=False)
+    else:
+        run_logged(argv, env, work / f"{tool}.log", timeout)
     point = import_export(export, tokenizer)[0]
     point.summary["tool_run"] = {"tool": tool, "argv": argv, "log": str(work / f"{tool}.log"), "export": str(export)}
     return point
