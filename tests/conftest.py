@@ -11,7 +11,8 @@ instead of making their own (each is read-only for its users; copy it to change 
 - `cpu_engine_server`: the CPU `tensorrt_llm` engine model alone (minimal repository) on that build.
 - `tiny_triton`: a Triton on tiny python models (`echo`, `words`), no engine.
 - `timing_triton`: a Triton on the bench's timing model (known TTFT and token gap), for the bench tests.
-- `transformers_greedy`, `smollm2_gguf_tokenizer`: the transformers reference model and the GGUF's tokenizer.
+- `reference_model` / `transformers_greedy`, `smollm2_gguf_tokenizer`: the transformers reference model (loaded once)
+  and the GGUF's tokenizer.
 - `triton_launcher`: start a server of your own (stopped at session end) when a test kills a stub, stops the
   server or needs other settings.
 
@@ -420,12 +421,18 @@ def cpu_deployment(cpu_engine_fp32, triton_launcher, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def transformers_greedy(smollm2_checkpoint):
-    """greedy(ids, max_new_tokens) -> generated ids, from transformers on the same checkpoint (fp32): the
-    reference model `verify` uses (trtllm_forge.verify.reference.ReferenceModel)."""
+def reference_model(smollm2_checkpoint):
+    """transformers on the session's checkpoint (fp32): the reference model `verify` uses
+    (trtllm_forge.verify.reference.ReferenceModel), loaded once for the session. Read-only."""
     from trtllm_forge.verify.reference import ReferenceModel
 
-    return ReferenceModel(smollm2_checkpoint).generate_ids
+    return ReferenceModel(smollm2_checkpoint)
+
+
+@pytest.fixture(scope="session")
+def transformers_greedy(reference_model):
+    """greedy(ids, max_new_tokens) -> generated ids, from `reference_model`."""
+    return reference_model.generate_ids
 
 
 @pytest.fixture(scope="session")

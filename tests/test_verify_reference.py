@@ -65,10 +65,8 @@ def test_mean_agreement_weights_by_reference_length():
 
 
 @pytest.fixture(scope="module")
-def reference(imported_smollm2):
-    from trtllm_forge.verify.reference import ReferenceModel
-
-    return ReferenceModel(imported_smollm2)
+def reference(reference_model):
+    return reference_model  # the session's
 
 
 @pytest.mark.slow
