@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import queue as queue_mod
 import statistics
 import subprocess
 import sys
@@ -469,77 +470,68 @@ def closed_loop_in_process(pipeline, generation_config, prompt_ids, order: list[
 
 
 def closed_loop_served(grpc_url: str, model: str, prompts: list[str], order: list[int], concurrency: int, max_tokens: int, stream: bool):
-    """`concurrency` requests in flight on one gRPC stream (opened before the clock starts): the stream's callback
-    reads each response and, when a request ends, sends the next prompt of `order`. Returns
-    ([(text, tokens) or error] by position, seconds).
-
-    The client shares the server's cores, so it is kept lean: no thread per request and no hand-off of each
-    streamed response between threads (that client spent twice the CPU per response, about 0.5 ms, taken from
-    the engine on 2 cores). An error response names no request: it ends the run, the unfinished requests
-    counting as errors."""
+    """`concurrency` client threads, each on its own gRPC stream (opened before the clock starts), each sending
+    the next prompt of `order` when its last request ended. Returns ([(text, tokens) or error] by position, seconds)."""
     import threading
 
-    import numpy as np
     import tritonclient.grpc as grpcclient
 
-    from trtllm_forge.client import _input_specs, make_inputs
+    from trtllm_forge.client import _input_specs, _text_of, make_inputs
 
-    client = grpcclient.InferenceServerClient(url=grpc_url)
-    max_batch, specs = _input_specs(client, model)
-    inputs = [
-        make_inputs({"text_input": p, "max_tokens": max_tokens, "stream": stream, "return_num_output_tokens": True}, specs, max_batch > 0)
-        for p in prompts
-    ]
     results: list = [None] * len(order)
-    texts: list[list[str]] = [[] for _ in order]
-    tokens = [0] * len(order)
     lock = threading.Lock()
-    cursor = {"next": 0, "open": 0}
-    done = threading.Event()
-
-    def submit() -> None:
-        with lock:
-            position = cursor["next"]
-            if position >= len(order):
-                if cursor["open"] == 0:
-                    done.set()
-                return
-            cursor["next"] += 1
-            cursor["open"] += 1
-        client.async_stream_infer(model, inputs[order[position]], request_id=str(position), enable_empty_final_response=True)
-
-    def on_response(result=None, error=None) -> None:
-        if error is not None:
-            results[:] = [r if r is not None else f"error: {error}" for r in results]
-            done.set()
-            return
-        payload = result.get_response()
-        position = int(payload.id)
-        for out, raw in zip(payload.outputs, payload.raw_output_contents):
-            if out.name == "text_output":  # BYTES: 4-byte little-endian length, then the UTF-8 text (one element)
-                texts[position].append(raw[4 : 4 + int.from_bytes(raw[:4], "little")].decode("utf-8", errors="replace"))
-            elif out.name == "num_output_tokens":
-                tokens[position] = max(tokens[position], int(np.frombuffer(raw, dtype=np.int32).max()))
-        final = payload.parameters.get("triton_final_response")
-        if final is not None and final.bool_param:
-            results[position] = ("".join(texts[position]), tokens[position])
-            with lock:
-                cursor["open"] -= 1
-            submit()
-
-    client.start_stream(callback=on_response)
-    started = time.perf_counter()
+    cursor = [0]
+    clients = []
     for _ in range(concurrency):
-        submit()
-    finished = done.wait(600)
+        client = grpcclient.InferenceServerClient(url=grpc_url)
+        inbox: queue_mod.Queue = queue_mod.Queue()
+        client.start_stream(callback=lambda result=None, error=None, inbox=inbox: inbox.put((result, error)))
+        clients.append((client, inbox))
+    max_batch, specs = _input_specs(clients[0][0], model)
+    values = [{"text_input": p, "max_tokens": max_tokens, "stream": stream, "return_num_output_tokens": True} for p in prompts]
+    go = threading.Barrier(concurrency + 1)
+
+    def worker(client, inbox) -> None:
+        go.wait()
+        while True:
+            with lock:
+                position = cursor[0]
+                cursor[0] += 1
+            if position >= len(order):
+                return
+            inputs = make_inputs(values[order[position]], specs, batched=max_batch > 0)
+            client.async_stream_infer(model, inputs, request_id=f"c{position}", enable_empty_final_response=True)
+            text, tokens = [], 0
+            while True:
+                result, error = inbox.get(timeout=600)
+                if error is not None:
+                    results[position] = f"error: {error}"
+                    break
+                payload = result.get_response()
+                for out in payload.outputs:
+                    if out.name == "text_output":
+                        text.append(_text_of(result.as_numpy("text_output")))
+                    elif out.name == "num_output_tokens":
+                        tokens = max(tokens, int(result.as_numpy("num_output_tokens").max()))
+                final = payload.parameters.get("triton_final_response")
+                if final is not None and final.bool_param:
+                    results[position] = ("".join(text), tokens)
+                    break
+
+    threads = [threading.Thread(target=worker, args=pair, daemon=True) for pair in clients]
+    for thread in threads:
+        thread.start()
+    go.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
     seconds = time.perf_counter() - started
-    try:
-        client.stop_stream()
-    except Exception:  # noqa: BLE001 - closing only
-        pass
-    client.close()
-    if not finished:
-        results[:] = [r if r is not None else "error: no final response within 600 s" for r in results]
+    for client, _ in clients:
+        try:
+            client.stop_stream()
+        except Exception:  # noqa: BLE001 - closing only
+            pass
+        client.close()
     return results, seconds
 
 
