@@ -45,17 +45,18 @@ class IncrementalDetokenizer:
         return full_text[len(prefix_text) :]
 
 
-def anchored_decode(tokenizer, ids, anchor_ids, skip_special_tokens: bool = True) -> str:
+def anchored_decode(tokenizer, ids, anchor_ids, skip_special_tokens: bool = True, anchor_text: str | None = None) -> str:
     """Decode a delta of ids as it reads after earlier text, keeping its leading space.
 
     Used where no per-request state is available (the ensemble's stateless postprocessing): the
     anchor ids stand in for the preceding text so that SentencePiece does not strip the space.
+    `anchor_text`: the anchor's own decode, when the caller keeps it (one decode per piece instead of two).
     """
     ids = [int(i) for i in ids]
     if not ids:
         return ""
     if not anchor_ids:
         return tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
-    base = tokenizer.decode(anchor_ids, skip_special_tokens=skip_special_tokens)
+    base = tokenizer.decode(anchor_ids, skip_special_tokens=skip_special_tokens) if anchor_text is None else anchor_text
     text = tokenizer.decode(list(anchor_ids) + ids, skip_special_tokens=skip_special_tokens)
     return text[len(base) :] if text.startswith(base) else tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)

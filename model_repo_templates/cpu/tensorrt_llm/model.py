@@ -200,6 +200,7 @@ class Job:
     closed: bool = False
     unreachable: bool = False  # a send to it blocked past SEND_STALL_S: nothing more is sent to it
     released: bool = False  # counted out of jobs_in_flight
+    finalized: bool = False  # its final response is being sent: Triton may free the request (see Outbox.final_lock)
 
 
 class Outbox:
@@ -221,6 +222,10 @@ class Outbox:
         self.busy_job: Job | None = None  # the job whose send is in progress
         self.busy_since = 0.0
         self.generation = 0  # a send thread whose generation is stale exits (it was replaced)
+        # Asking whether a request was cancelled after its final response was sent crashes tritonserver (the
+        # request is freed: SIGSEGV in TRITONBACKEND_ResponseFactoryIsCancelled). The cancellation watcher asks
+        # under this lock and only for jobs not finalized; a final send marks its job under the same lock first.
+        self.final_lock = threading.Lock()
         self.closing = False
         self.threads: list[threading.Thread] = []
         self._start_thread()
@@ -232,9 +237,16 @@ class Outbox:
 
     def put(self, job: Job, response: Any, flags: int) -> None:
         with self.cond:
-            if not job.unreachable:
+            if job.unreachable:
+                return
+            last = self.entries[-1] if self.entries else None
+            if response is None and last is not None and last[0] is job and last[1] is not None and last[2] == 0:
+                # The end of a job whose last response has not left yet: it carries the final flag itself, as
+                # TensorRT-LLM's last response does; one send (and one trip through the ensemble) fewer per request.
+                self.entries[-1] = (job, last[1], flags)
+            else:
                 self.entries.append((job, response, flags))
-                self.cond.notify_all()
+            self.cond.notify_all()
 
     def _run(self, generation: int) -> None:
         while True:
@@ -245,6 +257,9 @@ class Outbox:
                     return
                 job, response, flags = self.entries.popleft()
                 self.busy_job, self.busy_since = job, time.monotonic()
+            if flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+                with self.final_lock:  # waits for a cancellation check of this job in progress
+                    job.finalized = True
             try:
                 if response is None:
                     job.sender.send(flags=flags)
@@ -325,7 +340,6 @@ class TritonPythonModel:
         self.exclude_input_default = _param_bool(params, "exclude_input_in_output", False)
         self.max_queue_size = _param_int(params, "max_queue_size", 0)
         self.cancel_check_period_s = _param_int(params, "cancellation_check_period_ms", 100) / 1000.0
-        self.next_cancel_check = 0.0
 
         kv_tokens = _param_int(params, "max_tokens_in_paged_kv_cache", None) or self.max_batch_size * self.max_seq_len
         kv_blocks = kv_blocks_for(kv_tokens)
@@ -380,6 +394,8 @@ class TritonPythonModel:
         self.outbox = Outbox(self.instance, pb_utils.Logger.log_warn)
         self.loop_thread = threading.Thread(target=self._loop, name=f"{self.instance}-engine", daemon=True)
         self.loop_thread.start()
+        self.watch_thread = threading.Thread(target=self._watch_cancellations, name=f"{self.instance}-cancel", daemon=True)
+        self.watch_thread.start()
 
     # ----------------------------------------------------------------------------------------------
     # Request intake (Triton's thread)
@@ -574,7 +590,6 @@ class TritonPythonModel:
                 self._admit(ov, block=not self.active and not pending)
                 if not self.active and not pending:
                     continue
-                self._check_cancelled()
                 try:
                     self.pipeline.step()
                 except Exception as exc:  # noqa: BLE001 - fail the requests in flight, keep serving
@@ -609,7 +624,9 @@ class TritonPythonModel:
         except queue.Empty:
             return
         while True:
-            if isinstance(entry, tuple):  # ("stop", request_id)
+            if isinstance(entry, tuple) and entry[0] == "cancel":  # ("cancel", job) from _watch_cancellations
+                self._cancel(entry[1])
+            elif isinstance(entry, tuple):  # ("stop", request_id)
                 self._stop_by_id(entry[1])
             elif not entry.closed:
                 try:
@@ -636,33 +653,39 @@ class TritonPythonModel:
                 # Ends like a finished request at the next collect: what was generated so far is returned.
                 item.handle.stop()
 
-    def _check_cancelled(self) -> None:
-        # Each check is a round trip to the server process: done every cancellation_check_period_ms.
-        now = time.monotonic()
-        if now < self.next_cancel_check:
+    def _watch_cancellations(self) -> None:
+        """Ask Triton every cancellation_check_period_ms whether the clients of the running requests went away.
+
+        Each check is a round trip to the server process. Done on the engine thread, the engine waited for one
+        per request every period (16 at concurrency 16); here the round trip runs while the engine steps (it
+        releases the GIL) and a cancelled request reaches the engine loop as a message."""
+        while not self.stopping.wait(self.cancel_check_period_s):
+            seen = set()
+            for job, _ in list(self.active.values()):
+                if id(job) in seen or job.sender is None:
+                    continue
+                seen.add(id(job))
+                with self.outbox.final_lock:
+                    cancelled = not job.finalized and not job.closed and self._is_cancelled(job)
+                if cancelled:
+                    self.incoming.put(("cancel", job))
+
+    def _cancel(self, job: Job) -> None:
+        if job.closed:  # ended meanwhile: its final response is sent or on its way
             return
-        self.next_cancel_check = now + self.cancel_check_period_s
-        seen = set()
-        for job, item in list(self.active.values()):
-            if id(job) in seen or job.sender is None:
-                continue
-            seen.add(id(job))
-            if self._is_cancelled(job):
-                generated = sum(len(other.tokens) for other in job.items)
-                pb_utils.Logger.log_info(
-                    f"{self.instance}: request {job.request_id or '(no id)'} cancelled by the client after {generated} tokens"
-                )
-                for other in job.items:
-                    if other.engine_id in self.active:
-                        other.handle.stop()
-                        self.active.pop(other.engine_id, None)
-                job.closed = True
-                self._release(job)
-                self.outbox.put(
-                    job,
-                    pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)),
-                    pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
-                )
+        generated = sum(len(item.tokens) for item in job.items)
+        pb_utils.Logger.log_info(f"{self.instance}: request {job.request_id or '(no id)'} cancelled by the client after {generated} tokens")
+        for item in job.items:
+            if item.engine_id in self.active:
+                item.handle.stop()
+                self.active.pop(item.engine_id, None)
+        job.closed = True
+        self._release(job)
+        self.outbox.put(
+            job,
+            pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)),
+            pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+        )
 
     @staticmethod
     def _is_cancelled(job: Job) -> bool:
@@ -807,5 +830,6 @@ class TritonPythonModel:
     def finalize(self):
         self.stopping.set()
         self.loop_thread.join(timeout=30)
+        self.watch_thread.join(timeout=30)
         self.outbox.close(timeout_s=30)
         self.pipeline = None

@@ -28,6 +28,7 @@ class TritonPythonModel:
         self.tokenizer = load_tokenizer(params)
         self.skip_special_tokens = as_bool(params, "skip_special_tokens", True)
         self.anchor = self.tokenizer.encode("a", add_special_tokens=False)[-1:]
+        self.anchor_text = self.tokenizer.decode(self.anchor, skip_special_tokens=self.skip_special_tokens)
 
     def execute(self, requests):
         responses = []
@@ -53,5 +54,5 @@ class TritonPythonModel:
         for b in range(tokens.shape[0]):
             for beam in range(tokens.shape[1]):
                 ids = tokens[b, beam, : int(lengths[b, beam])].tolist()
-                texts.append(anchored_decode(self.tokenizer, ids, self.anchor, self.skip_special_tokens).encode("utf-8"))
+                texts.append(anchored_decode(self.tokenizer, ids, self.anchor, self.skip_special_tokens, self.anchor_text).encode("utf-8"))
         return np.array(texts, dtype=object)
