@@ -514,6 +514,35 @@ def test_synthetic_prompts_reencode_to_the_exact_length(tmp_path):
     assert [r.prompt for r in again] == [r.prompt for r in requests]  # seeded
 
 
+def test_bench_tokenizer_is_the_served_loader_and_counts_like_transformers(smollm2_checkpoint, reference_model):
+    """With a tokenizer.json the bench loads the tokenizer as the served preprocessing does (the `tokenizers`
+    library, no transformers import: ~7 s per bench process here) and counts, decodes and excludes special tokens
+    exactly as transformers' AutoTokenizer."""
+    import subprocess
+    import sys
+
+    from trtllm_forge.bench.workload import load_tokenizer
+
+    ours, theirs = load_tokenizer(smollm2_checkpoint), reference_model.tokenizer
+    assert type(ours).__name__ == "FastTokenizer"
+    assert len(ours) == len(theirs) and ours.all_special_ids == sorted(theirs.all_special_ids)
+    texts = [
+        "The capital of France is",
+        "  leading spaces, émigré — ünïcödé 😀",
+        "def fibonacci(n):\n    return n",
+        "<|im_start|>user hi<|im_end|>",
+    ]
+    for text in texts:
+        ids = ours.encode(text, add_special_tokens=False)
+        assert ids == theirs.encode(text, add_special_tokens=False), text
+        for skip in (True, False):
+            assert ours.decode(ids, skip_special_tokens=skip) == theirs.decode(ids, skip_special_tokens=skip), (text, skip)
+
+    code = f"import sys; from trtllm_forge.bench.workload import load_tokenizer; load_tokenizer({str(smollm2_checkpoint)!r}); print('transformers' in sys.modules)"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert loaded.stdout.strip() == "False", loaded.stderr
+
+
 def test_running_total_token_counts_become_per_response_counts():
     from trtllm_forge.bench.target import cumulative_to_deltas
 

@@ -82,6 +82,16 @@ class FastTokenizer:
                 self.eos_token = self.backend.id_to_token(eos)
         if self.pad_token is None:
             self.pad_token = self.eos_token
+        named = [_token_text(config.get(key)) for key in ("bos_token", "unk_token")] + [self.eos_token, self.pad_token]
+        extra = config.get("additional_special_tokens") or config.get("extra_special_tokens") or []
+        named += [_token_text(t) for t in (extra.values() if isinstance(extra, dict) else extra)]
+        self.special_tokens = [t for t in named if t]
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        """The ids of the named special tokens (bos, eos, unk, pad and the additional ones), as transformers'."""
+        ids = {self.backend.token_to_id(token) for token in self.special_tokens}
+        return sorted(i for i in ids if i is not None)
 
     @property
     def eos_token_id(self) -> int | None:

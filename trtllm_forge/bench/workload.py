@@ -66,6 +66,12 @@ def load_tokenizer(path: Path | None):
         return None
     if not Path(path).is_dir():
         raise ConfigError("--tokenizer", f"{path} is not a directory", "give a Hugging Face tokenizer directory")
+    if (Path(path) / "tokenizer.json").is_file():
+        # The served preprocessing's own loader (the `tokenizers` library on tokenizer.json): prompts are counted as
+        # the server will count them, and the bench starts without transformers (importing it takes ~7 s here).
+        from trtllm_forge.model_repo_templates.python_models.tokenizer_loading import FastTokenizer
+
+        return FastTokenizer(Path(path))
     from transformers import AutoTokenizer  # lazy: heavy
 
     return AutoTokenizer.from_pretrained(str(path))
@@ -134,7 +140,7 @@ def from_dataset(
             )
         if "input_ids" in row:
             ids = tuple(int(i) for i in row["input_ids"])
-            prompt = tokenizer.decode(ids) if tokenizer is not None else ""
+            prompt = tokenizer.decode(ids, skip_special_tokens=False) if tokenizer is not None else ""
             requests.append(BenchRequest(prompt, ids, len(ids), "dataset_ids", osl))
         elif "prompt" in row:
             count, source = _count(tokenizer, row["prompt"])
