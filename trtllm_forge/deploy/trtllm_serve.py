@@ -182,6 +182,7 @@ def start_local(argv: list[str], url: str, log: Path, ready_timeout_s: float = 3
 
 
 STATE = "trtllm-serve.json"
+STOP_GRACE_S = 30.0  # between SIGTERM and SIGKILL of the server's process group
 
 
 def _built(workdir: Path) -> tuple[str, Path]:
@@ -251,17 +252,18 @@ def stop(workdir: Path) -> dict | None:
     path = workdir / "deploy" / STATE
     if not path.is_file():
         return None
+    from trtllm_forge.processes import group_members, terminate
+
     state = json.loads(path.read_text())
-    server = ServeProcess(state["url"], int(state["pid"]), Path(state.get("log", "")), state["argv"])
+    pid = int(state["pid"])
     if is_running(state):  # a recycled pid running another program is never signalled
-        server.stop()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(server.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.2)
+        survivors = terminate(lambda: group_members(pid), STOP_GRACE_S)
+        if survivors:
+            raise StepError("deploy stop", f"trtllm-serve processes {survivors} survived SIGKILL", "check them with ps")
+    try:  # started by this process (`run`): reap it, or it stays a zombie until we exit
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
     path.unlink()
     return state
 

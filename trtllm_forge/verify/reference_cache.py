@@ -113,14 +113,20 @@ class CachedReference:
 
     @property
     def tokenizer(self) -> Any:
-        """The reference tokenizer alone (transformers' AutoTokenizer), without loading the model."""
+        """The tokenizer alone, without loading the model: with a tokenizer.json the served preprocessing's loader
+        (the `tokenizers` library; importing transformers takes ~7 s here), else transformers' AutoTokenizer."""
         if self._model is not None:
             return self._model.tokenizer
         if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
             source = self.tokenizer_dir or self.checkpoint_dir
-            self._tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=self.trust_remote_code)
+            if (source / "tokenizer.json").is_file() and not self.trust_remote_code:
+                from trtllm_forge.model_repo_templates.python_models.tokenizer_loading import FastTokenizer
+
+                self._tokenizer = FastTokenizer(source)
+            else:
+                from transformers import AutoTokenizer
+
+                self._tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=self.trust_remote_code)
         return self._tokenizer
 
     @property
