@@ -675,12 +675,7 @@ class TritonPythonModel:
             return
         generated = sum(len(item.tokens) for item in job.items)
         pb_utils.Logger.log_info(f"{self.instance}: request {job.request_id or '(no id)'} cancelled by the client after {generated} tokens")
-        for item in job.items:
-            if item.engine_id in self.active:
-                item.handle.stop()
-                self.active.pop(item.engine_id, None)
-        job.closed = True
-        self._release(job)
+        self._end_in_engine(job)
         self.outbox.put(
             job,
             pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)),
@@ -780,12 +775,16 @@ class TritonPythonModel:
     def _flush_outbox(self) -> None:
         """Let this step's responses leave before the next step (see Outbox); stop requests nobody reads."""
         for job in self.outbox.flush():
-            for item in job.items:
-                if item.engine_id in self.active:
-                    item.handle.stop()
-                    self.active.pop(item.engine_id, None)
-            job.closed = True
-            self._release(job)
+            self._end_in_engine(job)
+
+    def _end_in_engine(self, job: Job) -> None:
+        """Stop the job's sequences in the engine, mark it closed and release what it held."""
+        for item in job.items:
+            if item.engine_id in self.active:
+                item.handle.stop()
+                self.active.pop(item.engine_id, None)
+        job.closed = True
+        self._release(job)
 
     # ----------------------------------------------------------------------------------------------
     # Responses in the TensorRT-LLM shapes ([batch=1, beam=1, tokens] etc.)
