@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import shlex
 import shutil
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import click
 
 from trtllm_forge.errors import ConfigError, StepError
+from trtllm_forge.package_versions import installed_version
 from trtllm_forge.ui import emit_json, info
 
 STAGE = "build"
@@ -35,10 +35,7 @@ HF_TOKENIZER_FILES = (
 
 
 def package_version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "not installed"
+    return installed_version(package) or "not installed"
 
 
 def package_versions(packages: tuple[str, ...]) -> dict[str, str]:

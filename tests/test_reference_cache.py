@@ -57,7 +57,7 @@ def test_changed_weights_or_versions_are_a_different_entry(tiny, tmp_path, monke
 
     import trtllm_forge.verify.reference_cache as module
 
-    monkeypatch.setattr(module, "_version", lambda package: "0.0-other")
+    monkeypatch.setattr(module, "installed_version", lambda package: "0.0-other")
     assert CachedReference(tiny, cache_root=tmp_path).path != original.path
 
 

@@ -112,13 +112,17 @@ def load_tokenizer(params: dict[str, str]):
     tokenizer_dir = params.get("tokenizer_dir")
     if not tokenizer_dir:
         raise ValueError("parameter tokenizer_dir is not set; re-render the repository with trtllm-forge render")
-    directory = Path(tokenizer_dir)
-    trust_remote_code = as_bool(params, "trust_remote_code", False)
+    return tokenizer_from_dir(Path(tokenizer_dir), as_bool(params, "trust_remote_code", False))
+
+
+def tokenizer_from_dir(directory: Path, trust_remote_code: bool = False):
+    """FastTokenizer when the directory has a tokenizer.json (and no remote code is trusted), else transformers'
+    AutoTokenizer. Also what the bench and verify outside the server load (no transformers import: ~7 s)."""
     if (directory / "tokenizer.json").is_file() and not trust_remote_code:
         return FastTokenizer(directory)
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, trust_remote_code=trust_remote_code, padding_side="left")
+    tokenizer = AutoTokenizer.from_pretrained(str(directory), trust_remote_code=trust_remote_code, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

@@ -608,6 +608,6 @@ class TritonGrpcTokensTarget(TritonGrpcTarget):
                 tokens = output.shape[-1] if output.shape else len(raw) // 4
             elif output.name == "send_time_ns" and raw:
                 server_ns = struct.unpack_from("<q", raw, 0)[0]
-        final = response.parameters["triton_final_response"].bool_param
+        final = response.parameters[_FINAL].bool_param
         record.add_content(tokens, None, final, server_ns)
         return final

@@ -66,15 +66,10 @@ def load_tokenizer(path: Path | None):
         return None
     if not Path(path).is_dir():
         raise ConfigError("--tokenizer", f"{path} is not a directory", "give a Hugging Face tokenizer directory")
-    if (Path(path) / "tokenizer.json").is_file():
-        # The served preprocessing's own loader (the `tokenizers` library on tokenizer.json): prompts are counted as
-        # the server will count them, and the bench starts without transformers (importing it takes ~7 s here).
-        from trtllm_forge.model_repo_templates.python_models.tokenizer_loading import FastTokenizer
+    # The served preprocessing's own loader: prompts are counted as the server will count them.
+    from trtllm_forge.model_repo_templates.python_models.tokenizer_loading import tokenizer_from_dir
 
-        return FastTokenizer(Path(path))
-    from transformers import AutoTokenizer  # lazy: heavy
-
-    return AutoTokenizer.from_pretrained(str(path))
+    return tokenizer_from_dir(Path(path))
 
 
 def _exact_prompt(tokenizer, length: int, rng: np.random.Generator, special: set[int]) -> tuple[str, tuple[int, ...]]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from trtllm_forge.importer.sources import (
     check_family_hf,
     resolve_source,
 )
+from trtllm_forge.package_versions import installed_version
 from trtllm_forge.stage_results import ImportResult
 from trtllm_forge.stages import StageRecorder, hash_inputs, read_manifest, run_stage
 
@@ -125,7 +125,7 @@ def plan_import(config: ForgeConfig, workdir: Path) -> ImportPlan:
         info = read_gguf_info(source.path)
         check_family_gguf(family, info.architecture, info.expert_count)
         values["converter_version"] = CONVERTER_VERSION
-        values["transformers"] = _version("transformers")
+        values["transformers"] = installed_version("transformers")
         input_paths["gguf"] = source.path
         if tokenizer_dir:
             notes.append("model.tokenizer is recorded, but the converted checkpoint carries the GGUF's own tokenizer")
@@ -138,13 +138,6 @@ def plan_import(config: ForgeConfig, workdir: Path) -> ImportPlan:
     if tokenizer_dir and tokenizer_dir != source.path:
         values["tokenizer_fingerprint"] = fingerprint(tokenizer_dir)
     return ImportPlan(source, workdir, dtype, values, input_paths, tokenizer_dir, notes)
-
-
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _gguf_body(plan: ImportPlan, config: ForgeConfig):
@@ -199,7 +192,7 @@ def _hf_body(plan: ImportPlan, config: ForgeConfig):
                 f"cannot load the tokenizer in {tokenizer_dir} ({first})",
                 "fix the tokenizer files or set model.tokenizer",
             ) from None
-        recorder.tool_versions["transformers"] = _version("transformers") or "?"
+        recorder.tool_versions["transformers"] = installed_version("transformers") or "?"
         recorder.notes.extend(plan.notes)
         stored = stored_dtype(hf_config, by_dtype)
         return {

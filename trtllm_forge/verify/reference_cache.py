@@ -15,11 +15,11 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from trtllm_forge.stages import write_json_atomic
+from trtllm_forge.package_versions import installed_version
+from trtllm_forge.stages import sha256_file, write_json_atomic
 from trtllm_forge.user_cache import user_cache_dir
 from trtllm_forge.verify.reference import Perplexity, ReferenceModel
 
@@ -27,32 +27,16 @@ SCHEMA = 1
 REFERENCE_DTYPE = "float32"
 
 
-def _files_digest(directory: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(directory).as_posix().encode() + b"\0")
-        with path.open("rb") as handle:
-            digest.update(hashlib.file_digest(handle, "sha256").digest())
-    return digest.hexdigest()
-
-
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def reference_key(checkpoint_dir: Path, tokenizer_dir: Path | None, trust_remote_code: bool) -> dict[str, Any]:
     """What transformers' greedy answers depend on, besides the prompt and the token budget."""
     return {
         "schema": SCHEMA,
-        "checkpoint_sha256": _files_digest(checkpoint_dir),
-        "tokenizer_sha256": _files_digest(tokenizer_dir) if tokenizer_dir else None,
+        "checkpoint_sha256": sha256_file(checkpoint_dir),
+        "tokenizer_sha256": sha256_file(tokenizer_dir) if tokenizer_dir else None,
         "dtype": REFERENCE_DTYPE,
         "trust_remote_code": trust_remote_code,
-        "torch": _version("torch"),
-        "transformers": _version("transformers"),
+        "torch": installed_version("torch"),
+        "transformers": installed_version("transformers"),
     }
 
 
@@ -118,15 +102,9 @@ class CachedReference:
         if self._model is not None:
             return self._model.tokenizer
         if self._tokenizer is None:
-            source = self.tokenizer_dir or self.checkpoint_dir
-            if (source / "tokenizer.json").is_file() and not self.trust_remote_code:
-                from trtllm_forge.model_repo_templates.python_models.tokenizer_loading import FastTokenizer
+            from trtllm_forge.model_repo_templates.python_models.tokenizer_loading import tokenizer_from_dir
 
-                self._tokenizer = FastTokenizer(source)
-            else:
-                from transformers import AutoTokenizer
-
-                self._tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=self.trust_remote_code)
+            self._tokenizer = tokenizer_from_dir(self.tokenizer_dir or self.checkpoint_dir, self.trust_remote_code)
         return self._tokenizer
 
     @property
