@@ -1,21 +1,27 @@
 """What the CPU engine builders (OpenVINO, ONNX Runtime GenAI) share: the checkpoint check, the tokenizer files
-the engine directory needs, the export's offline environment, tool versions and the dry-run listing."""
+the engine directory needs, the export's offline environment, tool versions, the reuse of an earlier identical
+export and the dry-run listing."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import shlex
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import click
 
 from trtllm_forge.errors import ConfigError, StepError
 from trtllm_forge.package_versions import installed_version
+from trtllm_forge.stages import read_manifest
 from trtllm_forge.ui import emit_json, info
 
 STAGE = "build"
 ENGINE_SUBDIR = "engine"
+EXPORT_KEY = "export_key"  # the build manifest's outputs: see export_key()
 EXPORT_TIMEOUT_S = 3600
 # Offline: the checkpoint is local and a build must never reach a hub.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -76,6 +82,33 @@ def stage_hash_values(config: Any, export: dict[str, Any], tools: dict[str, str]
         "trust_remote_code": config.model.trust_remote_code,
         "tools": tools,
     }
+
+
+def export_key(settings: Mapping[str, Any], tools: Mapping[str, str], inputs_sha256: Mapping[str, str]) -> str:
+    """What an export's files depend on: its settings (argv left out: it holds paths), the tool versions and the
+    content digests of its inputs (checkpoint, calibration file). Recorded in the build manifest's outputs."""
+    document = {"export": {k: v for k, v in settings.items() if k != "argv"}, "tools": dict(tools), "inputs": dict(inputs_sha256)}
+    return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def reuse_previous_export(stage_dir: Path, key: str, engine_dir: Path, exclude: tuple[str, ...]) -> Path | None:
+    """Fill `engine_dir` with the files of the stage's previous engine directory (`stage_dir`/engine) when that
+    export had the same `export_key`: a build whose other settings changed (engine limits, target, draft) then
+    rewrites its engine config without exporting again. Files are hard links where the filesystem allows (the
+    builders replace files, never write into them); `exclude` are the files the builder writes after the
+    export. Returns the previous engine directory, or None when there is nothing to reuse."""
+    previous = read_manifest(stage_dir) or {}
+    source = stage_dir / ENGINE_SUBDIR
+    if previous.get("outputs", {}).get(EXPORT_KEY) != key or not source.is_dir():
+        return None
+    engine_dir.mkdir(parents=True)
+    for item in source.iterdir():
+        if item.is_file() and item.name not in exclude:
+            try:
+                os.link(item, engine_dir / item.name)
+            except OSError:
+                shutil.copy2(item, engine_dir / item.name)
+    return source
 
 
 def size_bytes(directory: Path) -> int:

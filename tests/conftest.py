@@ -5,8 +5,8 @@ instead of making their own (each is read-only for its users; copy it to change 
 
 - `imported_smollm2` / `smollm2_checkpoint`: the one import of the built-in SmolLM2 (through the real CLI).
 - `cpu_engine_fp32`: the one fp32 OpenVINO build of that checkpoint (configs/smollm2-cpu.yaml's build);
-  `cpu_engine_llmapi`: configs/smollm2-cpu-llmapi.yaml's. A test of `run` links the import and the build into its
-  own workdir (`chain_helpers.link_stages`): `run` finds both up to date and skips them.
+  `cpu_engine_llmapi`: configs/smollm2-cpu-llmapi.yaml's (it reuses that export). A test of `run` links the
+  import and the build into its own workdir (`chain_helpers.link_stages`): `run` finds both up to date and skips them.
 - `cpu_deployment`: configs/smollm2-cpu.yaml rendered (kind `cpu`) on that build, served by one Triton.
 - `cpu_engine_server`: the CPU `tensorrt_llm` engine model alone (minimal repository) on that build.
 - `tiny_triton`: a Triton on tiny python models (`echo`, `words`), no engine.
@@ -386,13 +386,17 @@ def cpu_engine_fp32(smollm2_checkpoint, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def cpu_engine_llmapi(smollm2_checkpoint, tmp_path_factory):
+def cpu_engine_llmapi(smollm2_checkpoint, cpu_engine_fp32, tmp_path_factory):
     """(workdir, BuildResult) of configs/smollm2-cpu-llmapi.yaml's build (engine.target llmapi: the fp32 export
-    and build/llmapi/model.yaml), for the LLM API chain tests to reuse (chain_helpers.link_stages)."""
+    and build/llmapi/model.yaml), for the LLM API chain tests to reuse (chain_helpers.link_stages).
+
+    Built in a workdir that starts as a copy of `cpu_engine_fp32`'s, as a user who copies a workdir and switches
+    engine.target would: the export settings are the same, so the build reuses that export (hard links)."""
     from trtllm_forge.builders.openvino import build_engine
     from trtllm_forge.config import load_config
 
     workdir = tmp_path_factory.mktemp("build-llmapi")
+    shutil.copytree(cpu_engine_fp32[0] / "build", workdir / "build", copy_function=os.link)
     return workdir, build_engine(load_config(CONFIGS / "smollm2-cpu-llmapi.yaml"), workdir, smollm2_checkpoint)
 
 

@@ -148,6 +148,47 @@ def test_unchanged_second_build_is_skipped(cpu_engine_fp32, smollm2_checkpoint):
 
 
 @pytest.mark.slow
+def test_a_build_with_the_same_export_settings_reuses_the_export(cpu_engine_fp32, cpu_engine_llmapi):
+    """cpu_engine_llmapi starts from a copy of the fp32 build's workdir and switches engine.target to llmapi: the
+    export is linked, not run again, and the engine config is written anew; the fp32 build is left as it was."""
+    (_, fp32), (_, llmapi) = cpu_engine_fp32, cpu_engine_llmapi
+    fp32_dir, llmapi_dir = Path(fp32.manifest["outputs"]["engine_dir"]), Path(llmapi.manifest["outputs"]["engine_dir"])
+    assert not llmapi.skipped and llmapi.manifest["outputs"]["export_reused"]
+    assert not fp32.manifest["outputs"]["export_reused"]
+    assert llmapi.manifest["outputs"]["export_key"] == fp32.manifest["outputs"]["export_key"]
+    assert llmapi.manifest["commands"] == []
+    assert any("export reused" in note for note in llmapi.manifest["notes"])
+    assert (llmapi_dir / "openvino_model.bin").samefile(fp32_dir / "openvino_model.bin")
+    assert json.loads((llmapi_dir / "hf_config.json").read_text()) == json.loads((fp32_dir / "hf_config.json").read_text())
+    assert Path(llmapi.manifest["outputs"]["model_yaml"]).is_file()
+    assert read_engine_config(llmapi_dir).raw["build_config"] == read_engine_config(fp32_dir).raw["build_config"]
+    assert read_engine_config(fp32_dir).architecture == "LlamaForCausalLM"
+
+
+def test_reuse_needs_the_same_export_key(tmp_path):
+    from trtllm_forge.builders.cpu_export import EXPORT_KEY, export_key, reuse_previous_export
+
+    settings, tools, inputs = {"weight_format": "fp32", "argv": ["a"]}, {"openvino": "1"}, {"checkpoint": "c0"}
+    key = export_key(settings, tools, inputs)
+    assert key == export_key({**settings, "argv": ["b"]}, tools, inputs)  # paths in the argv do not matter
+    for other in (
+        export_key({**settings, "weight_format": "int8"}, tools, inputs),
+        export_key(settings, {"openvino": "2"}, inputs),
+        export_key(settings, tools, {"checkpoint": "c1"}),
+    ):
+        assert other != key
+    stage = tmp_path / "build"
+    (stage / "engine").mkdir(parents=True)
+    for name in ("openvino_model.bin", "config.json", "hf_config.json"):
+        (stage / "engine" / name).write_text(name)
+    (stage / "manifest.json").write_text(json.dumps({"outputs": {EXPORT_KEY: key}}))
+    assert reuse_previous_export(stage, export_key(settings, tools, {"checkpoint": "c1"}), tmp_path / "a", ()) is None
+    assert not (tmp_path / "a").exists()
+    assert reuse_previous_export(stage, key, tmp_path / "b", exclude=("config.json",)) == stage / "engine"
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["hf_config.json", "openvino_model.bin"]
+
+
+@pytest.mark.slow
 def test_int8_export_is_smaller(smollm2_checkpoint, tmp_path):
     """int8_wo on a tiny model of SmolLM2's shape (a third of the export's time on SmolLM2 itself): the weights
     that matter for the ratio (all matmuls and the embedding) are there, the layers are few."""
@@ -163,6 +204,13 @@ def test_int8_export_is_smaller(smollm2_checkpoint, tmp_path):
     info = read_engine_config(int8_dir)
     assert info.raw["pretrained_config"]["quantization"]["quant_algo"] == "W8A16"
     assert info.raw["openvino"]["weight_format"] == "int8"
+    # Another engine limit in the same workdir: the int8 export is reused, the engine config follows the new limit.
+    resized = build_engine(
+        cpu_test_config(quantization={"algorithm": "int8_wo"}, engine={"max_batch_size": 3}), tmp_path / "wd", checkpoint
+    )
+    assert resized.manifest["outputs"]["export_reused"] and resized.manifest["commands"] == []
+    assert read_engine_config(int8_dir).max_batch_size == 3
+    assert read_engine_config(int8_dir).raw["openvino"]["weight_format"] == "int8"
 
 
 def test_calibration_file_formats(tmp_path):

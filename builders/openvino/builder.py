@@ -10,6 +10,7 @@ from pathlib import Path
 
 from trtllm_forge.stage_results import BuildResult
 from trtllm_forge.builders.openvino import engine_json
+from trtllm_forge.builders.openvino.engine_json import HF_CONFIG_COPY
 from trtllm_forge.builders.openvino.plan import (
     DraftPlan,
     IR_FILES,
@@ -20,6 +21,7 @@ from trtllm_forge.builders.openvino.plan import (
 )
 from trtllm_forge.builders.cpu_export import (
     ENGINE_SUBDIR,
+    EXPORT_KEY,
     EXPORT_TIMEOUT_S,
     OFFLINE_ENV,
     STAGE,
@@ -27,15 +29,17 @@ from trtllm_forge.builders.cpu_export import (
     check_checkpoint,
     check_export,
     copy_tokenizer_files,
+    export_key,
     package_version,
     package_versions,
+    reuse_previous_export,
     size_bytes,
     stage_hash_values,
 )
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.engine_config import ENGINE_CONFIG
 from trtllm_forge.errors import StepError
-from trtllm_forge.stages import StageRecorder, run_stage
+from trtllm_forge.stages import StageRecorder, run_stage, sha256_file
 
 LLMAPI_SUBDIR = "llmapi"
 # Packages whose versions change what the export produces (part of the stage's input hash).
@@ -62,7 +66,7 @@ class BuildPlan:
 
     @property
     def files(self) -> list[Path]:
-        names = [*IR_FILES, *TOKENIZER_IR_FILES, ENGINE_CONFIG, engine_json.HF_CONFIG_COPY, "tokenizer.json", "tokenizer_config.json"]
+        names = [*IR_FILES, *TOKENIZER_IR_FILES, ENGINE_CONFIG, HF_CONFIG_COPY, "tokenizer.json", "tokenizer_config.json"]
         return [self.engine_dir / n for n in names] + [self.engine_dir.parent / "manifest.json"]
 
     def to_json(self) -> dict:
@@ -84,8 +88,8 @@ def plan_build(config: ForgeConfig, workdir: Path, checkpoint_dir: Path) -> Buil
     return BuildPlan(checkpoint_dir, engine_dir, plan_export(config, checkpoint_dir, engine_dir), model_yaml, draft)
 
 
-def _hash_values(config: ForgeConfig, plan: ExportPlan) -> dict:
-    return stage_hash_values(config, plan.to_json(), tool_versions(), model_dtype=config.model.dtype)
+def _hash_values(config: ForgeConfig, plan: ExportPlan, inputs_sha256: dict[str, str]) -> dict:
+    return stage_hash_values(config, plan.to_json(), tool_versions(), model_dtype=config.model.dtype, inputs_sha256=inputs_sha256)
 
 
 def _export_draft(draft: DraftPlan, recorder: StageRecorder) -> None:
@@ -121,18 +125,26 @@ class OpenVINOBuilder(CpuExportBuilder):
 def _execute(config: ForgeConfig, workdir: Path, recorded: BuildPlan, force: bool) -> BuildResult:
     checkpoint_dir = recorded.checkpoint_dir
     check_checkpoint(checkpoint_dir)
-    input_paths = {"checkpoint": checkpoint_dir}
+    # The export's inputs are digested once: for the stage's input hash and for the export's own key.
+    export_inputs = {"checkpoint": sha256_file(checkpoint_dir)}
     if recorded.export.calibration_file:
-        input_paths["calibration"] = recorded.export.calibration_file
-    if recorded.draft is not None:
-        input_paths["draft"] = recorded.draft.source
+        export_inputs["calibration"] = sha256_file(recorded.export.calibration_file)
+    input_paths = {"draft": recorded.draft.source} if recorded.draft is not None else {}
 
     def body(tmp: Path, recorder: StageRecorder) -> dict:
         engine_dir = tmp / ENGINE_SUBDIR
         run_plan = plan_export(config, checkpoint_dir, engine_dir)
         versions = tool_versions()
         recorder.tool_versions.update(versions)
-        recorder.run(run_plan.argv, "export", env=OFFLINE_ENV, timeout=EXPORT_TIMEOUT_S)
+        settings = {**run_plan.to_json(), "trust_remote_code": config.model.trust_remote_code}
+        key = export_key(settings, versions, export_inputs)
+        previous = None if force else reuse_previous_export(workdir / STAGE, key, engine_dir, exclude=(ENGINE_CONFIG, HF_CONFIG_COPY))
+        if previous is None:
+            recorder.run(run_plan.argv, "export", env=OFFLINE_ENV, timeout=EXPORT_TIMEOUT_S)
+        else:
+            # engine_json.write reads the export's own config.json, which the previous build kept as hf_config.json.
+            shutil.copy2(previous / HF_CONFIG_COPY, engine_dir / "config.json")
+            recorder.notes.append("export reused from the previous build: same checkpoint, export settings and tool versions")
         check_export(engine_dir, (*IR_FILES, *TOKENIZER_IR_FILES, "config.json"))
         copy_tokenizer_files(checkpoint_dir, engine_dir)
         run_draft = plan_draft_export(config, engine_dir)
@@ -150,10 +162,13 @@ def _execute(config: ForgeConfig, workdir: Path, recorded: BuildPlan, force: boo
         return {
             **llmapi_outputs,
             "engine_dir": str(recorded.engine_dir),
+            EXPORT_KEY: key,
+            "export_reused": previous is not None,
             "weight_format": run_plan.weight_format,
             "inference_precision": run_plan.inference_precision,
             "kv_cache_precision": run_plan.kv_cache_precision,
             "size_bytes": size_bytes(engine_dir),
         }
 
-    return BuildResult.from_stage(run_stage(workdir, STAGE, _hash_values(config, recorded.export), input_paths, body, force=force))
+    values = _hash_values(config, recorded.export, export_inputs)
+    return BuildResult.from_stage(run_stage(workdir, STAGE, values, input_paths, body, force=force))

@@ -118,18 +118,21 @@ class TritonPythonModel:
             outputs = [pb_utils.Tensor("text_output", text)]
         if state.count_tokens:
             outputs.append(pb_utils.Tensor("num_output_tokens", np.array([n_tokens], dtype=np.int32).reshape(shape)))
-        stamp = time.monotonic_ns()
         if state.perf:
-            # Like TensorRT-LLM's return_perf_metrics (the schedule starts at arrival, so first_scheduled = arrival).
-            state.first_token_ns = state.first_token_ns or stamp
+            # Like TensorRT-LLM's return_perf_metrics (the schedule starts at arrival, so first_scheduled = arrival);
+            # a token's time is when it was produced, before its response is put together.
+            produced = time.monotonic_ns()
+            state.first_token_ns = state.first_token_ns or produced
             for name, value in (
                 ("arrival_time_ns", state.arrival_ns),
                 ("first_scheduled_time_ns", state.arrival_ns),
                 ("first_token_time_ns", state.first_token_ns),
-                ("last_token_time_ns", stamp),
+                ("last_token_time_ns", produced),
             ):
                 outputs.append(pb_utils.Tensor(name, np.array([value], dtype=np.int64).reshape(shape)))
-        outputs.append(pb_utils.Tensor("send_time_ns", np.array([stamp], dtype=np.int64).reshape(shape)))
+        # Stamped after every other output is built: what follows the stamp is the same for every client that
+        # asks for the same outputs (one tensor, the response object, Triton's response path).
+        outputs.append(pb_utils.Tensor("send_time_ns", np.array([time.monotonic_ns()], dtype=np.int64).reshape(shape)))
         return pb_utils.InferenceResponse(output_tensors=outputs)
 
     def _emit(self, state):
