@@ -210,6 +210,24 @@ def test_perf_analyzer_binary_is_installed_and_located():
     assert any((d / "libcudart.so.12").is_file() for d in found.lib_dirs)
 
 
+def test_tools_run_without_the_grpc_settings_trtllm_forge_defaulted_for_itself():
+    """Our processes default GRPC_EXPERIMENTS (the bench's client poller) and GRPC_ENABLE_FORK_SUPPORT; perf_analyzer,
+    GenAI-Perf and AIPerf get the user's environment: a value the user set is passed on, ours is not."""
+    import trtllm_forge
+    from trtllm_forge.bench.tool_runs import executable
+
+    if "GRPC_EXPERIMENTS" not in trtllm_forge._DEFAULTED:
+        pytest.skip("GRPC_EXPERIMENTS was set before trtllm_forge was imported: nothing of ours to leave out")
+    assert os.environ["GRPC_EXPERIMENTS"] == trtllm_forge.GRPC_DEFAULTS["GRPC_EXPERIMENTS"]
+    assert "GRPC_EXPERIMENTS" not in trtllm_forge.third_party_env()
+    assert trtllm_forge.third_party_env({"GRPC_EXPERIMENTS": "-other", "A": "1"}) == {"GRPC_EXPERIMENTS": "-other", "A": "1"}
+    if PA_PROBLEM is None:
+        found = find_perf_analyzer()
+        assert "GRPC_EXPERIMENTS" not in found.env() and "GRPC_ENABLE_FORK_SUPPORT" not in found.env()
+        _, env = executable("perf_analyzer")
+        assert "GRPC_EXPERIMENTS" not in env
+
+
 def _scripted_tool(tmp_path: Path, outcomes: list[tuple[int, str]]) -> list[str]:
     """A process that stands in for perf_analyzer's exit only (not its measurement): each call prints the next
     outcome's text and exits with its code; calls are counted in `calls`."""

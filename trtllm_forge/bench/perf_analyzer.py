@@ -26,6 +26,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trtllm_forge import third_party_env
+
 PERF_ANALYZER_VERSION = "2.51.0"
 WHEEL_REQUIREMENT = f"tritonclient=={PERF_ANALYZER_VERSION}"
 WHEEL_MEMBER = f"tritonclient-{PERF_ANALYZER_VERSION}.data/data/bin/perf_analyzer"
@@ -53,8 +55,9 @@ class PerfAnalyzer:
     lib_dirs: list[Path] = field(default_factory=list)
 
     def env(self, base: dict | None = None) -> dict:
-        """The environment to run the binary in: LD_LIBRARY_PATH gains the libcudart directory."""
-        env = dict(os.environ if base is None else base)
+        """The environment to run the binary in (the user's: trtllm_forge.third_party_env): LD_LIBRARY_PATH gains the
+        libcudart directory."""
+        env = third_party_env(base)
         dirs = [str(d) for d in self.lib_dirs] + ([env["LD_LIBRARY_PATH"]] if env.get("LD_LIBRARY_PATH") else [])
         if dirs:
             env["LD_LIBRARY_PATH"] = os.pathsep.join(dirs)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trtllm_forge import third_party_env
 from trtllm_forge.bench import report
 from trtllm_forge.bench.exports import import_export
 from trtllm_forge.bench.interop import (
@@ -150,7 +151,7 @@ def executable(tool: str) -> tuple[str, dict]:
         raise StepError(
             tool, f"{tool} is not installed", f"install it in its own venv and set {TOOL_ENV[tool]}=/path/to/{tool} (see README)"
         )
-    env = pa.env() if pa else dict(os.environ)
+    env = pa.env() if pa else third_party_env()
     if pa:  # GenAI-Perf runs `perf_analyzer` from PATH: ours (the wrapper in this venv's bin) goes first
         env["PATH"] = os.pathsep.join([str(Path(sys.prefix) / "bin"), env.get("PATH", "")])
     return path, env
