@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Which grpc client poller lets our bench stamp responses soonest: grpc's event-engine client (grpcio's default)
-against the older poller (`GRPC_EXPERIMENTS=-event_engine_client`, trtllm_forge's default since this script's
-first run, see trtllm_forge/__init__.py).
+"""Which grpc client poller lets our bench stamp responses soonest: grpc's event-engine client (grpcio's default,
+and ours) against the older poller (`GRPC_EXPERIMENTS=-event_engine_client`, where the thread waiting on a call's
+queue polls the socket itself).
 
 Our bench (`trtllm-forge bench`, its own process per run, as bench_tools_fidelity.py runs it) on the timing model
 (TTFT error against the model's send stamps, concurrency 1, 4, 16, 64) and on the flood model (responses consumed
@@ -28,7 +28,7 @@ import bench_tools_fidelity as fidelity  # noqa: E402 - the fidelity script's ru
 from trtllm_forge.bench import provenance  # noqa: E402
 
 RESULTS = fidelity.REPO / "results" / "bench_fidelity" / "grpc_poller.json"
-# GRPC_EXPERIMENTS per setting; set, even empty, it is left alone by trtllm_forge (empty: grpcio's own default).
+# GRPC_EXPERIMENTS per setting (empty: grpcio's own default).
 SETTINGS = {"event-engine client (grpcio default)": "", "older poller (-event_engine_client)": "-event_engine_client"}
 TIMING_CONCURRENCY = (1, 4, 16, 64)
 FLOOD_CONCURRENCY = (1, 16, 64)

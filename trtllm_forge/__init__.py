@@ -9,13 +9,8 @@ __version__ = "0.1.0"
 # exited with SIGABRT after "Epoll1Poller ... epoll_wait error: Bad file descriptor" once the bench's gRPC channels
 # had run in the same process). Our children always exec, so gRPC's fork support is never needed. Set before any
 # grpc import: the package is imported first by the CLI, the scripts and the tests' conftest.
-#
-# grpc's event-engine client (on by default in grpcio 1.85) reads the sockets on threads of its own and hands each
-# completion to the thread waiting on the call's queue: two thread wake-ups before the bench can stamp a response.
-# With that experiment off, the waiting thread polls the socket itself (one wake-up, as perf_analyzer's client does):
-# the bench's TTFT error against the server's stamps came out lower at concurrency 1, 4 and 16 in interleaved runs
-# (scripts/bench_grpc_poller.py, results/bench_fidelity/grpc_poller.json).
-GRPC_DEFAULTS = {"GRPC_ENABLE_FORK_SUPPORT": "false", "GRPC_EXPERIMENTS": "-event_engine_client"}
+# third_party_env() leaves it out of the environment of the tools we run.
+GRPC_DEFAULTS = {"GRPC_ENABLE_FORK_SUPPORT": "false"}
 _DEFAULTED = tuple(name for name in GRPC_DEFAULTS if name not in os.environ)
 for _name in _DEFAULTED:
     os.environ[_name] = GRPC_DEFAULTS[_name]
