@@ -21,8 +21,11 @@ PENALTIES = ("repetition_penalty", "presence_penalty", "frequency_penalty")  # t
 # Runtime properties under the engine's own (config.json `openvino.properties` wins). Thread pinning off: the
 # engine shares its cores with Triton, the pre/post-processing stubs and whatever else runs on the host, and a
 # pinned inference thread waits for its core instead of moving (batch-1 decode step 1.6x slower pinned on the
-# shared 2-core machine, interleaved in one run); llama.cpp does not pin either.
-RUNTIME_PROPERTIES = {"ENABLE_CPU_PINNING": "NO"}
+# shared 2-core machine, interleaved in one run); llama.cpp does not pin either. TBB's static partitioner: a batch-1
+# step 1.09x faster in process with identical tokens (results/bench_batch1_roofline/batch1.json); served, batch-1 TPOT
+# p50 17.0 against 18.3 ms, the same at concurrency 8 and with a third process keeping one core busy (interleaved:
+# results/bench_cpu_engine/tbb_partitioner_served.json).
+RUNTIME_PROPERTIES = {"ENABLE_CPU_PINNING": "NO", "TBB_PARTITIONER": "STATIC"}
 
 
 def pipeline_properties(engine_properties: dict | None) -> dict[str, str]:
