@@ -4,8 +4,6 @@ export and the dry-run listing."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shlex
 import shutil
@@ -16,7 +14,7 @@ import click
 
 from trtllm_forge.errors import ConfigError, StepError
 from trtllm_forge.package_versions import installed_version
-from trtllm_forge.stages import read_manifest
+from trtllm_forge.stages import hash_inputs, read_manifest
 from trtllm_forge.ui import emit_json, info
 
 STAGE = "build"
@@ -73,10 +71,9 @@ def copy_tokenizer_files(checkpoint_dir: Path, engine_dir: Path) -> None:
 def stage_hash_values(config: Any, export: dict[str, Any], tools: dict[str, str], **extra: Any) -> dict[str, Any]:
     """What the build stage's input hash covers on CPU: the export's settings (its argv left out: it holds paths),
     the engine and quantization sections, trust_remote_code and the tool versions, plus the builder's `extra`."""
-    settings = {key: value for key, value in export.items() if key != "argv"}
     return {
         **extra,
-        "export": settings,
+        "export": export_settings(export),
         "engine": config.engine.model_dump(mode="json"),
         "quantization": config.quantization.model_dump(mode="json"),
         "trust_remote_code": config.model.trust_remote_code,
@@ -84,11 +81,15 @@ def stage_hash_values(config: Any, export: dict[str, Any], tools: dict[str, str]
     }
 
 
+def export_settings(export: Mapping[str, Any]) -> dict[str, Any]:
+    """An export plan's settings without its argv (which holds paths): what a hash of the export may depend on."""
+    return {key: value for key, value in export.items() if key != "argv"}
+
+
 def export_key(settings: Mapping[str, Any], tools: Mapping[str, str], inputs_sha256: Mapping[str, str]) -> str:
-    """What an export's files depend on: its settings (argv left out: it holds paths), the tool versions and the
-    content digests of its inputs (checkpoint, calibration file). Recorded in the build manifest's outputs."""
-    document = {"export": {k: v for k, v in settings.items() if k != "argv"}, "tools": dict(tools), "inputs": dict(inputs_sha256)}
-    return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
+    """What an export's files depend on: its settings, the tool versions and the content digests of its inputs
+    (checkpoint, calibration file). Recorded in the build manifest's outputs."""
+    return hash_inputs({"export": export_settings(settings), "tools": dict(tools), "inputs": dict(inputs_sha256)}, {})
 
 
 def reuse_previous_export(stage_dir: Path, key: str, engine_dir: Path, exclude: tuple[str, ...]) -> Path | None:
