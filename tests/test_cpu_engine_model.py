@@ -157,6 +157,20 @@ _VANISHING_CLIENT = textwrap.dedent(
 )
 
 
+def test_the_served_engine_compiles_with_the_runtime_properties(cpu_engine_server):
+    """The engine model's load line names the properties its pipeline was compiled with: the runtime ones
+    (genai_settings.RUNTIME_PROPERTIES: no thread pinning, TBB's static partitioner) under the engine's own."""
+    import ast
+
+    from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.genai_settings import RUNTIME_PROPERTIES
+
+    line = next(line for line in Path(cpu_engine_server.log).read_text(errors="replace").splitlines() if " loaded in " in line)
+    properties = ast.literal_eval(line.split("properties=", 1)[1].split("}", 1)[0] + "}")
+    assert RUNTIME_PROPERTIES.items() <= properties.items()
+    assert properties["TBB_PARTITIONER"] == "STATIC" and properties["ENABLE_CPU_PINNING"] == "NO"
+    assert properties["INFERENCE_PRECISION_HINT"] == "f32"  # the engine's own, from its config.json
+
+
 def test_a_client_that_vanishes_mid_stream_does_not_stall_the_server(cpu_engine_server, prompt_ids):
     proc = subprocess.Popen(
         [sys.executable, "-c", _VANISHING_CLIENT, cpu_engine_server.grpc_url, "1500"],
