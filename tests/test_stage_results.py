@@ -5,14 +5,20 @@ lacks what the next stage needs is one clear error, not a KeyError."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+from conftest import CONFIGS, REPO
 
+from trtllm_forge.config import load_config
 from trtllm_forge.deploy.launch import default_repository, rendered_leader_command
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.stage_results import BuildResult, ImportResult, RenderResult
+from trtllm_forge.render.repository import render_repository
 from trtllm_forge.stages import run_stage
+
+ENGINES = REPO / "tests" / "fixtures" / "engines"
 
 
 def test_import_outputs_round_trip_through_the_manifest(tmp_path):
@@ -70,3 +76,45 @@ def test_a_hand_written_render_manifest_with_a_command_string(tmp_path):
     assert found is not None and found.launch_command == ["mpirun", "-n", "3", "triton server"]
     assert found.repository == tmp_path / "render" / "model_repository" == default_repository(tmp_path)
     assert Path(found.directory) == tmp_path / "render"
+
+
+def test_a_copied_workdir_reads_its_own_paths(tmp_path):
+    """A workdir copied (or moved) after its stages ran: what the stages recorded under the old workdir is read
+    as under the new one; paths outside it, and a sibling whose name starts the same, stay as they were."""
+    original, sibling, outside = tmp_path / "wd", tmp_path / "wd2", tmp_path / "ckpt"
+    built = {"engine_dir": f"{original}/build/engine", "draft_engine_dir": f"{sibling}/build/engine"}
+    run_stage(original, "build", {}, {}, lambda tmp, rec: built)
+    argv = ["tritonserver", f"--model-repository={original}/render/model_repository", f"--log-file={outside}/x"]
+    run_stage(original, "render", {}, {}, lambda tmp, rec: {"repository": f"{original}/render/model_repository", "launch_command": argv})
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+
+    for workdir in (original, copy):
+        build, render = BuildResult.in_workdir(workdir), RenderResult.in_workdir(workdir)
+        assert build is not None and render is not None
+        assert build.engine_dir == workdir / "build" / "engine" and build.draft_engine_dir == sibling / "build" / "engine"
+        assert render.repository == workdir / "render" / "model_repository"
+        assert render.launch_command == ["tritonserver", f"--model-repository={workdir}/render/model_repository", f"--log-file={outside}/x"]
+        assert build.moved_here(f"{original}/build/engine") == str(workdir / "build" / "engine")
+    assert json.loads((copy / "build" / "manifest.json").read_text())["outputs"] == built  # the records are not rewritten
+
+
+def test_a_copied_workdir_renders_its_own_engine(tmp_path):
+    """Copy a built and rendered workdir, change a render setting: the copy's repository serves the copy's engine
+    (it served the original's, recorded in the copied build manifest, when the build was skipped)."""
+    config = load_config(CONFIGS / "smollm2-cpu.yaml")
+    original = tmp_path / "wd"
+
+    def build(tmp, rec):
+        shutil.copytree(ENGINES / "smollm2-cpu", tmp / "engine")
+        return {"engine_dir": str(original / "build" / "engine")}
+
+    run_stage(original, "build", {}, {}, build)
+    first = render_repository(config, original, None)
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    changed = config.model_copy(update={"triton": config.triton.model_copy(update={"entrypoint": "bls"})})
+    rendered = render_repository(changed, copy, None)
+    assert first.engine_dir == original / "build" / "engine" and rendered.engine_dir == copy / "build" / "engine"
+    text = "\n".join(p.read_text() for p in rendered.repository.rglob("config.pbtxt"))
+    assert str(copy / "build" / "engine") in text and str(original) not in text

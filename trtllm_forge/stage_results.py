@@ -26,6 +26,27 @@ def _path(value: Any) -> Path | None:
     return Path(value) if value else None
 
 
+def moved_paths(value: Any, recorded_workdir: str | None, workdir: Path) -> Any:
+    """`value` (a recorded output: a string, or lists and mappings of them) with every path under the workdir the
+    stage ran in (`recorded_workdir`, from its manifest) pointing into `workdir` instead. A workdir copied or moved
+    after its stages ran then serves its own files, not the original's (which may be gone or rebuilt)."""
+    here = Path(workdir).absolute()
+    if not recorded_workdir or Path(recorded_workdir) == here:
+        return value
+    old, new = recorded_workdir.rstrip("/"), str(here)
+
+    def move(item: Any) -> Any:
+        if isinstance(item, str):
+            return new if item == old else item.replace(old + "/", new + "/")
+        if isinstance(item, list):
+            return [move(v) for v in item]
+        if isinstance(item, dict):
+            return {k: move(v) for k, v in item.items()}
+        return item
+
+    return move(value)
+
+
 @dataclass(kw_only=True)
 class TypedStageResult(StageResult):
     """Base of the typed results: how a manifest's `outputs` become fields (`_fields`, per stage)."""
@@ -41,7 +62,7 @@ class TypedStageResult(StageResult):
         """The typed view of a stage run (done or skipped) by `stages.run_stage`."""
         if isinstance(result, cls):
             return result
-        outputs = dict(result.manifest.get("outputs") or {})
+        outputs = moved_paths(dict(result.manifest.get("outputs") or {}), result.manifest.get("workdir"), result.directory.parent)
         return cls(
             name=result.name,
             directory=result.directory,
@@ -61,6 +82,10 @@ class TypedStageResult(StageResult):
     @classmethod
     def in_workdir(cls: type[ResultT], workdir: Path) -> ResultT | None:
         return cls.from_manifest(Path(workdir) / cls.STAGE)
+
+    def moved_here(self, recorded: str) -> str:
+        """A path this stage wrote into one of its own files (not its manifest), for this workdir (`moved_paths`)."""
+        return moved_paths(recorded, self.manifest.get("workdir"), Path(self.directory).parent)
 
 
 @dataclass(kw_only=True)

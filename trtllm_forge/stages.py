@@ -295,6 +295,7 @@ def run_stage(
                 "stage": name,
                 "status": "ok",
                 "input_hash": input_hash,
+                "workdir": str(workdir.absolute()),  # stage_results.moved_paths: where the outputs' paths point
                 "inputs": {"values": dict(values), "paths": {k: str(v) for k, v in input_paths.items()}},
                 "tool_versions": {"trtllm-forge": __version__, **recorder.tool_versions},
                 "commands": [asdict(c) for c in recorder.commands],

@@ -198,7 +198,7 @@ def _built(workdir: Path) -> tuple[str, Path]:
             "set engine.target: llmapi and run `trtllm-forge build-engine CONFIG` first",
         )
     model = (yaml.safe_load(built.model_yaml.read_text()) or {}).get("model")
-    return str(model), options_file_for(built.llmapi_dir)
+    return built.moved_here(str(model)), options_file_for(built.llmapi_dir)
 
 
 def options_file_for(llmapi_dir: Path) -> Path:
