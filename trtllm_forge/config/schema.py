@@ -253,6 +253,14 @@ class RuntimeConfig(Section):
         default="auto", description="Decoding mode; auto = top_k_top_p, or beam_search when beam width > 1."
     )
     streaming: bool = Field(default=True, description="Stream tokens by default.")
+    arrival_window_ms: int | None = Field(
+        default=None,
+        ge=0,
+        le=1000,
+        description="CPU engine model only: after a step that ended two or more requests, how long the engine waits "
+        "for as many new ones before its next step, so their prompts share one prefill step (0 = never waits; "
+        "default: the model's ARRIVAL_WINDOW_MS, 20).",
+    )
 
 
 class TritonModelNames(Section):

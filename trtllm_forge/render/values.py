@@ -280,6 +280,7 @@ def compute_values(config: ForgeConfig, workdir: Path, engine: EngineInfo, kind:
             "max_beam_width": str(beam),
             "exclude_input_in_output": pb_bool(rt.exclude_input_in_output),
             "max_queue_size": str(tr.max_queue_size) if tr.max_queue_size else None,
+            "arrival_window_ms": None if rt.arrival_window_ms is None else str(rt.arrival_window_ms),
             "EXECUTION_ENV_PATH": python_env,
         }
         backend, description = "python", "trtllm-forge CPU engine model on OpenVINO GenAI, same tensor contract as TensorRT-LLM"

@@ -22,6 +22,8 @@ Model parameters read from config.pbtxt:
     cancellation_check_period_ms  how often the engine asks whether clients went away (default 100)
     max_queue_size                requests admitted beyond the engine's max_batch_size before new ones
                                   are rejected (0 = unbounded)
+    arrival_window_ms             after a step that ended two or more requests, how long the engine waits for as
+                                  many new ones before its next step (default ARRIVAL_WINDOW_MS; 0 = never waits)
 The scheduler comes from the engine's config.json (max_num_seqs = build_config.max_batch_size,
 max_num_batched_tokens = build_config.max_num_tokens) and the precision hints from its `openvino` section.
 When that section names a draft model (`openvino.draft`, written by the build for engine.speculative draft_target),
@@ -48,6 +50,7 @@ from request_checks import InvalidInput, check_request  # copied next to this fi
 
 # Copied next to this file too: the GenAI settings this model shares with the LLM-API stand-in.
 from genai_settings import (
+    ARRIVAL_WINDOW_MS,
     CPU_KV_BLOCK_SIZE,
     IDLE_WAIT_S,
     PENALTIES,
@@ -340,6 +343,7 @@ class TritonPythonModel:
         self.exclude_input_default = _param_bool(params, "exclude_input_in_output", False)
         self.max_queue_size = _param_int(params, "max_queue_size", 0)
         self.cancel_check_period_s = _param_int(params, "cancellation_check_period_ms", 100) / 1000.0
+        self.arrival_window_s = _param_int(params, "arrival_window_ms", ARRIVAL_WINDOW_MS) / 1000.0
 
         kv_tokens = _param_int(params, "max_tokens_in_paged_kv_cache", None) or self.max_batch_size * self.max_seq_len
         kv_blocks = kv_blocks_for(kv_tokens)
@@ -381,6 +385,7 @@ class TritonPythonModel:
             f"{time.monotonic() - started:.1f}s (kv_blocks={kv_blocks}, max_num_seqs={scheduler.max_num_seqs}, "
             f"max_num_batched_tokens={scheduler.max_num_batched_tokens}, prefix_caching={scheduler.enable_prefix_caching}, "
             f"dynamic_split_fuse={scheduler.dynamic_split_fuse}, properties={properties}, decoupled={self.decoupled}, "
+            f"arrival_window_ms={self.arrival_window_s * 1000:g}, "
             f"draft={draft['subdir'] + ' x' + str(self.num_assistant_tokens) if draft else None}"
             f"{' ' + str(draft.get('properties') or {}) if draft else ''})"
         )
@@ -390,6 +395,8 @@ class TritonPythonModel:
         self.jobs_in_flight = 0
         self.count_lock = threading.Lock()
         self.next_engine_id = 0
+        self.awaited = 0  # requests ended by recent steps whose successors have not arrived (see _await_arrivals)
+        self.awaited_until = 0.0
         self.stopping = threading.Event()
         self.outbox = Outbox(self.instance, pb_utils.Logger.log_warn)
         self.loop_thread = threading.Thread(target=self._loop, name=f"{self.instance}-engine", daemon=True)
@@ -588,6 +595,7 @@ class TritonPythonModel:
                 # Requests stopped on our side (cancelled, failed) stay in GenAI until a step drops them.
                 pending = self.pipeline.has_non_finished_requests()
                 self._admit(ov, block=not self.active and not pending)
+                self._await_arrivals(ov)
                 if not self.active and not pending:
                     continue
                 try:
@@ -599,6 +607,7 @@ class TritonPythonModel:
                     time.sleep(IDLE_WAIT_S)
                     continue
                 now = time.time_ns()
+                running = len(self.active)
                 for engine_id, (job, item) in list(self.active.items()):
                     try:
                         self._collect(job, item, now, status)
@@ -606,6 +615,10 @@ class TritonPythonModel:
                         pb_utils.Logger.log_error(f"{self.instance}: request failed: {exc}\n{traceback.format_exc()}")
                         self._fail(job, f"internal error: {type(exc).__name__}: {exc}")
                 self._flush_outbox()
+                ended = running - len(self.active)
+                if ended >= 2 and self.arrival_window_s > 0:  # one successor alone has no other arrival to join
+                    self.awaited = ended
+                    self.awaited_until = time.monotonic() + self.arrival_window_s
             except Exception as exc:  # noqa: BLE001 - the loop must survive anything one request does
                 pb_utils.Logger.log_error(f"{self.instance}: engine loop error: {exc}\n{traceback.format_exc()}")
         for job, item in list(self.active.values()):
@@ -618,9 +631,22 @@ class TritonPythonModel:
             except Exception:  # noqa: BLE001 - shutting down anyway
                 break
 
-    def _admit(self, ov, block: bool) -> None:
+    def _await_arrivals(self, ov) -> None:
+        """After a step that ended two or more requests, wait (at most arrival_window_ms from that step's end)
+        until as many new requests have arrived. A client that keeps N requests in flight sends each successor as
+        soon as a request ends; the successors reach this thread one by one over several ms, and a step that starts
+        before all of them are here admits only some: GenAI's scheduler (chunked context off) runs a prompt-only
+        step per group of arrivals, and every running request waits one whole step for each group."""
+        while self.awaited > 0 and not self.stopping.is_set():
+            left = self.awaited_until - time.monotonic()
+            if left <= 0:
+                break
+            self._admit(ov, block=True, timeout_s=left)
+        self.awaited = 0
+
+    def _admit(self, ov, block: bool, timeout_s: float = IDLE_WAIT_S) -> None:
         try:
-            entry = self.incoming.get(timeout=IDLE_WAIT_S) if block else self.incoming.get_nowait()
+            entry = self.incoming.get(timeout=timeout_s) if block else self.incoming.get_nowait()
         except queue.Empty:
             return
         while True:
@@ -637,6 +663,7 @@ class TritonPythonModel:
                         item.handle = self.pipeline.add_request(item.engine_id, ids, item.config)
                         item.first_scheduled_ns = time.time_ns()
                         self.active[item.engine_id] = (entry, item)
+                        self.awaited -= 1
                 except Exception as exc:  # noqa: BLE001 - refused by GenAI: answer this request only
                     self._fail(entry, f"the engine refused the request: {exc}".splitlines()[0])
             try:
