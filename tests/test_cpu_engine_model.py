@@ -273,3 +273,42 @@ def test_the_build_plan_exports_a_draft_beside_the_engine(tmp_path):
     assert draft_argv[-1] == str(tmp_path / "wd" / "build" / "engine" / "draft")
     (checkpoint / "openvino_model.xml").write_text("<net/>")  # an exported IR is copied, not exported again
     assert len(plan_build(config, tmp_path / "wd", checkpoint).to_json()["commands"]) == 1
+
+
+def test_successors_of_requests_that_ended_together_share_one_prefill_step(cpu_engine_fp32, prompt_ids, triton_launcher, tmp_path):
+    """The arrival window (arrival_window_ms): after a step that ended two requests, the engine waits for two new
+    ones before its next step, so both are admitted together and one prefill step makes both first tokens (one
+    stamp), although the second was sent half a second after the first. The window is 5 s here, so no machine is
+    too slow for it; without it, the first successor would be admitted and prefilled alone."""
+    import tritonclient.grpc as grpcclient
+
+    _, build = cpu_engine_fp32
+    engine_dir = Path(build.manifest["outputs"]["engine_dir"])
+    server = triton_launcher(write_cpu_engine_repository(tmp_path / "repo", engine_dir, arrival_window_ms="5000"), config=cpu_test_config())
+    assert "arrival_window_ms=5000" in Path(server.log).read_text(errors="replace")
+
+    def tensor(name, array, dtype):
+        t = grpcclient.InferInput(name, list(array.shape), dtype)
+        t.set_data_from_numpy(array)
+        return t
+
+    ids = prompt_ids[0]
+    pair = [  # one request of two sequences: admitted in one step, ended in one step
+        tensor("input_ids", np.asarray([ids, ids], dtype=np.int32), "INT32"),
+        tensor("input_lengths", np.asarray([[len(ids)]] * 2, dtype=np.int32), "INT32"),
+        tensor("request_output_len", np.asarray([[4]] * 2, dtype=np.int32), "INT32"),
+    ]
+    ended = stream_request(server, MODEL, pair, timeout_s=120, raise_on_error=False)
+    assert ended.error is None, ended.error
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(request, server, prompt_ids[1], 4, return_perf_metrics=True)
+        time.sleep(0.5)
+        second = pool.submit(request, server, prompt_ids[2], 4, return_perf_metrics=True)
+        successors = [first.result(), second.result()]
+    stamps = []
+    for result in successors:
+        assert result.error is None, result.error
+        response = next(r for r in result.responses if "first_token_time_ns" in r)
+        stamps.append({name: int(response[name].reshape(-1)[0]) for name in ("arrival_time_ns", "first_token_time_ns")})
+    assert stamps[0]["arrival_time_ns"] < stamps[1]["arrival_time_ns"]
+    assert stamps[0]["first_token_time_ns"] == stamps[1]["first_token_time_ns"]

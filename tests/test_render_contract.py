@@ -187,11 +187,20 @@ def test_cpu_kind_uses_python_backend_with_the_same_contract(rendered):
         "kv_cache_free_gpu_mem_fraction",
     } <= set(params)
     assert "max_queue_size" not in params  # 0 in the config: omitted
+    assert "arrival_window_ms" not in params  # unset: the model's own ARRIVAL_WINDOW_MS
     assert (repo / "tensorrt_llm" / "1" / "model.py").read_text() == (REPO / "model_repo_templates/cpu/tensorrt_llm/model.py").read_text()
     for model in ("preprocessing", "postprocessing", "tensorrt_llm_bls", "tensorrt_llm"):
         env = parameters(repo, model)["EXECUTION_ENV_PATH"]
         assert Path(env).is_absolute()
     assert parameters(repo, "preprocessing")["tokenizer_dir"] == str((ENGINES / "smollm2-cpu").resolve())
+
+
+@pytest.mark.parametrize("window", [0, 35])
+def test_the_arrival_window_reaches_the_cpu_engine_model(tmp_path, window):
+    config = config_for("smollm2-cpu")
+    config = config.model_copy(update={"runtime": config.runtime.model_copy(update={"arrival_window_ms": window})})
+    repo = write_repository(config, tmp_path, read_engine_config(ENGINES / "smollm2-cpu"), "cpu", tmp_path / "repo").repository
+    assert parameters(repo, "tensorrt_llm")["arrival_window_ms"] == str(window)
 
 
 # --- refusals: combinations the backend rejects at load, each naming the config field ---------------
