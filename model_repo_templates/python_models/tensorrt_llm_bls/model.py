@@ -127,6 +127,7 @@ class TritonPythonModel:
         params = model_parameters(model_config)
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(model_config)
         self.tokenizer = load_tokenizer(params)
+        self.vocab_size = len(self.tokenizer)  # once: tokenizers builds its vocabulary map for every len() (~5 ms)
         self.skip_special_tokens = as_bool(params, "skip_special_tokens", True)
         self.engine_model = params.get("tensorrt_llm_model_name", "tensorrt_llm")
         self.preprocessing_model = params.get("preprocessing_model_name", "preprocessing")
@@ -221,7 +222,7 @@ class TritonPythonModel:
         """Yield (new text, engine outputs to forward) until the engine is done or a stop word is seen."""
         text_input = get(request, "text_input")
         max_tokens = get(request, "max_tokens")
-        check_request(lambda name: get(request, name), "tensorrt_llm_bls", vocab_size=len(self.tokenizer))
+        check_request(lambda name: get(request, name), "tensorrt_llm_bls", vocab_size=self.vocab_size)
         if text_input is None or np.asarray(text_input).size == 0:
             raise ValueError("text_input is required")
         if max_tokens is None or np.asarray(max_tokens).size != 1 or int(first(max_tokens)) <= 0:
