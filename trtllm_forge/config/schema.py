@@ -259,7 +259,7 @@ class RuntimeConfig(Section):
         le=1000,
         description="CPU engine model only: after a step that ended two or more requests, how long the engine waits "
         "for as many new ones before its next step, so their prompts share one prefill step (0 = never waits; "
-        "default: the model's ARRIVAL_WINDOW_MS, 20).",
+        "default: the model's ARRIVAL_WINDOW_MS, 20; decoupled models only).",
     )
 
 

@@ -23,7 +23,8 @@ Model parameters read from config.pbtxt:
     max_queue_size                requests admitted beyond the engine's max_batch_size before new ones
                                   are rejected (0 = unbounded)
     arrival_window_ms             after a step that ended two or more requests, how long the engine waits for as
-                                  many new ones before its next step (default ARRIVAL_WINDOW_MS; 0 = never waits)
+                                  many new ones before its next step (default ARRIVAL_WINDOW_MS; 0 = never waits;
+                                  decoupled only)
 The scheduler comes from the engine's config.json (max_num_seqs = build_config.max_batch_size,
 max_num_batched_tokens = build_config.max_num_tokens) and the precision hints from its `openvino` section.
 When that section names a draft model (`openvino.draft`, written by the build for engine.speculative draft_target),
@@ -343,7 +344,10 @@ class TritonPythonModel:
         self.exclude_input_default = _param_bool(params, "exclude_input_in_output", False)
         self.max_queue_size = _param_int(params, "max_queue_size", 0)
         self.cancel_check_period_s = _param_int(params, "cancellation_check_period_ms", 100) / 1000.0
-        self.arrival_window_s = _param_int(params, "arrival_window_ms", ARRIVAL_WINDOW_MS) / 1000.0
+        # Not decoupled, a request's successor can only come after Triton's execute call returns, which waits for every
+        # job of its batch: the window would wait for what cannot arrive.
+        window_ms = _param_int(params, "arrival_window_ms", ARRIVAL_WINDOW_MS) if self.decoupled else 0
+        self.arrival_window_s = window_ms / 1000.0
 
         kv_tokens = _param_int(params, "max_tokens_in_paged_kv_cache", None) or self.max_batch_size * self.max_seq_len
         kv_blocks = kv_blocks_for(kv_tokens)
