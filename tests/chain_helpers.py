@@ -15,33 +15,19 @@ from conftest import run_cli
 from trtllm_forge.hardware import HOST_PROFILE_ENV
 
 CHAIN_STAGES = ["import", "build", "render", "deploy", "smoke", "verify", "bench"]
-_RECORDS_WITH_PATHS = (".json", ".yaml")  # manifest.json, the engine's config.json, build/llmapi/model.yaml
-_RECORD_MAX_BYTES = 1 << 20  # weights and tokenizers are larger and hold no paths
 
 
 def link_stages(workdir: Path, *stages: Path) -> None:
     """Put finished stage directories of the session (`<its workdir>/import`, `<its workdir>/build`) into
     `workdir` as if they had run there, so that `run` finds their inputs unchanged and skips them: hard links
-    (no 0.5 GB copy), their logs beside them, and the paths their records hold rewritten to `workdir`.
-
-    A rewritten record is a new file put in place of the link: the session's copy is never written to."""
+    (no 0.5 GB copy) and their logs beside them, nothing rewritten. The paths their records hold point into the
+    session's workdir; trtllm-forge reads them as under `workdir` (stage_results.moved_paths), as for a workdir a
+    user copied."""
     (workdir / "logs").mkdir(parents=True, exist_ok=True)
     for stage in stages:
         shutil.copytree(stage, workdir / stage.name, symlinks=True, copy_function=os.link)
         for log in (stage.parent / "logs").glob(f"{stage.name}-*"):
             os.link(log, workdir / "logs" / log.name)
-    moves = [(f"{stage.parent}/", f"{workdir}/") for stage in stages]
-    for stage in stages:
-        for path in (workdir / stage.name).rglob("*"):
-            if path.suffix not in _RECORDS_WITH_PATHS or not path.is_file() or path.stat().st_size > _RECORD_MAX_BYTES:
-                continue
-            text = moved = path.read_text()
-            for old, new in moves:
-                moved = moved.replace(old, new)
-            if moved != text:
-                fresh = path.with_name(f".{path.name}.linked")
-                fresh.write_text(moved)
-                os.replace(fresh, path)
 
 
 def reused_workdir(root: Path, *stages: Path) -> Path:

@@ -38,6 +38,17 @@ def test_run_serves_paris_and_verifies(first_run):
         assert json.loads((workdir / stage / "manifest.json").read_text())["status"] == "ok"
 
 
+def test_the_reused_stages_serve_this_workdirs_files(first_run, cpu_engine_fp32, imported_smollm2):
+    """The import and build came from other workdirs (linked, records unchanged): the repository render wrote
+    names this workdir's engine and checkpoint, never the workdirs they came from."""
+    workdir, result = first_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    rendered = "\n".join(p.read_text() for p in (workdir / "render").rglob("config.pbtxt"))
+    assert str(workdir / "build" / "engine") in rendered
+    for elsewhere in (cpu_engine_fp32[0], imported_smollm2.parent.parent):
+        assert f"{elsewhere}/" not in rendered
+
+
 def test_run_benchmarks_against_the_roofline(first_run):
     workdir, result = first_run
     doc = json.loads(result.stdout)
