@@ -312,3 +312,32 @@ def test_successors_of_requests_that_ended_together_share_one_prefill_step(cpu_e
         stamps.append({name: int(response[name].reshape(-1)[0]) for name in ("arrival_time_ns", "first_token_time_ns")})
     assert stamps[0]["arrival_time_ns"] < stamps[1]["arrival_time_ns"]
     assert stamps[0]["first_token_time_ns"] == stamps[1]["first_token_time_ns"]
+
+
+def test_a_burst_after_an_idle_spell_shares_one_prefill_step_once_one_was_seen(cpu_engine_fp32, prompt_ids, triton_launcher, tmp_path):
+    """The arrival window after an idle spell: a client that started two requests at once (a burst) will again; so
+    at the next idle start the engine waits out the window (5 s here, so no machine is too slow for it), and two
+    requests sent 0.5 s apart get their first tokens from one prefill step. One request at a time never waits."""
+    _, build = cpu_engine_fp32
+    engine_dir = Path(build.manifest["outputs"]["engine_dir"])
+    server = triton_launcher(write_cpu_engine_repository(tmp_path / "repo", engine_dir, arrival_window_ms="5000"), config=cpu_test_config())
+
+    def two(gap_s: float, lengths=(2, 2)) -> list[dict]:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            first = pool.submit(request, server, prompt_ids[1], lengths[0], return_perf_metrics=True)
+            time.sleep(gap_s)
+            second = pool.submit(request, server, prompt_ids[2], lengths[1], return_perf_metrics=True)
+            results = [first.result(), second.result()]
+        stamps = []
+        for result in results:
+            assert result.error is None, result.error
+            response = next(r for r in result.responses if "first_token_time_ns" in r)
+            stamps.append({name: int(response[name].reshape(-1)[0]) for name in ("arrival_time_ns", "first_token_time_ns")})
+        return stamps
+
+    alone = request(server, prompt_ids[0], 2)  # one request after the start: no burst seen, nothing waits
+    assert alone.error is None, alone.error
+    two(0.0, lengths=(2, 8))  # a burst, learned; its two end in different steps, so no window follows their ends
+    learned = two(0.5)
+    assert learned[0]["arrival_time_ns"] < learned[1]["arrival_time_ns"]
+    assert learned[0]["first_token_time_ns"] == learned[1]["first_token_time_ns"]

@@ -23,8 +23,9 @@ Model parameters read from config.pbtxt:
     max_queue_size                requests admitted beyond the engine's max_batch_size before new ones
                                   are rejected (0 = unbounded)
     arrival_window_ms             after a step that ended two or more requests, how long the engine waits for as
-                                  many new ones before its next step (default ARRIVAL_WINDOW_MS; 0 = never waits;
-                                  decoupled only)
+                                  many new ones before its next step, and after an idle spell, how long it waits
+                                  for more when the last idle spell ended with a burst (default ARRIVAL_WINDOW_MS;
+                                  0 = never waits; decoupled only)
 The scheduler comes from the engine's config.json (max_num_seqs = build_config.max_batch_size,
 max_num_batched_tokens = build_config.max_num_tokens) and the precision hints from its `openvino` section.
 When that section names a draft model (`openvino.draft`, written by the build for engine.speculative draft_target),
@@ -401,6 +402,8 @@ class TritonPythonModel:
         self.next_engine_id = 0
         self.awaited = 0  # requests ended by recent steps whose successors have not arrived (see _await_arrivals)
         self.awaited_until = 0.0
+        self.burst_until = 0.0  # the arrival window after the last idle spell ended (see _after_idle)
+        self.burst_admitted = 0  # requests admitted within it
         self.stopping = threading.Event()
         self.outbox = Outbox(self.instance, pb_utils.Logger.log_warn)
         self.loop_thread = threading.Thread(target=self._loop, name=f"{self.instance}-engine", daemon=True)
@@ -598,7 +601,10 @@ class TritonPythonModel:
             try:
                 # Requests stopped on our side (cancelled, failed) stay in GenAI until a step drops them.
                 pending = self.pipeline.has_non_finished_requests()
-                self._admit(ov, block=not self.active and not pending)
+                idle = not self.active and not pending
+                self._admit(ov, block=idle)
+                if idle and self.active:
+                    self._after_idle(ov)
                 self._await_arrivals(ov)
                 if not self.active and not pending:
                     continue
@@ -635,6 +641,22 @@ class TritonPythonModel:
             except Exception:  # noqa: BLE001 - shutting down anyway
                 break
 
+    def _after_idle(self, ov) -> None:
+        """Requests arrived at an idle engine. If the previous idle spell ended with a burst (two or more requests
+        within arrival_window_ms of the first, as a client starting N streams at once sends them), wait out the
+        window so that this burst's prompts share one prefill step too; a client that sends one request at a time
+        never waits. Whether this start is a burst is counted in _admit, for the next one."""
+        if self.arrival_window_s <= 0:
+            return
+        now = time.monotonic()
+        bursty = self.burst_admitted >= 2
+        self.burst_until, self.burst_admitted = now + self.arrival_window_s, len(self.active)
+        while bursty and not self.stopping.is_set():
+            left = self.burst_until - time.monotonic()
+            if left <= 0:
+                break
+            self._admit(ov, block=True, timeout_s=left)
+
     def _await_arrivals(self, ov) -> None:
         """After a step that ended two or more requests, wait (at most arrival_window_ms from that step's end)
         until as many new requests have arrived. A client that keeps N requests in flight sends each successor as
@@ -668,6 +690,8 @@ class TritonPythonModel:
                         item.first_scheduled_ns = time.time_ns()
                         self.active[item.engine_id] = (entry, item)
                         self.awaited -= 1
+                        if time.monotonic() < self.burst_until:
+                            self.burst_admitted += 1
                 except Exception as exc:  # noqa: BLE001 - refused by GenAI: answer this request only
                     self._fail(entry, f"the engine refused the request: {exc}".splitlines()[0])
             try:
