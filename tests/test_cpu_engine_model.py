@@ -275,6 +275,22 @@ def test_the_build_plan_exports_a_draft_beside_the_engine(tmp_path):
     assert len(plan_build(config, tmp_path / "wd", checkpoint).to_json()["commands"]) == 1
 
 
+def two_requests_stamped(server, prompt_ids, gap_s: float, lengths=(4, 4)) -> list[dict]:
+    """Two requests (prompts 1 and 2), the second sent `gap_s` after the first; each one's arrival and first-token
+    stamps (return_perf_metrics): one first-token stamp for both means one prefill step made both first tokens."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(request, server, prompt_ids[1], lengths[0], return_perf_metrics=True)
+        time.sleep(gap_s)
+        second = pool.submit(request, server, prompt_ids[2], lengths[1], return_perf_metrics=True)
+        results = [first.result(), second.result()]
+    stamps = []
+    for result in results:
+        assert result.error is None, result.error
+        response = next(r for r in result.responses if "first_token_time_ns" in r)
+        stamps.append({name: int(response[name].reshape(-1)[0]) for name in ("arrival_time_ns", "first_token_time_ns")})
+    return stamps
+
+
 def test_successors_of_requests_that_ended_together_share_one_prefill_step(cpu_engine_fp32, prompt_ids, triton_launcher, tmp_path):
     """The arrival window (arrival_window_ms): after a step that ended two requests, the engine waits for two new
     ones before its next step, so both are admitted together and one prefill step makes both first tokens (one
@@ -300,16 +316,7 @@ def test_successors_of_requests_that_ended_together_share_one_prefill_step(cpu_e
     ]
     ended = stream_request(server, MODEL, pair, timeout_s=120, raise_on_error=False)
     assert ended.error is None, ended.error
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        first = pool.submit(request, server, prompt_ids[1], 4, return_perf_metrics=True)
-        time.sleep(0.5)
-        second = pool.submit(request, server, prompt_ids[2], 4, return_perf_metrics=True)
-        successors = [first.result(), second.result()]
-    stamps = []
-    for result in successors:
-        assert result.error is None, result.error
-        response = next(r for r in result.responses if "first_token_time_ns" in r)
-        stamps.append({name: int(response[name].reshape(-1)[0]) for name in ("arrival_time_ns", "first_token_time_ns")})
+    stamps = two_requests_stamped(server, prompt_ids, 0.5)
     assert stamps[0]["arrival_time_ns"] < stamps[1]["arrival_time_ns"]
     assert stamps[0]["first_token_time_ns"] == stamps[1]["first_token_time_ns"]
 
@@ -322,22 +329,9 @@ def test_a_burst_after_an_idle_spell_shares_one_prefill_step_once_one_was_seen(c
     engine_dir = Path(build.manifest["outputs"]["engine_dir"])
     server = triton_launcher(write_cpu_engine_repository(tmp_path / "repo", engine_dir, arrival_window_ms="5000"), config=cpu_test_config())
 
-    def two(gap_s: float, lengths=(2, 2)) -> list[dict]:
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            first = pool.submit(request, server, prompt_ids[1], lengths[0], return_perf_metrics=True)
-            time.sleep(gap_s)
-            second = pool.submit(request, server, prompt_ids[2], lengths[1], return_perf_metrics=True)
-            results = [first.result(), second.result()]
-        stamps = []
-        for result in results:
-            assert result.error is None, result.error
-            response = next(r for r in result.responses if "first_token_time_ns" in r)
-            stamps.append({name: int(response[name].reshape(-1)[0]) for name in ("arrival_time_ns", "first_token_time_ns")})
-        return stamps
-
     alone = request(server, prompt_ids[0], 2)  # one request after the start: no burst seen, nothing waits
     assert alone.error is None, alone.error
-    two(0.0, lengths=(2, 8))  # a burst, learned; its two end in different steps, so no window follows their ends
-    learned = two(0.5)
+    two_requests_stamped(server, prompt_ids, 0.0, lengths=(2, 8))  # a burst, learned; its two end in different steps
+    learned = two_requests_stamped(server, prompt_ids, 0.5, lengths=(2, 2))
     assert learned[0]["arrival_time_ns"] < learned[1]["arrival_time_ns"]
     assert learned[0]["first_token_time_ns"] == learned[1]["first_token_time_ns"]
