@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model,
 
 from trtllm_forge.bench.options import workload_fields
 from trtllm_forge.config.names import check_bind_address, check_image_reference, check_local_path, check_name
+from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.genai_settings import ARRIVAL_WINDOW_MS
 
 
 class Section(BaseModel):
@@ -258,8 +259,9 @@ class RuntimeConfig(Section):
         ge=0,
         le=1000,
         description="CPU engine model only: after a step that ended two or more requests, how long the engine waits "
-        "for as many new ones before its next step, so their prompts share one prefill step (0 = never waits; "
-        "default: the model's ARRIVAL_WINDOW_MS, 20; decoupled models only).",
+        "for as many new ones before its next step, and after an idle spell that followed a burst, how long it waits "
+        "for the rest of the burst, so their prompts share one prefill step (0 = never waits; default: the model's "
+        f"ARRIVAL_WINDOW_MS, {ARRIVAL_WINDOW_MS}; decoupled models only).",
     )
 
 

@@ -16,7 +16,9 @@ from typing import Any
 # OpenVINO's CPU plugin stores the paged KV cache in blocks of 32 tokens.
 CPU_KV_BLOCK_SIZE = 32
 IDLE_WAIT_S = 0.05  # how long the engine thread waits for new requests when it has nothing to step
-ARRIVAL_WINDOW_MS = 20  # after a step that ended requests: the wait for their successors (model.py _await_arrivals)
+# The CPU engine model's wait for arrivals that should share a prefill step: after a step that ended requests
+# (model.py _await_arrivals) and after an idle spell that followed a burst (_after_idle).
+ARRIVAL_WINDOW_MS = 20
 DEFAULT_MAX_NUM_TOKENS = 8192  # tokens per step when the engine config names none
 PENALTIES = ("repetition_penalty", "presence_penalty", "frequency_penalty")  # the same names in TensorRT-LLM and GenAI
 # Runtime properties under the engine's own (config.json `openvino.properties` wins). Thread pinning off: the

@@ -648,14 +648,10 @@ class TritonPythonModel:
         never waits. Whether this start is a burst is counted in _admit, for the next one."""
         if self.arrival_window_s <= 0:
             return
-        now = time.monotonic()
         bursty = self.burst_admitted >= 2
-        self.burst_until, self.burst_admitted = now + self.arrival_window_s, len(self.active)
-        while bursty and not self.stopping.is_set():
-            left = self.burst_until - time.monotonic()
-            if left <= 0:
-                break
-            self._admit(ov, block=True, timeout_s=left)
+        self.burst_until, self.burst_admitted = time.monotonic() + self.arrival_window_s, len(self.active)
+        if bursty:
+            self._admit_until(ov, self.burst_until, lambda: True)
 
     def _await_arrivals(self, ov) -> None:
         """After a step that ended two or more requests, wait (at most arrival_window_ms from that step's end)
@@ -663,12 +659,16 @@ class TritonPythonModel:
         soon as a request ends; the successors reach this thread one by one over several ms, and a step that starts
         before all of them are here admits only some: GenAI's scheduler (chunked context off) runs a prompt-only
         step per group of arrivals, and every running request waits one whole step for each group."""
-        while self.awaited > 0 and not self.stopping.is_set():
-            left = self.awaited_until - time.monotonic()
-            if left <= 0:
-                break
-            self._admit(ov, block=True, timeout_s=left)
+        self._admit_until(ov, self.awaited_until, lambda: self.awaited > 0)
         self.awaited = 0
+
+    def _admit_until(self, ov, deadline: float, waiting: Callable[[], bool]) -> None:
+        """Admit what arrives until `deadline` (time.monotonic()) while `waiting()` holds."""
+        while waiting() and not self.stopping.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._admit(ov, block=True, timeout_s=left)
 
     def _admit(self, ov, block: bool, timeout_s: float = IDLE_WAIT_S) -> None:
         try:
