@@ -171,6 +171,42 @@ def test_the_served_engine_compiles_with_the_runtime_properties(cpu_engine_serve
     assert properties["INFERENCE_PRECISION_HINT"] == "f32"  # the engine's own, from its config.json
 
 
+def _stub_rss_bytes(deployment, model: str) -> int:
+    """Resident memory of the python-backend stub serving `model` (a process of the server's process group)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or os.getpgid(int(entry.name)) != deployment.pgid:
+                continue
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            status = (entry / "status").read_text()
+        except (OSError, ProcessLookupError):
+            continue
+        if b"triton_python_backend_stub" in argv[0] and any(f"/{model}/".encode() in arg for arg in argv):
+            return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1]) * 1024
+    raise AssertionError(f"no python stub of {model} in process group {deployment.pgid}")
+
+
+def test_the_served_engine_commits_its_kv_cache_pool_at_load(cpu_engine_server, cpu_engine_fp32):
+    """The pool GenAI allocates (max_tokens_in_paged_kv_cache in 32-token blocks of f32 K and V for every layer) is
+    resident when the model is ready, as TensorRT-LLM's is on a GPU: a decode step that opens blocks for all running
+    sequences at once would otherwise pay their first-touch page faults (kv_pool.py)."""
+    import re
+
+    from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.genai_settings import CPU_KV_BLOCK_SIZE, kv_blocks_for
+
+    engine_dir = Path(cpu_engine_fp32[1].manifest["outputs"]["engine_dir"])
+    hf = json.loads((engine_dir / "hf_config.json").read_text())
+    head_dim = hf["hidden_size"] // hf["num_attention_heads"]
+    token_bytes = hf["num_hidden_layers"] * 2 * hf["num_key_value_heads"] * head_dim * 4  # K and V, f32
+    pool_bytes = kv_blocks_for(32768) * CPU_KV_BLOCK_SIZE * token_bytes
+
+    line = next(line for line in Path(cpu_engine_server.log).read_text(errors="replace").splitlines() if " loaded in " in line)
+    committed = re.search(r"warm-up request \d+ ms; committed (\d+) MiB of new engine memory", line)
+    assert committed, line
+    assert int(committed.group(1)) >= pool_bytes // 2**20
+    assert _stub_rss_bytes(cpu_engine_server, "tensorrt_llm") >= pool_bytes
+
+
 def test_a_client_that_vanishes_mid_stream_does_not_stall_the_server(cpu_engine_server, prompt_ids):
     proc = subprocess.Popen(
         [sys.executable, "-c", _VANISHING_CLIENT, cpu_engine_server.grpc_url, "1500"],

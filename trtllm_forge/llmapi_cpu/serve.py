@@ -215,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     llm = LLM(model=args.model, **llm_args(args))
     server = OpenAIServer(llm, args.served_model_name or args.model)
+    print(f"trtllm-serve CPU stand-in (not TensorRT-LLM): {llm.warm_up}", flush=True)
     print(f"trtllm-serve CPU stand-in (not TensorRT-LLM) serving {args.model} on http://{args.host}:{args.port}", flush=True)
     try:
         web.run_app(server.app, host=args.host, port=args.port, print=None, handle_signals=True)

@@ -20,7 +20,7 @@ ENGINE_KIND_MODELS = (
     ("bls", "tensorrt_llm_bls", ("tensorrt_llm_bls/model.py", "forge_detokenize.py", "tokenizer_loading.py", "request_checks.py")),
 )
 CPU_ENGINE_MODEL = Path("cpu") / "tensorrt_llm" / "model.py"
-CPU_ENGINE_ADAPTERS = ("ort_engine.py", "genai_settings.py")  # siblings the CPU engine model imports, copied with it
+CPU_ENGINE_ADAPTERS = ("ort_engine.py", "genai_settings.py", "kv_pool.py")  # siblings the CPU engine model imports, copied with it
 REQUEST_CHECKS = "request_checks.py"  # python_models/request_checks.py, also next to the CPU engine model
 EMPTY_VERSION_MARKER = ".gitkeep"
 

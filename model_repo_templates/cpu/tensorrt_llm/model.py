@@ -51,6 +51,7 @@ import triton_python_backend_utils as pb_utils
 from request_checks import InvalidInput, check_request  # copied next to this file: range checks of the inputs
 
 # Copied next to this file too: the GenAI settings this model shares with the LLM-API stand-in.
+from kv_pool import warm_up_and_commit  # copied next to this file: commits the KV cache pool at load
 from genai_settings import (
     ARRIVAL_WINDOW_MS,
     CPU_KV_BLOCK_SIZE,
@@ -384,15 +385,18 @@ class TritonPythonModel:
 
         started = time.monotonic()
         self.pipeline = ov_genai.ContinuousBatchingPipeline(engine_dir, scheduler, "CPU", compile_properties)
+        loaded = time.monotonic() - started
+        # ONNX Runtime GenAI has no paged pool: its KV cache is one buffer per sequence, made per request.
+        warm_up = "" if engine.get("backend") == "onnxruntime" else f"; {warm_up_and_commit(self.pipeline, ov_genai)}"
         self.default_eos = default_eos_ids(engine_dir)
         pb_utils.Logger.log_info(
             f"{self.instance}: OpenVINO GenAI {ov_genai.__version__} engine {engine_dir} loaded in "
-            f"{time.monotonic() - started:.1f}s (kv_blocks={kv_blocks}, max_num_seqs={scheduler.max_num_seqs}, "
+            f"{loaded:.1f}s (kv_blocks={kv_blocks}, max_num_seqs={scheduler.max_num_seqs}, "
             f"max_num_batched_tokens={scheduler.max_num_batched_tokens}, prefix_caching={scheduler.enable_prefix_caching}, "
             f"dynamic_split_fuse={scheduler.dynamic_split_fuse}, properties={properties}, decoupled={self.decoupled}, "
             f"arrival_window_ms={self.arrival_window_s * 1000:g}, "
             f"draft={draft['subdir'] + ' x' + str(self.num_assistant_tokens) if draft else None}"
-            f"{' ' + str(draft.get('properties') or {}) if draft else ''})"
+            f"{' ' + str(draft.get('properties') or {}) if draft else ''}){warm_up}"
         )
 
         self.incoming: queue.Queue = queue.Queue()
