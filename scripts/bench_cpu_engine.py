@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.genai_settings import kv_blocks_for, pipeline_properties, scheduler_config
+from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.kv_pool import warm_up_and_commit
 from trtllm_forge.bench import provenance
 from trtllm_forge.sample_prompts import PROMPTS  # the same 16 prompts the engine tests use
 from trtllm_forge.verify.reference import default_text
@@ -192,6 +193,7 @@ def run_engine_in_process(config, engine_dir: Path, prompt_ids, max_tokens, refe
 
     scheduler, properties = scheduler_for(config, engine_dir)
     pipeline = ov_genai.ContinuousBatchingPipeline(str(engine_dir), scheduler, "CPU", properties)
+    print(f"  engine in-process: {warm_up_and_commit(pipeline, ov_genai)}", file=sys.stderr)  # as the engine model does
 
     def generation_config(n: int):
         gc = ov_genai.GenerationConfig()
@@ -431,6 +433,7 @@ def open_pipeline(config, engine_dir: Path):
 
     scheduler, properties = scheduler_for(config, engine_dir)
     pipeline = ov_genai.ContinuousBatchingPipeline(str(engine_dir), scheduler, "CPU", properties)
+    print(f"  engine in-process: {warm_up_and_commit(pipeline, ov_genai)}", file=sys.stderr)  # as the engine model does
     eos = json.loads((engine_dir / "generation_config.json").read_text()).get("eos_token_id")
     eos_list = (eos if isinstance(eos, list) else [eos]) if eos is not None else []
 
