@@ -53,6 +53,7 @@ TABLES: dict[str, TableSource] = {
     "bench-fidelity-table": TableSource("bench_tools_fidelity.py", "readme_table", "results/bench_fidelity/tools.json"),
     "cpu-streaming-table": TableSource("bench_cpu_streaming.py", "render_table", "results/bench_cpu_streaming/streaming.json"),
     "cpu-arrival-window-table": TableSource("bench_cpu_streaming.py", "render_table", "results/bench_cpu_streaming/arrival_window.json"),
+    "cpu-kv-pool-table": TableSource("bench_cpu_streaming.py", "render_table", "results/bench_cpu_streaming/kv_pool_commit.json"),
     "cpu-speculative-table": TableSource("bench_cpu_speculative.py", "render_table", "results/bench_cpu_speculative/batch1.json"),
     # helper h5's LLM API table: its renderer picks the newest file of the folder
     "llmapi-cpu-table": TableSource("bench_llmapi_cpu.py", "render_llmapi_table", "results/llmapi_cpu", load_json=False),
