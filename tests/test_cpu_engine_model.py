@@ -18,7 +18,7 @@ import pytest
 
 from trtllm_forge.client import stream_request
 
-from conftest import cpu_test_config, write_cpu_engine_repository
+from conftest import TEST_KV_TOKENS, cpu_test_config, write_cpu_engine_repository
 from trtllm_forge.sample_prompts import PROMPTS
 
 pytestmark = pytest.mark.slow
@@ -198,7 +198,7 @@ def test_the_served_engine_commits_its_kv_cache_pool_at_load(cpu_engine_server, 
     hf = json.loads((engine_dir / "hf_config.json").read_text())
     head_dim = hf["hidden_size"] // hf["num_attention_heads"]
     token_bytes = hf["num_hidden_layers"] * 2 * hf["num_key_value_heads"] * head_dim * 4  # K and V, f32
-    pool_bytes = kv_blocks_for(32768) * CPU_KV_BLOCK_SIZE * token_bytes
+    pool_bytes = kv_blocks_for(TEST_KV_TOKENS) * CPU_KV_BLOCK_SIZE * token_bytes
 
     line = next(line for line in Path(cpu_engine_server.log).read_text(errors="replace").splitlines() if " loaded in " in line)
     committed = re.search(r"warm-up request \d+ ms; committed (\d+) MiB of new engine memory", line)

@@ -4,6 +4,7 @@ the LLM-API stand-in behind the same argv, served for real and measured by our b
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from pathlib import Path
 
@@ -91,6 +92,9 @@ def test_deploy_start_runs_the_stand_in_with_trtllm_serves_argv(deployed):
     with urllib.request.urlopen(f"{described['url']}/health") as response:
         assert response.status == 200
     assert trtllm_serve.served_url(workdir) == described["url"]
+    # The stand-in's engine committed its KV cache pool at load, as the CPU engine model does (kv_pool.py).
+    committed = re.search(r"warm-up request \d+ ms; committed (\d+) MiB", (workdir / "logs" / "trtllm-serve.log").read_text())
+    assert committed and int(committed.group(1)) > 0
 
 
 @pytest.mark.slow

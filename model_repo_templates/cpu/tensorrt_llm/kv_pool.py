@@ -112,8 +112,9 @@ def commit(regions: set[tuple[int, int]]) -> tuple[int, str | None]:
     return committed, None
 
 
-def warm_up_and_commit(pipeline: Any, ov_genai: Any) -> str:
-    """Run one one-token request to its end, then commit the memory it made GenAI allocate. Returns a log line."""
+def warm_up_and_commit(pipeline: Any, ov_genai: Any, num_assistant_tokens: int = 0) -> str:
+    """Run one one-token request to its end, then commit the memory it made GenAI allocate. Returns a log line.
+    A pipeline with a draft model takes only requests that draft: pass its num_assistant_tokens."""
     import numpy as np
     import openvino as ov
 
@@ -121,6 +122,8 @@ def warm_up_and_commit(pipeline: Any, ov_genai: Any) -> str:
     started = time.monotonic()
     config = ov_genai.GenerationConfig()
     config.max_new_tokens = 1
+    if num_assistant_tokens:
+        config.num_assistant_tokens = num_assistant_tokens
     pipeline.add_request(WARM_UP_REQUEST_ID, ov.Tensor(np.asarray([[WARM_UP_TOKEN_ID]], dtype=np.int64)), config)
     while pipeline.has_non_finished_requests():
         pipeline.step()

@@ -387,7 +387,9 @@ class TritonPythonModel:
         self.pipeline = ov_genai.ContinuousBatchingPipeline(engine_dir, scheduler, "CPU", compile_properties)
         loaded = time.monotonic() - started
         # ONNX Runtime GenAI has no paged pool: its KV cache is one buffer per sequence, made per request.
-        warm_up = "" if engine.get("backend") == "onnxruntime" else f"; {warm_up_and_commit(self.pipeline, ov_genai)}"
+        warm_up = (
+            "" if engine.get("backend") == "onnxruntime" else f"; {warm_up_and_commit(self.pipeline, ov_genai, self.num_assistant_tokens)}"
+        )
         self.default_eos = default_eos_ids(engine_dir)
         pb_utils.Logger.log_info(
             f"{self.instance}: OpenVINO GenAI {ov_genai.__version__} engine {engine_dir} loaded in "
