@@ -3,12 +3,12 @@ on a CPU (llama-server clears its whole KV buffer when it creates it: ggml-org/l
 `ggml_backend_buffer_clear(buf, 0)` after allocating).
 
 GenAI allocates the pool (num_kv_blocks blocks) at its first scheduled step, as untouched anonymous memory: every
-page costs a page fault the first time a block on it is written. Blocks are handed out in turn across the whole pool,
-so a serving engine keeps writing fresh pages until it has used each block once, and the decode step that opens a new
-block for every running sequence (a step where all prompts cross a 32-token boundary together) pays their faults
-inside one step: in process, 8 sequences after 64-token prompts, those steps took 35-52 ms against a 24-29 ms median
-on this project's 2-core VM, and with the pool committed they stopped standing out (decode steps 0 and 32 of every
-wave; tmp experiment recorded in the README, "KV cache pool committed at load").
+page costs a page fault the first time a block on it is written. A serving engine keeps writing fresh pages until it
+has used each block once (measured: a 40-block pool stopped faulting after its first wave of requests, the 1024-block
+default kept faulting), and the decode step that opens a new block for every running sequence (all prompts crossing a
+32-token boundary together) pays their faults inside one step: in process, 8 sequences after 64-token prompts, those
+steps (decode steps 0 and 32 of every wave) took 35-52 ms against a 24-29 ms median on this project's 2-core VM, and
+with the pool committed they stopped standing out (README, "The KV cache pool is committed at load").
 
 `warm_up_and_commit` runs one one-token request through the pipeline (GenAI allocates the pool, and the first step's
 one-time work is done before the first client's request), then asks the kernel to fault in every writable anonymous
