@@ -50,8 +50,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from request_checks import InvalidInput, check_request  # copied next to this file: range checks of the inputs
 
-# Copied next to this file too: the GenAI settings this model shares with the LLM-API stand-in.
-from kv_pool import warm_up_and_commit  # copied next to this file: commits the KV cache pool at load
+# Copied next to this file too: the GenAI settings this model shares with the LLM-API stand-in, and the KV pool commit.
 from genai_settings import (
     ARRIVAL_WINDOW_MS,
     CPU_KV_BLOCK_SIZE,
@@ -65,6 +64,7 @@ from genai_settings import (
     set_penalties,
     set_sampling,
 )
+from kv_pool import warm_up_and_commit
 
 # A send that has not returned after this long is taken as a consumer that will never read (a dead BLS stub):
 # its request is dropped so it cannot hold back every other stream.
