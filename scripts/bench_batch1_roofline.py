@@ -284,7 +284,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 pipelines[key] = ov_genai.LLMPipeline(str(engine_dir), "CPU", ATTENTION_BACKEND="SDPA", **properties)
             else:
                 pipelines[key] = ov_genai.ContinuousBatchingPipeline(str(engine_dir), scheduler, "CPU", properties)
-                cpu.warm_up_and_commit(pipelines[key], ov_genai)  # as the engine model does at load
+                cpu.warm_up_and_commit(pipelines[key], ov_genai, scheduler.max_num_seqs)  # as the engine model does at load
             steps_of(variant, pipelines[key], prompt_of(tokenizer, 16), 4)  # warm-up: kernels compile on first use
 
     points = []

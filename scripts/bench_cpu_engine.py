@@ -193,7 +193,9 @@ def run_engine_in_process(config, engine_dir: Path, prompt_ids, max_tokens, refe
 
     scheduler, properties = scheduler_for(config, engine_dir)
     pipeline = ov_genai.ContinuousBatchingPipeline(str(engine_dir), scheduler, "CPU", properties)
-    print(f"  engine in-process: {warm_up_and_commit(pipeline, ov_genai)}", file=sys.stderr)  # as the engine model does
+    print(
+        f"  engine in-process: {warm_up_and_commit(pipeline, ov_genai, scheduler.max_num_seqs)}", file=sys.stderr
+    )  # as the engine model does
 
     def generation_config(n: int):
         gc = ov_genai.GenerationConfig()
@@ -433,7 +435,9 @@ def open_pipeline(config, engine_dir: Path):
 
     scheduler, properties = scheduler_for(config, engine_dir)
     pipeline = ov_genai.ContinuousBatchingPipeline(str(engine_dir), scheduler, "CPU", properties)
-    print(f"  engine in-process: {warm_up_and_commit(pipeline, ov_genai)}", file=sys.stderr)  # as the engine model does
+    print(
+        f"  engine in-process: {warm_up_and_commit(pipeline, ov_genai, scheduler.max_num_seqs)}", file=sys.stderr
+    )  # as the engine model does
     eos = json.loads((engine_dir / "generation_config.json").read_text()).get("eos_token_id")
     eos_list = (eos if isinstance(eos, list) else [eos]) if eos is not None else []
 

@@ -76,7 +76,7 @@ class InProcess:
             self.draft_properties = {**properties, **{str(k): str(v) for k, v in extra.items()}}
             properties["draft_model"] = ov_genai.draft_model(str(engine_dir / draft["subdir"]), "CPU", **self.draft_properties)
         self.pipeline = ov_genai.ContinuousBatchingPipeline(str(engine_dir), scheduler, "CPU", properties)
-        warm_up_and_commit(self.pipeline, ov_genai, self.num_assistant_tokens)  # as the engine model does at load
+        warm_up_and_commit(self.pipeline, ov_genai, scheduler.max_num_seqs, self.num_assistant_tokens)  # as the engine model does at load
         self.ov_genai = ov_genai
         # stop where the served model stops: at the checkpoint's EOS (the engine model's default end_id)
         generation = json.loads((engine_dir / "generation_config.json").read_text())

@@ -201,7 +201,7 @@ def test_the_served_engine_commits_its_kv_cache_pool_at_load(cpu_engine_server, 
     pool_bytes = kv_blocks_for(TEST_KV_TOKENS) * CPU_KV_BLOCK_SIZE * token_bytes
 
     line = next(line for line in Path(cpu_engine_server.log).read_text(errors="replace").splitlines() if " loaded in " in line)
-    committed = re.search(r"warm-up request \d+ ms; committed (\d+) MiB of new engine memory", line)
+    committed = re.search(r"warm-up of 16 requests \d+ ms; committed (\d+) MiB of new engine memory", line)
     assert committed, line
     assert int(committed.group(1)) >= pool_bytes // 2**20
     assert _stub_rss_bytes(cpu_engine_server, "tensorrt_llm") >= pool_bytes

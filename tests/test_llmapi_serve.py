@@ -93,7 +93,7 @@ def test_deploy_start_runs_the_stand_in_with_trtllm_serves_argv(deployed):
         assert response.status == 200
     assert trtllm_serve.served_url(workdir) == described["url"]
     # The stand-in's engine committed its KV cache pool at load, as the CPU engine model does (kv_pool.py).
-    committed = re.search(r"warm-up request \d+ ms; committed (\d+) MiB", (workdir / "logs" / "trtllm-serve.log").read_text())
+    committed = re.search(r"warm-up of \d+ requests \d+ ms; committed (\d+) MiB", (workdir / "logs" / "trtllm-serve.log").read_text())
     assert committed and int(committed.group(1)) > 0
 
 

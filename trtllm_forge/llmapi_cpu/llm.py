@@ -103,7 +103,7 @@ class LLM:
         self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), trust_remote_code=bool(llm_args.get("trust_remote_code")))
         self.eos_token_id = self._eos(self.model_dir, self.tokenizer)
         self.pipeline = ov_genai.ContinuousBatchingPipeline(str(self.model_dir), scheduler, "CPU", properties)
-        self.warm_up = warm_up_and_commit(self.pipeline, ov_genai)
+        self.warm_up = warm_up_and_commit(self.pipeline, ov_genai, self.max_batch_size)
         self.ov_genai = ov_genai
         # The engine's own counters: what was admitted, finished, aborted and generated.
         self.stats = {"submitted": 0, "finished": 0, "aborted": 0, "failed": 0, "generated_tokens": 0, "active": 0}

@@ -388,7 +388,9 @@ class TritonPythonModel:
         loaded = time.monotonic() - started
         # ONNX Runtime GenAI has no paged pool: its KV cache is one buffer per sequence, made per request.
         warm_up = (
-            "" if engine.get("backend") == "onnxruntime" else f"; {warm_up_and_commit(self.pipeline, ov_genai, self.num_assistant_tokens)}"
+            ""
+            if engine.get("backend") == "onnxruntime"
+            else f"; {warm_up_and_commit(self.pipeline, ov_genai, self.max_batch_size, self.num_assistant_tokens)}"
         )
         self.default_eos = default_eos_ids(engine_dir)
         pb_utils.Logger.log_info(
