@@ -172,18 +172,12 @@ def test_the_served_engine_compiles_with_the_runtime_properties(cpu_engine_serve
 
 
 def _stub_rss_bytes(deployment, model: str) -> int:
-    """Resident memory of the python-backend stub serving `model` (a process of the server's process group)."""
-    for entry in Path("/proc").iterdir():
-        try:
-            if not entry.name.isdigit() or os.getpgid(int(entry.name)) != deployment.pgid:
-                continue
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            status = (entry / "status").read_text()
-        except (OSError, ProcessLookupError):
-            continue
-        if b"triton_python_backend_stub" in argv[0] and any(f"/{model}/".encode() in arg for arg in argv):
-            return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1]) * 1024
-    raise AssertionError(f"no python stub of {model} in process group {deployment.pgid}")
+    """Resident memory of the python-backend stub serving `model` (deploy.health finds the server's stubs)."""
+    from trtllm_forge.deploy.health import stub_pids
+
+    (pid,) = stub_pids(deployment.pgid)[0][model]
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1]) * 1024
 
 
 def test_the_served_engine_commits_its_kv_cache_pool_at_load(cpu_engine_server, cpu_engine_fp32):

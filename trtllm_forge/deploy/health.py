@@ -61,11 +61,17 @@ def python_instances(repository: Path) -> dict[str, int]:
 
 
 def stub_processes(pgid: int) -> tuple[dict[str, int], int]:
-    """(model -> live stubs, number of exited stubs) in process group `pgid`.
+    """(model -> live stubs, number of exited stubs) in process group `pgid`."""
+    alive, dead = stub_pids(pgid)
+    return {model: len(pids) for model, pids in alive.items()}, dead
+
+
+def stub_pids(pgid: int) -> tuple[dict[str, list[int]], int]:
+    """(model -> pids of its live stubs, number of exited stubs) in process group `pgid`.
 
     A stub's argv is `triton_python_backend_stub <repo>/<model>/<version>/model.py <shm region> ...`.
     """
-    alive: dict[str, int] = {}
+    alive: dict[str, list[int]] = {}
     dead = 0
     for pid in all_pids():
         stat = proc_stat(pid)
@@ -81,8 +87,7 @@ def stub_processes(pgid: int) -> tuple[dict[str, int], int]:
         if stat[0] in ("Z", "X") or not argv:
             dead += 1
         elif len(argv) > 1:
-            model = Path(argv[1]).parent.parent.name
-            alive[model] = alive.get(model, 0) + 1
+            alive.setdefault(Path(argv[1]).parent.parent.name, []).append(pid)
     return alive, dead
 
 

@@ -11,8 +11,8 @@ steps (decode steps 0 and 32 of every wave) took 35-52 ms against a 24-29 ms med
 with the pool committed they stopped standing out (README, "The KV cache pool is committed at load").
 
 `warm_up_and_commit` runs a full batch of one-token requests through the pipeline (GenAI allocates the pool, and the
-first prefill and decode steps' one-time work is done before the first client's request), then asks the kernel to fault in every writable anonymous
-region that appeared meanwhile (madvise MADV_POPULATE_WRITE: pages become present and writable, contents unchanged).
+first prefill and decode steps' one-time work is done before the first client's request), then asks the kernel to
+fault in every writable anonymous region that appeared meanwhile (madvise MADV_POPULATE_WRITE: pages become present and writable, contents unchanged).
 
 Standard library plus what the callers already import (numpy, openvino): copied beside model.py by render
 (render/templates.py, CPU_ENGINE_ADAPTERS) and imported by the LLM-API stand-in (trtllm_forge/llmapi_cpu/llm.py).
@@ -89,7 +89,8 @@ def commit(regions: set[tuple[int, int]]) -> tuple[int, str | None]:
     """Fault in every region of at least MIN_REGION_BYTES: (bytes committed, why not all or None). Nothing is
     committed when it would leave less than RESERVE_FRACTION of what was available (the pool then fills page by
     page as it is used, as without this module)."""
-    wanted = sum(end - start for start, end in regions if end - start >= MIN_REGION_BYTES)
+    large = sorted((start, end) for start, end in regions if end - start >= MIN_REGION_BYTES)
+    wanted = sum(end - start for start, end in large)
     available = available_bytes()
     if available is not None and wanted > available * (1 - RESERVE_FRACTION):
         return 0, (
@@ -102,9 +103,7 @@ def commit(regions: set[tuple[int, int]]) -> tuple[int, str | None]:
         return 0, f"no madvise: {exc}"
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     committed = 0
-    for start, end in sorted(regions):
-        if end - start < MIN_REGION_BYTES:
-            continue
+    for start, end in large:
         if madvise(start, end - start, MADV_POPULATE_WRITE) != 0:
             errno = ctypes.get_errno()
             # EINVAL: a kernel before 5.14; the pool then fills page by page as before.
@@ -129,15 +128,16 @@ def warm_up_and_commit(pipeline: Any, ov_genai: Any, sequences: int = 1, num_ass
     if num_assistant_tokens:
         config.num_assistant_tokens = num_assistant_tokens
     prompt = ov.Tensor(np.asarray([[WARM_UP_TOKEN_ID]], dtype=np.int64))
+    sequences = max(1, sequences)
     # Keep the handles: GenAI drops a request whose handle is gone.
-    handles = [pipeline.add_request(WARM_UP_REQUEST_ID - k, prompt, config) for k in range(max(1, sequences))]
+    handles = [pipeline.add_request(WARM_UP_REQUEST_ID - k, prompt, config) for k in range(sequences)]
     while pipeline.has_non_finished_requests():
         pipeline.step()
     del handles
     warmed = time.monotonic()
     committed, problem = commit(writable_anonymous_regions() - before)
     line = (
-        f"warm-up of {max(1, sequences)} requests {(warmed - started) * 1000:.0f} ms; committed {committed / 2**20:.0f} "
+        f"warm-up of {sequences} requests {(warmed - started) * 1000:.0f} ms; committed {committed / 2**20:.0f} "
         f"MiB of new engine memory (the KV cache pool) in {time.monotonic() - warmed:.2f}s"
     )
     return f"{line}; {problem}" if problem else line
