@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Which grpc client poller lets our bench stamp responses soonest: grpc's event-engine client (grpcio's default,
-and ours) against the older poller (`GRPC_EXPERIMENTS=-event_engine_client`, where the thread waiting on a call's
-queue polls the socket itself).
+"""Which grpc client poller lets our bench stamp responses soonest: grpc's older poller with its `poll` strategy
+(ours by default: trtllm_forge.GRPC_DEFAULTS; the thread waiting on a stream reads that stream's own connection, one
+connection per stream) against grpcio's own default, the event-engine client (its threads read every socket and wake
+the waiting thread; 6 streams per connection), and the older poller with the `epoll1` strategy (one epoll set for the
+process: whichever thread polls reads any socket and wakes the owner).
 
 Our bench (`trtllm-forge bench`, its own process per run, as bench_tools_fidelity.py runs it) on the timing model
 (TTFT error against the model's send stamps, concurrency 1, 4, 16, 64) and on the flood model (responses consumed
-per second, concurrency 1, 16, 64), the two settings interleaved (order swapped every repeat), one Triton for all.
+per second, concurrency 1, 16, 64), the settings interleaved (order reversed every repeat), one Triton for all.
 
     .venv/bin/python scripts/bench_grpc_poller.py [--repeats 3] [--note TEXT] [--out results/bench_fidelity/grpc_poller.json]
 """
@@ -28,17 +30,22 @@ import bench_tools_fidelity as fidelity  # noqa: E402 - the fidelity script's ru
 from trtllm_forge.bench import provenance  # noqa: E402
 
 RESULTS = fidelity.REPO / "results" / "bench_fidelity" / "grpc_poller.json"
-# GRPC_EXPERIMENTS per setting (empty: grpcio's own default).
-SETTINGS = {"event-engine client (grpcio default)": "", "older poller (-event_engine_client)": "-event_engine_client"}
+# The grpc environment of each setting (set for the bench process; a value set is not replaced by our defaults).
+SETTINGS: dict[str, dict[str, str]] = {
+    "older poller, poll (our default)": {"GRPC_EXPERIMENTS": "-event_engine_client", "GRPC_POLL_STRATEGY": "poll"},
+    "event-engine client (grpcio default)": {"GRPC_EXPERIMENTS": "", "GRPC_POLL_STRATEGY": "epoll1,poll"},
+    "older poller, epoll1": {"GRPC_EXPERIMENTS": "-event_engine_client", "GRPC_POLL_STRATEGY": "epoll1"},
+}
+GRPC_VARIABLES = ("GRPC_EXPERIMENTS", "GRPC_POLL_STRATEGY")
 TIMING_CONCURRENCY = (1, 4, 16, 64)
 FLOOD_CONCURRENCY = (1, 16, 64)
 
 
 def _run(setting: str, model: str, concurrency: int, n: int, osl: int, urls: dict[str, str], out: Path) -> dict[str, Any]:
-    value = SETTINGS[setting]
-    os.environ["GRPC_EXPERIMENTS"] = value  # inherited by the bench process
+    environment = SETTINGS[setting]
+    os.environ.update(environment)  # inherited by the bench process
     row = fidelity.one_run("trtllm-forge", urls, model, concurrency, n, osl, out, None)
-    return {"setting": setting, "grpc_experiments": value, "model": model, "concurrency": concurrency, **row}
+    return {"setting": setting, "grpc_environment": environment, "model": model, "concurrency": concurrency, **row}
 
 
 def run(repeats: int) -> dict[str, Any]:
@@ -50,7 +57,7 @@ def run(repeats: int) -> dict[str, Any]:
     document["flood_model"] = {"output_tokens": fidelity.FLOOD_OSL, "instances": fidelity.FLOOD_INSTANCES}
     document["repeats"] = repeats
     document["runs"] = []
-    saved = os.environ.get("GRPC_EXPERIMENTS")
+    saved = {name: os.environ.get(name) for name in GRPC_VARIABLES}
     with tempfile.TemporaryDirectory(prefix="grpc-poller-") as tmp:
         root = Path(tmp)
         render_timing_model(root / "repo", "ensemble", ttft_ms=fidelity.TTFT_MS, gap_ms=fidelity.GAP_MS)
@@ -71,10 +78,11 @@ def run(repeats: int) -> dict[str, Any]:
                         print(json.dumps(row), flush=True)
         finally:
             server.stop()
-            if saved is None:
-                os.environ.pop("GRPC_EXPERIMENTS", None)
-            else:
-                os.environ["GRPC_EXPERIMENTS"] = saved
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
     return provenance.finish(document)
 
 

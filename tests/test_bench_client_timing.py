@@ -298,3 +298,61 @@ def test_a_response_that_cannot_be_read_ends_only_its_request(timing_server, mon
     assert "garbled" in (records[1].error_message or "")
     assert [r.output_tokens for r in records] == [4, 0, 5]
     assert not _lane_threads()
+
+
+def _established_to(port: int) -> int:
+    """Established TCP connections on this host whose remote end is `port` (the client side of each)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "01" and int(fields[2].rsplit(":", 1)[1], 16) == port:
+                count += 1
+    return count
+
+
+def test_under_our_grpc_defaults_every_lane_has_a_connection_of_its_own(timing_server):
+    """trtllm_forge.GRPC_DEFAULTS: grpc's older poller with the `poll` strategy, under which the thread waiting on a
+    stream reads that stream's connection itself; so every lane gets its own connection (and with grpcio's
+    event-engine client, 6 lanes share one)."""
+    import trtllm_forge
+
+    if {"GRPC_EXPERIMENTS", "GRPC_POLL_STRATEGY"} - set(trtllm_forge._DEFAULTED):
+        pytest.skip("the grpc poller was chosen before trtllm_forge was imported: our default is not in effect")
+    assert target_grpc.streams_per_connection() == 1
+    port = timing_server.ports["grpc"]
+    before = _established_to(port)
+    seen = []
+
+    async def probe(target):
+        seen.append((len(target.channels), _established_to(port) - before))
+
+    records, _ = _run(timing_server.grpc_url, "ensemble", n=8, output_tokens=4, concurrency=4, probe=probe)
+    assert all(r.error_kind is None and r.output_tokens == 4 for r in records)
+    assert seen == [(4, 4)]
+
+
+def test_grpcs_event_engine_client_shares_a_connection_among_six_lanes(monkeypatch):
+    monkeypatch.setenv("GRPC_EXPERIMENTS", "")
+    assert target_grpc.streams_per_connection() == 6
+    monkeypatch.setenv("GRPC_EXPERIMENTS", "-event_engine_client")
+    monkeypatch.setenv("GRPC_POLL_STRATEGY", "epoll1")
+    assert target_grpc.streams_per_connection() == 6
+
+
+def test_the_server_we_start_runs_in_the_users_grpc_environment(timing_server):
+    """Our grpc defaults are for our own client: tritonserver's gRPC server gets the environment the user gave us."""
+    import trtllm_forge
+
+    environ = dict(
+        item.split("=", 1) for item in open(f"/proc/{timing_server.process.pid}/environ", "rb").read().decode().split("\0") if "=" in item
+    )
+    for name in trtllm_forge._DEFAULTED:
+        assert environ.get(name) != trtllm_forge.GRPC_DEFAULTS[name], name
+    assert {"GRPC_EXPERIMENTS", "GRPC_POLL_STRATEGY"} - set(trtllm_forge._DEFAULTED) or not (
+        {"GRPC_EXPERIMENTS", "GRPC_POLL_STRATEGY"} & set(environ)
+    )

@@ -9,8 +9,15 @@ __version__ = "0.1.0"
 # exited with SIGABRT after "Epoll1Poller ... epoll_wait error: Bad file descriptor" once the bench's gRPC channels
 # had run in the same process). Our children always exec, so gRPC's fork support is never needed. Set before any
 # grpc import: the package is imported first by the CLI, the scripts and the tests' conftest.
-# third_party_env() leaves it out of the environment of the tools we run.
-GRPC_DEFAULTS = {"GRPC_ENABLE_FORK_SUPPORT": "false"}
+# The other two make a thread waiting on a call's completion queue read that call's socket itself (grpc's older
+# client poller, `poll` strategy: each queue polls only its own connections), not grpcio's event-engine threads that
+# read every socket and then wake the waiting thread: one thread wake-up per response instead of two. Our bench gives
+# every stream its own connection and thread (bench/target_grpc.py), so its stamps come sooner and each response costs
+# less client CPU (scripts/bench_grpc_poller.py, results/bench_fidelity/grpc_poller.json; README, "grpc's client
+# poller"). A value the user set wins.
+# third_party_env() leaves them out of the environment of every process we start (Triton, whose gRPC server must run
+# as the user set it up; perf_analyzer, GenAI-Perf, AIPerf; build steps).
+GRPC_DEFAULTS = {"GRPC_ENABLE_FORK_SUPPORT": "false", "GRPC_EXPERIMENTS": "-event_engine_client", "GRPC_POLL_STRATEGY": "poll"}
 _DEFAULTED = tuple(name for name in GRPC_DEFAULTS if name not in os.environ)
 for _name in _DEFAULTED:
     os.environ[_name] = GRPC_DEFAULTS[_name]
@@ -18,7 +25,7 @@ for _name in _DEFAULTED:
 
 def third_party_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """`base` (default: this process's environment) without the grpc settings this package defaulted above, for the
-    tools we run (perf_analyzer, GenAI-Perf, AIPerf): they run in the environment the user gave us."""
+    processes we start: they run in the environment the user gave us."""
     env = dict(os.environ if base is None else base)
     for name in _DEFAULTED:
         if env.get(name) == GRPC_DEFAULTS[name]:

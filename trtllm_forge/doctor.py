@@ -15,6 +15,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from trtllm_forge import third_party_env
 from trtllm_forge.errors import ForgeError
 
 # The default backend set `deploy` uses for a tritonserver on PATH or in /opt (the NGC layout).
@@ -59,7 +60,11 @@ def check_tritonserver() -> tuple[Check, object | None]:
     where = f"{install.binary} ({install.kind})"
     try:
         proc = subprocess.run(
-            [str(install.binary), "--help"], capture_output=True, text=True, timeout=60, env={**os.environ, **server_environment(install)}
+            [str(install.binary), "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**third_party_env(), **server_environment(install)},
         )
         output = proc.stdout + proc.stderr
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trtllm_forge import __version__
+from trtllm_forge import __version__, third_party_env
 from trtllm_forge.errors import StepError
 from trtllm_forge.locks import file_lock
 from trtllm_forge.processes import RUN_MARK, dying_with_parent, marked_processes, new_run_id, terminate
@@ -163,7 +163,7 @@ class StageRecorder:
                     argv,
                     stdout=handle,
                     stderr=subprocess.STDOUT,
-                    env={**os.environ, **(env or {}), RUN_MARK: self.run_id},
+                    env={**third_party_env(), **(env or {}), RUN_MARK: self.run_id},
                     cwd=cwd,
                     stdin=subprocess.DEVNULL,
                     preexec_fn=dying_with_parent(),

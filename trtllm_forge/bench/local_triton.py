@@ -8,7 +8,6 @@ readiness, stop and the argv (deploy/server_argv.py) are deploy's; it keeps no s
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import jinja2
 
+from trtllm_forge import third_party_env
 from trtllm_forge.deploy.discovery import find_tritonserver, prepare_backend_dir, server_environment
 from trtllm_forge.deploy.launch import free_port
 from trtllm_forge.deploy.server_argv import PORT_NAMES, tritonserver_argv
@@ -94,7 +94,7 @@ def start_triton(repository: Path, workdir: Path, ready_timeout: float = 120.0) 
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **server_environment(install)},
+            env={**third_party_env(), **server_environment(install)},
             start_new_session=True,
             preexec_fn=dying_with_parent(new_group=False),  # a bench or test killed outright takes its server along
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import struct
 import sys
 import threading
@@ -39,12 +40,21 @@ _STREAM_METHOD = b"/inference.GRPCInferenceService/ModelStreamInfer"
 # lane's Python run 5 ms ahead of a stamp (TTFT error vs the model's stamps at concurrency 16: +2.4% to +5.7%
 # with 5 ms, +1.8% to +2.7% with 0.2 ms, interleaved runs with a call per request, load average 11-13).
 GIL_SWITCH_S = 0.0002
-# Lanes (a stream and a thread each) per TCP connection. Fewer sockets: one read brings several streams'
-# responses. perf_analyzer 2.51 (tritonclient's shared channels) kept 3 connections at concurrency 16 and 64
-# (counted with `ss` during its runs). Interleaved in-process runs, 1 vs 6 streams per connection, load average
-# 16: client CPU per response 219 -> 204 us (timing model, c=16), 111 -> 73 us (flood, c=16); responses/s
-# consumed from the flood +6% to +12%; TTFT error vs the model's stamps 1.21 -> 1.07% (c=16), 0.49 -> 0.69% (c=64).
-STREAMS_PER_CONNECTION = 6
+
+
+def streams_per_connection() -> int:
+    """Lanes (a stream and a thread each) per TCP connection. With grpc's older poller and its `poll` strategy (this
+    package's default, trtllm_forge.GRPC_DEFAULTS) the thread waiting on a stream reads its connection itself: one
+    stream per connection, so a response wakes only the thread it is for (several streams on one socket: whichever
+    thread polls reads it and wakes the owner). With grpcio's event-engine client, whose threads read every socket,
+    fewer sockets mean one read brings several streams' responses: 6 per connection (perf_analyzer 2.51 kept 3
+    connections at concurrency 16 and 64; interleaved in-process runs, event engine, 1 vs 6 per connection: client
+    CPU per flood response 111 -> 73 us at concurrency 16, TTFT error vs the model's stamps within noise)."""
+    experiments = os.environ.get("GRPC_EXPERIMENTS", "").replace(" ", "").split(",")
+    own_poller = "-event_engine_client" in experiments and os.environ.get("GRPC_POLL_STRATEGY") == "poll"
+    return 1 if own_poller else 6
+
+
 InputSpec = tuple[str, str, list[Any]]  # (input name, Triton datatype, values)
 
 
@@ -131,8 +141,8 @@ _SEND_MESSAGE = cygrpc.OperationType.send_message
 
 
 class _Lane:
-    """One persistent bidirectional ModelStreamInfer stream (on a connection shared by up to
-    STREAMS_PER_CONNECTION lanes) and one client thread that polls the stream's own completion queue (as
+    """One persistent bidirectional ModelStreamInfer stream (on a connection of its own, or shared: see
+    streams_per_connection) and one client thread that polls the stream's own completion queue (as
     perf_analyzer keeps one stream per concurrency slot).
 
     Requests are written onto the open stream by the event loop's thread (no call set-up per request: no new
@@ -376,7 +386,7 @@ class TritonGrpcTarget(Target):
         self.layouts: dict[int, _Layout] = {}  # by output count (see _Layout)
 
     async def open(self) -> None:
-        n_connections = -(-self.n_streams // STREAMS_PER_CONNECTION)
+        n_connections = -(-self.n_streams // streams_per_connection())
         self.channels = [grpc.insecure_channel(self.url, options=_CHANNEL_OPTIONS) for _ in range(n_connections)]
         self.stub = stub = pb_grpc.GRPCInferenceServiceStub(self.channels[0])
         try:

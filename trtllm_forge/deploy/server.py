@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from trtllm_forge import third_party_env
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.deploy.discovery import STUB, prepare_backend_dir
 from trtllm_forge.deploy.health import stub_health
@@ -280,7 +281,7 @@ def _launch(plan: LaunchPlan, workdir: Path, die_with_caller: bool) -> tuple[sub
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, **plan.env, RUN_MARK: run_id},
+                env={**third_party_env(), **plan.env, RUN_MARK: run_id},
                 cwd=workdir,
                 start_new_session=True,
                 preexec_fn=dying_with_parent(new_group=False) if die_with_caller else None,
