@@ -317,13 +317,13 @@ def _established_to(port: int) -> int:
 
 def test_under_our_grpc_defaults_every_lane_has_a_connection_of_its_own(timing_server):
     """trtllm_forge.GRPC_DEFAULTS: grpc's older poller with the `poll` strategy, under which the thread waiting on a
-    stream reads that stream's connection itself; so every lane gets its own connection (and with grpcio's
+    stream reads that stream's connection itself; so every lane gets its own connection, up to 16 (and with grpcio's
     event-engine client, 6 lanes share one)."""
     import trtllm_forge
 
     if {"GRPC_EXPERIMENTS", "GRPC_POLL_STRATEGY"} - set(trtllm_forge._DEFAULTED):
         pytest.skip("the grpc poller was chosen before trtllm_forge was imported: our default is not in effect")
-    assert target_grpc.streams_per_connection() == 1
+    assert [target_grpc.streams_per_connection(n) for n in (1, 4, 16, 17, 64)] == [1, 1, 1, 2, 4]
     port = timing_server.ports["grpc"]
     before = _established_to(port)
     seen = []
@@ -338,10 +338,10 @@ def test_under_our_grpc_defaults_every_lane_has_a_connection_of_its_own(timing_s
 
 def test_grpcs_event_engine_client_shares_a_connection_among_six_lanes(monkeypatch):
     monkeypatch.setenv("GRPC_EXPERIMENTS", "")
-    assert target_grpc.streams_per_connection() == 6
+    assert target_grpc.streams_per_connection(16) == 6
     monkeypatch.setenv("GRPC_EXPERIMENTS", "-event_engine_client")
     monkeypatch.setenv("GRPC_POLL_STRATEGY", "epoll1")
-    assert target_grpc.streams_per_connection() == 6
+    assert target_grpc.streams_per_connection(16) == 6
 
 
 def test_the_server_we_start_runs_in_the_users_grpc_environment(timing_server):

@@ -211,21 +211,22 @@ def test_perf_analyzer_binary_is_installed_and_located():
 
 
 def test_tools_run_without_the_grpc_settings_trtllm_forge_defaulted_for_itself():
-    """Our processes default GRPC_ENABLE_FORK_SUPPORT (see trtllm_forge/__init__.py); perf_analyzer, GenAI-Perf and
-    AIPerf get the user's environment: a value the user set is passed on, ours is not."""
+    """Our processes default GRPC_ENABLE_FORK_SUPPORT and grpc's client poller (see trtllm_forge/__init__.py);
+    perf_analyzer, GenAI-Perf and AIPerf get the user's environment: a value the user set is passed on, ours is not."""
     import trtllm_forge
     from trtllm_forge.bench.tool_runs import executable
 
-    name = "GRPC_ENABLE_FORK_SUPPORT"
-    if name not in trtllm_forge._DEFAULTED:
-        pytest.skip(f"{name} was set before trtllm_forge was imported: nothing of ours to leave out")
-    assert os.environ[name] == trtllm_forge.GRPC_DEFAULTS[name]
-    assert name not in trtllm_forge.third_party_env()
-    assert trtllm_forge.third_party_env({name: "true", "A": "1"}) == {name: "true", "A": "1"}
-    if PA_PROBLEM is None:
-        assert name not in find_perf_analyzer().env()
-        _, env = executable("perf_analyzer")
-        assert name not in env
+    names = trtllm_forge._DEFAULTED
+    if not names:
+        pytest.skip("every grpc setting was chosen before trtllm_forge was imported: nothing of ours to leave out")
+    for name in names:
+        assert os.environ[name] == trtllm_forge.GRPC_DEFAULTS[name]
+        assert name not in trtllm_forge.third_party_env()
+        assert trtllm_forge.third_party_env({name: "user's", "A": "1"}) == {name: "user's", "A": "1"}
+        if PA_PROBLEM is None:
+            assert name not in find_perf_analyzer().env()
+            _, env = executable("perf_analyzer")
+            assert name not in env
 
 
 def _scripted_tool(tmp_path: Path, outcomes: list[tuple[int, str]]) -> list[str]:
