@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Which grpc client poller lets our bench stamp responses soonest: grpc's older poller with its `poll` strategy
-(ours by default: trtllm_forge.GRPC_DEFAULTS; the thread waiting on a stream reads that stream's own connection, one
-connection per stream) against grpcio's own default, the event-engine client (its threads read every socket and wake
-the waiting thread; 6 streams per connection), and the older poller with the `epoll1` strategy (one epoll set for the
+"""Which grpc client poller lets our bench stamp responses soonest: grpc's older poller with its `poll` strategy (our
+default, trtllm_forge.GRPC_DEFAULTS: the thread waiting on a stream reads that stream's own connection; a connection
+per stream), grpcio's own default, the event-engine client (its threads read every socket and wake the thread waiting
+on the call; 6 streams per connection), and the older poller with its `epoll1` strategy (one epoll set for the
 process: whichever thread polls reads any socket and wakes the owner).
 
 Our bench (`trtllm-forge bench`, its own process per run, as bench_tools_fidelity.py runs it) on the timing model
@@ -32,7 +32,7 @@ from trtllm_forge.bench import provenance  # noqa: E402
 RESULTS = fidelity.REPO / "results" / "bench_fidelity" / "grpc_poller.json"
 # The grpc environment of each setting (set for the bench process; a value set is not replaced by our defaults).
 SETTINGS: dict[str, dict[str, str]] = {
-    "older poller, poll (our default)": {"GRPC_EXPERIMENTS": "-event_engine_client", "GRPC_POLL_STRATEGY": "poll"},
+    "older poller, poll": {"GRPC_EXPERIMENTS": "-event_engine_client", "GRPC_POLL_STRATEGY": "poll"},
     "event-engine client (grpcio default)": {"GRPC_EXPERIMENTS": "", "GRPC_POLL_STRATEGY": "epoll1,poll"},
     "older poller, epoll1": {"GRPC_EXPERIMENTS": "-event_engine_client", "GRPC_POLL_STRATEGY": "epoll1"},
 }

@@ -315,44 +315,50 @@ def _established_to(port: int) -> int:
     return count
 
 
-def test_under_our_grpc_defaults_every_lane_has_a_connection_of_its_own(timing_server):
-    """trtllm_forge.GRPC_DEFAULTS: grpc's older poller with the `poll` strategy, under which the thread waiting on a
-    stream reads that stream's connection itself; so every lane gets its own connection, up to 16 (and with grpcio's
-    event-engine client, 6 lanes share one)."""
-    import trtllm_forge
-
-    if {"GRPC_EXPERIMENTS", "GRPC_POLL_STRATEGY"} - set(trtllm_forge._DEFAULTED):
-        pytest.skip("the grpc poller was chosen before trtllm_forge was imported: our default is not in effect")
-    assert [target_grpc.streams_per_connection(n) for n in (1, 4, 16, 17, 64)] == [1, 1, 1, 2, 4]
-    port = timing_server.ports["grpc"]
+def _connections_opened(server, monkeypatch, environment: dict[str, str], lanes: int) -> int:
+    """Connections the target opens for `lanes` lanes with `environment` set (read when it opens; the process's grpc
+    poller itself was chosen at grpc's start, so this checks the connection plan, not the poller)."""
+    for name in ("GRPC_EXPERIMENTS", "GRPC_POLL_STRATEGY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    port = server.ports["grpc"]
     before = _established_to(port)
     seen = []
 
     async def probe(target):
         seen.append((len(target.channels), _established_to(port) - before))
 
-    records, _ = _run(timing_server.grpc_url, "ensemble", n=8, output_tokens=4, concurrency=4, probe=probe)
+    records, _ = _run(server.grpc_url, "ensemble", n=2 * lanes, output_tokens=4, concurrency=lanes, probe=probe)
     assert all(r.error_kind is None and r.output_tokens == 4 for r in records)
-    assert seen == [(4, 4)]
+    (opened,) = seen
+    assert opened[0] == opened[1], f"channels {opened[0]} but TCP connections {opened[1]}"
+    return opened[0]
 
 
-def test_grpcs_event_engine_client_shares_a_connection_among_six_lanes(monkeypatch):
+def test_under_grpcs_event_engine_six_lanes_share_a_connection(timing_server, monkeypatch):
+    """grpcio's own client (a user's choice; its threads read every socket): fewer sockets serve more streams."""
     monkeypatch.setenv("GRPC_EXPERIMENTS", "")
-    assert target_grpc.streams_per_connection(16) == 6
+    assert target_grpc.streams_per_connection() == 6
     monkeypatch.setenv("GRPC_EXPERIMENTS", "-event_engine_client")
-    monkeypatch.setenv("GRPC_POLL_STRATEGY", "epoll1")
-    assert target_grpc.streams_per_connection(16) == 6
+    monkeypatch.setenv("GRPC_POLL_STRATEGY", "epoll1")  # one epoll set for the process: any thread reads any socket
+    assert target_grpc.streams_per_connection() == 6
+    assert _connections_opened(timing_server, monkeypatch, {"GRPC_EXPERIMENTS": ""}, lanes=7) == 2
+
+
+def test_under_the_older_poller_every_lane_has_a_connection_of_its_own(timing_server, monkeypatch):
+    """Our default (trtllm_forge.GRPC_DEFAULTS): the thread waiting on a stream reads that stream's connection itself."""
+    poll = {"GRPC_EXPERIMENTS": "-event_engine_client", "GRPC_POLL_STRATEGY": "poll"}
+    assert _connections_opened(timing_server, monkeypatch, poll, lanes=4) == 4
 
 
 def test_the_server_we_start_runs_in_the_users_grpc_environment(timing_server):
     """Our grpc defaults are for our own client: tritonserver's gRPC server gets the environment the user gave us."""
     import trtllm_forge
 
-    environ = dict(
-        item.split("=", 1) for item in open(f"/proc/{timing_server.process.pid}/environ", "rb").read().decode().split("\0") if "=" in item
-    )
+    raw = open(f"/proc/{timing_server.process.pid}/environ", "rb").read().decode()
+    environ = dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+    if not trtllm_forge._DEFAULTED:
+        pytest.skip("every grpc default was set before trtllm_forge was imported: nothing of ours to leave out")
     for name in trtllm_forge._DEFAULTED:
         assert environ.get(name) != trtllm_forge.GRPC_DEFAULTS[name], name
-    assert {"GRPC_EXPERIMENTS", "GRPC_POLL_STRATEGY"} - set(trtllm_forge._DEFAULTED) or not (
-        {"GRPC_EXPERIMENTS", "GRPC_POLL_STRATEGY"} & set(environ)
-    )

@@ -9,14 +9,13 @@ __version__ = "0.1.0"
 # exited with SIGABRT after "Epoll1Poller ... epoll_wait error: Bad file descriptor" once the bench's gRPC channels
 # had run in the same process). Our children always exec, so gRPC's fork support is never needed. Set before any
 # grpc import: the package is imported first by the CLI, the scripts and the tests' conftest.
-# The other two make a thread waiting on a call's completion queue read that call's socket itself (grpc's older
-# client poller, `poll` strategy: each queue polls only its own connections), not grpcio's event-engine threads that
-# read every socket and then wake the waiting thread: one thread wake-up per response instead of two. Our bench gives
-# every stream its own connection and thread (bench/target_grpc.py), so its stamps come sooner and each response costs
-# less client CPU (scripts/bench_grpc_poller.py, results/bench_fidelity/grpc_poller.json; README, "grpc's client
-# poller"). A value the user set wins.
-# third_party_env() leaves them out of the environment of every process we start (Triton, whose gRPC server must run
-# as the user set it up; perf_analyzer, GenAI-Perf, AIPerf; build steps).
+# The other two choose grpc's older client poller with its `poll` strategy: the thread waiting on a call's completion
+# queue reads that call's connection itself, instead of grpcio's event-engine threads reading every socket and then
+# waking the waiting thread (two wake-ups per response). Our bench gives each lane (a stream and a thread) its own
+# connection under it and keeps at most 16 lanes (bench/target_grpc.py, bench/run.py): its stamps came sooner at
+# concurrency 1-16 and its tail at 64 stayed short (README, "grpc's client poller"). A value the user set wins.
+# third_party_env() leaves our defaults out of the environment of every process we start (Triton, whose gRPC server
+# must run as the user set it up; perf_analyzer, GenAI-Perf, AIPerf; build steps).
 GRPC_DEFAULTS = {"GRPC_ENABLE_FORK_SUPPORT": "false", "GRPC_EXPERIMENTS": "-event_engine_client", "GRPC_POLL_STRATEGY": "poll"}
 _DEFAULTED = tuple(name for name in GRPC_DEFAULTS if name not in os.environ)
 for _name in _DEFAULTED:
@@ -31,3 +30,10 @@ def third_party_env(base: dict[str, str] | None = None) -> dict[str, str]:
         if env.get(name) == GRPC_DEFAULTS[name]:
             del env[name]
     return env
+
+
+def older_grpc_poller() -> bool:
+    """Whether this process's grpc uses the older client poller with its `poll` strategy (the thread waiting on a call
+    reads the call's connection itself): our default above, unless the user chose otherwise."""
+    experiments = os.environ.get("GRPC_EXPERIMENTS", "").replace(" ", "").split(",")
+    return "-event_engine_client" in experiments and os.environ.get("GRPC_POLL_STRATEGY") == "poll"

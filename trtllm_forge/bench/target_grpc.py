@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
 import struct
 import sys
 import threading
@@ -23,6 +22,7 @@ from grpc._cython import cygrpc  # type: ignore[import-untyped]
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
+from trtllm_forge import older_grpc_poller
 from trtllm_forge.bench.records import RequestRecord
 from trtllm_forge.bench.target import UNREACHABLE_END_ID, Target, TargetDown, now_ns, output_length_plan, wait_done
 from trtllm_forge.bench.workload import BenchRequest
@@ -42,25 +42,15 @@ _STREAM_METHOD = b"/inference.GRPCInferenceService/ModelStreamInfer"
 GIL_SWITCH_S = 0.0002
 
 
-# Under our grpc defaults, at most this many connections (and so as many threads polling a socket of their own):
-# at concurrency 64 a connection per lane left responses unread for 100-300 ms at p99 in some runs (TTFT error vs the
-# model's stamps +13% to +55% in 6 of 16 runs, against 1 of 7 with 4 lanes per connection; README, "grpc's client
-# poller").
-MAX_OWN_POLLER_CONNECTIONS = 16
-
-
-def streams_per_connection(streams: int) -> int:
-    """Lanes (a stream and a thread each) per TCP connection for `streams` lanes. With grpc's older poller and its `poll`
-    strategy (this package's default, trtllm_forge.GRPC_DEFAULTS) the thread waiting on a stream reads its connection
-    itself: a connection per lane up to MAX_OWN_POLLER_CONNECTIONS, so a response wakes only the thread it is for
-    (several lanes on one socket: whichever thread polls reads it and wakes the owner). With grpcio's event-engine
-    client, whose threads read every socket, fewer sockets mean one read brings several streams' responses: 6 per
-    connection (perf_analyzer 2.51 kept 3 connections at concurrency 16 and 64; interleaved in-process runs, event
-    engine, 1 vs 6 per connection: client CPU per flood response 111 -> 73 us at concurrency 16, TTFT error vs the
-    model's stamps within noise)."""
-    experiments = os.environ.get("GRPC_EXPERIMENTS", "").replace(" ", "").split(",")
-    own_poller = "-event_engine_client" in experiments and os.environ.get("GRPC_POLL_STRATEGY") == "poll"
-    return -(-streams // MAX_OWN_POLLER_CONNECTIONS) if own_poller else 6
+def streams_per_connection() -> int:
+    """Lanes (a stream and a thread each) per TCP connection. Under grpc's older poller with its `poll` strategy (our
+    default, trtllm_forge.GRPC_DEFAULTS) the thread waiting on a stream reads its connection itself: a connection per
+    lane, so a response wakes only the thread it is for (several lanes on one socket: whichever thread polls reads it
+    and wakes the owner). Under grpcio's event-engine client, whose threads read every socket, fewer sockets mean one
+    read brings several streams' responses: 6 per connection (perf_analyzer 2.51 kept 3 connections at concurrency 16
+    and 64; interleaved in-process runs, 1 vs 6 per connection: client CPU per flood response 111 -> 73 us at
+    concurrency 16, TTFT error vs the model's stamps within noise)."""
+    return 1 if older_grpc_poller() else 6
 
 
 InputSpec = tuple[str, str, list[Any]]  # (input name, Triton datatype, values)
@@ -394,7 +384,7 @@ class TritonGrpcTarget(Target):
         self.layouts: dict[int, _Layout] = {}  # by output count (see _Layout)
 
     async def open(self) -> None:
-        n_connections = -(-self.n_streams // streams_per_connection(self.n_streams))
+        n_connections = -(-self.n_streams // streams_per_connection())
         self.channels = [grpc.insecure_channel(self.url, options=_CHANNEL_OPTIONS) for _ in range(n_connections)]
         self.stub = stub = pb_grpc.GRPCInferenceServiceStub(self.channels[0])
         try:
