@@ -27,16 +27,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_tools_fidelity as fidelity  # noqa: E402 - the fidelity script's runs and stamp statistics
 
+from trtllm_forge import OLDER_GRPC_POLLER  # noqa: E402
 from trtllm_forge.bench import provenance  # noqa: E402
 
 RESULTS = fidelity.REPO / "results" / "bench_fidelity" / "grpc_poller.json"
 # The grpc environment of each setting (set for the bench process; a value set is not replaced by our defaults).
 SETTINGS: dict[str, dict[str, str]] = {
-    "older poller, poll": {"GRPC_EXPERIMENTS": "-event_engine_client", "GRPC_POLL_STRATEGY": "poll"},
+    "older poller, poll": dict(OLDER_GRPC_POLLER),
     "event-engine client (grpcio default)": {"GRPC_EXPERIMENTS": "", "GRPC_POLL_STRATEGY": "epoll1,poll"},
     "older poller, epoll1": {"GRPC_EXPERIMENTS": "-event_engine_client", "GRPC_POLL_STRATEGY": "epoll1"},
 }
-GRPC_VARIABLES = ("GRPC_EXPERIMENTS", "GRPC_POLL_STRATEGY")
+GRPC_VARIABLES = tuple(OLDER_GRPC_POLLER)
 TIMING_CONCURRENCY = (1, 4, 16, 64)
 FLOOD_CONCURRENCY = (1, 16, 64)
 

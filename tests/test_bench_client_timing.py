@@ -318,7 +318,9 @@ def _established_to(port: int) -> int:
 def _connections_opened(server, monkeypatch, environment: dict[str, str], lanes: int) -> int:
     """Connections the target opens for `lanes` lanes with `environment` set (read when it opens; the process's grpc
     poller itself was chosen at grpc's start, so this checks the connection plan, not the poller)."""
-    for name in ("GRPC_EXPERIMENTS", "GRPC_POLL_STRATEGY"):
+    from trtllm_forge import OLDER_GRPC_POLLER
+
+    for name in OLDER_GRPC_POLLER:
         monkeypatch.delenv(name, raising=False)
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
@@ -348,8 +350,9 @@ def test_under_grpcs_event_engine_six_lanes_share_a_connection(timing_server, mo
 
 def test_under_the_older_poller_every_lane_has_a_connection_of_its_own(timing_server, monkeypatch):
     """Our default (trtllm_forge.GRPC_DEFAULTS): the thread waiting on a stream reads that stream's connection itself."""
-    poll = {"GRPC_EXPERIMENTS": "-event_engine_client", "GRPC_POLL_STRATEGY": "poll"}
-    assert _connections_opened(timing_server, monkeypatch, poll, lanes=4) == 4
+    from trtllm_forge import OLDER_GRPC_POLLER
+
+    assert _connections_opened(timing_server, monkeypatch, OLDER_GRPC_POLLER, lanes=4) == 4
 
 
 def test_the_server_we_start_runs_in_the_users_grpc_environment(timing_server):

@@ -102,10 +102,11 @@ def test_every_option_field_is_a_dataclass_field():
 def test_automatic_grpc_lanes_are_one_per_request_in_flight_up_to_the_pollers_cap(monkeypatch):
     """bench/run.py auto_streams: a lane (stream and thread) per request in flight, at most 16 under grpc's older
     poller (our default, where each lane's thread reads its own connection) and 64 under grpcio's event engine."""
+    from trtllm_forge import OLDER_GRPC_POLLER
     from trtllm_forge.bench.run import auto_streams
 
-    monkeypatch.setenv("GRPC_EXPERIMENTS", "-event_engine_client")
-    monkeypatch.setenv("GRPC_POLL_STRATEGY", "poll")
+    for name, value in OLDER_GRPC_POLLER.items():
+        monkeypatch.setenv(name, value)
     assert [auto_streams(BenchOptions(url="u", model="m", concurrency=[c])) for c in (1, 4, 16, 64)] == [1, 4, 16, 16]
     assert auto_streams(BenchOptions(url="u", model="m", concurrency=[1, 64], workers=2)) == 16
     assert auto_streams(BenchOptions(url="u", model="m", concurrency=[16], workers=2)) == 8

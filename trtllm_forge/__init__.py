@@ -16,7 +16,8 @@ __version__ = "0.1.0"
 # concurrency 1-16 and its tail at 64 stayed short (README, "grpc's client poller"). A value the user set wins.
 # third_party_env() leaves our defaults out of the environment of every process we start (Triton, whose gRPC server
 # must run as the user set it up; perf_analyzer, GenAI-Perf, AIPerf; build steps).
-GRPC_DEFAULTS = {"GRPC_ENABLE_FORK_SUPPORT": "false", "GRPC_EXPERIMENTS": "-event_engine_client", "GRPC_POLL_STRATEGY": "poll"}
+OLDER_GRPC_POLLER = {"GRPC_EXPERIMENTS": "-event_engine_client", "GRPC_POLL_STRATEGY": "poll"}
+GRPC_DEFAULTS = {"GRPC_ENABLE_FORK_SUPPORT": "false", **OLDER_GRPC_POLLER}
 _DEFAULTED = tuple(name for name in GRPC_DEFAULTS if name not in os.environ)
 for _name in _DEFAULTED:
     os.environ[_name] = GRPC_DEFAULTS[_name]
@@ -36,4 +37,5 @@ def older_grpc_poller() -> bool:
     """Whether this process's grpc uses the older client poller with its `poll` strategy (the thread waiting on a call
     reads the call's connection itself): our default above, unless the user chose otherwise."""
     experiments = os.environ.get("GRPC_EXPERIMENTS", "").replace(" ", "").split(",")
-    return "-event_engine_client" in experiments and os.environ.get("GRPC_POLL_STRATEGY") == "poll"
+    strategy = os.environ.get("GRPC_POLL_STRATEGY")
+    return OLDER_GRPC_POLLER["GRPC_EXPERIMENTS"] in experiments and strategy == OLDER_GRPC_POLLER["GRPC_POLL_STRATEGY"]

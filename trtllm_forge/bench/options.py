@@ -255,9 +255,9 @@ class BenchOptions:
         None,
         flag="--streams",
         ge=1,
-        help="ModelStreamInfer streams kept open (a client thread each, up to 6 per gRPC connection; a connection each under "
-        "GRPC_POLL_STRATEGY=poll with the event-engine client off) to spread requests over; "
-        "a stream carries several requests when more are in flight. Default: one per request in flight, at most 64.",
+        help="ModelStreamInfer streams kept open (a client thread and a gRPC connection each; 6 per connection under "
+        "grpcio's event-engine client, GRPC_EXPERIMENTS=) to spread requests over; a stream carries several requests "
+        "when more are in flight. Default: one per request in flight, at most 16 (64 under the event-engine client).",
     )
     stall_timeout_s: float = option(
         60.0,

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from trtllm_forge import __version__
+from trtllm_forge import __version__, older_grpc_poller
 from trtllm_forge.bench import plots, report, server_metrics
 from trtllm_forge.bench.metrics import summarize
-from trtllm_forge import older_grpc_poller
 from trtllm_forge.bench.options import BenchOptions
 from trtllm_forge.bench.runner import LoadSpec, RunResult, run_load
 from trtllm_forge.bench.target import now_ns
