@@ -183,6 +183,7 @@ def test_unreadable_exports_exit_2_with_one_line_naming_the_file(tmp_path):
         "other.json": json.dumps({"hello": 1}),
         "table.csv": "a,b\n1,2\n",
         "broken.json": '{"records": ',
+        "profile_export.json": "",  # what perf_analyzer 2.51 once left after exiting 0
     }
     for name, text in cases.items():
         path = tmp_path / name
@@ -192,6 +193,7 @@ def test_unreadable_exports_exit_2_with_one_line_naming_the_file(tmp_path):
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and str(path) in lines[0] and "perf_analyzer profile_export.json" in lines[0], proc.stderr
         assert "Traceback" not in proc.stderr
+    assert "profile_export.json: is empty" in proc.stderr, proc.stderr
     # A perf_analyzer export whose responses carry no token has no metric: an error, not an empty summary.
     empty = EXPORTS / "perf_analyzer_exports" / "derived_empty_profile_data.profile_export.json"
     proc = run_in_process("bench", "import", str(empty), "--out", str(tmp_path / "out"))
@@ -229,9 +231,10 @@ def test_tools_run_without_the_grpc_settings_trtllm_forge_defaulted_for_itself()
             assert name not in env
 
 
-def _scripted_tool(tmp_path: Path, outcomes: list[tuple[int, str]]) -> list[str]:
+def _scripted_tool(tmp_path: Path, outcomes: list[tuple], export: Path | None = None) -> list[str]:
     """A process that stands in for perf_analyzer's exit only (not its measurement): each call prints the next
-    outcome's text and exits with its code; calls are counted in `calls`."""
+    outcome's text and exits with its code; an outcome's third item, if any, is what it leaves in `export`
+    (truncated first, as perf_analyzer's exporter opens it); calls are counted in `calls`."""
     import sys
 
     (tmp_path / "outcomes.json").write_text(json.dumps(outcomes))
@@ -242,7 +245,10 @@ def _scripted_tool(tmp_path: Path, outcomes: list[tuple[int, str]]) -> list[str]
         "calls = here / 'calls'\n"
         "n = int(calls.read_text()) if calls.exists() else 0\n"
         "calls.write_text(str(n + 1))\n"
-        "code, text = json.loads((here / 'outcomes.json').read_text())[n]\n"
+        "code, text, *left = json.loads((here / 'outcomes.json').read_text())[n]\n"
+        f"export = {str(export) if export else None!r}\n"
+        "if export and left:\n"
+        "    pathlib.Path(export).write_text(left[0])\n"
         "print(text)\n"
         "sys.exit(code)\n"
     )
@@ -253,7 +259,7 @@ def test_perf_analyzers_statistics_race_reruns_a_measured_point_and_passes_a_war
     """perf_analyzer 2.51's "failed to find the requested model version" (its server-statistics race, seen in CI at
     concurrency 2 on a busy machine): the warm-up goes on, a measured point runs again with the failed log kept;
     any other failure is raised at once."""
-    from trtllm_forge.bench.tool_runs import PA_STATS_RACE, _run_perf_analyzer
+    from trtllm_forge.bench.tool_runs import PA_ATTEMPTS, PA_STATS_RACE, _run_perf_analyzer
     from trtllm_forge.errors import StepError
 
     race = (99, f"Request concurrency: 2\n{PA_STATS_RACE}")
@@ -278,7 +284,32 @@ def test_perf_analyzers_statistics_race_reruns_a_measured_point_and_passes_a_war
     endless = tmp_path / "endless"
     endless.mkdir()
     with pytest.raises(StepError, match="exited with 99"):
-        _run_perf_analyzer(_scripted_tool(endless, [race] * 3), dict(os.environ), endless / "pa.log", 60, warmup=False)
+        _run_perf_analyzer(_scripted_tool(endless, [race] * PA_ATTEMPTS), dict(os.environ), endless / "pa.log", 60, warmup=False)
+
+
+def test_an_empty_profile_export_after_exit_0_runs_the_point_again_and_then_says_so(tmp_path):
+    """perf_analyzer 2.51 once exited 0 with its console report complete and an empty profile export (full test run,
+    2026-12-03): the point runs again with the empty attempt's log kept; empty every time, one line says what
+    happened instead of the importer's "not a format I know"."""
+    from trtllm_forge.bench.tool_runs import PA_ATTEMPTS, PA_EMPTY_EXPORT, _run_perf_analyzer
+    from trtllm_forge.errors import StepError
+
+    export = tmp_path / "profile_export.json"
+    argv = _scripted_tool(tmp_path, [(0, "report one", ""), (0, "report two", '{"experiments": []}')], export)
+    log = tmp_path / "run" / "perf_analyzer.log"
+    _run_perf_analyzer(argv, dict(os.environ), log, 60, warmup=False, export=export)
+    assert (tmp_path / "calls").read_text() == "2"
+    assert json.loads(export.read_text()) == {"experiments": []}
+    assert "report two" in log.read_text()
+    assert "report one" in (log.parent / "perf_analyzer.attempt1.log").read_text()
+
+    always = tmp_path / "always"
+    always.mkdir()
+    empty = always / "profile_export.json"
+    argv = _scripted_tool(always, [(0, "report", "")] * PA_ATTEMPTS, empty)
+    with pytest.raises(StepError, match=f"{PA_EMPTY_EXPORT} .*{PA_ATTEMPTS} times"):
+        _run_perf_analyzer(argv, dict(os.environ), always / "pa.log", 60, warmup=False, export=empty)
+    assert (always / "calls").read_text() == str(PA_ATTEMPTS)
 
 
 @pytest.mark.slow

@@ -119,6 +119,8 @@ def import_export(path: Path, tokenizer=None) -> list[ImportedPoint]:
 
 def _parse(path: Path, text: str, tokenizer) -> list[ImportedPoint]:
     stripped = text.lstrip()
+    if not stripped:
+        return _unknown(path, "is empty")
     if stripped.startswith("{"):
         try:
             data = json.loads(text)
