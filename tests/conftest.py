@@ -1,7 +1,9 @@
 """Shared fixtures. Tests talk to real things (model, engine, server) wherever this machine allows.
 
 The suite must stay fast on 2 cores, so what is expensive exists once per session; new tests should use these
-instead of making their own (each is read-only for its users; copy it to change it):
+instead of making their own (each is read-only for its users; copy it to change it). `make test` runs the suite in two
+pytest-xdist workers, a file per worker at a time: session fixtures exist once per worker, except the import and the
+fp32 build, made once for both (`shared_across_workers`).
 
 - `imported_smollm2` / `smollm2_checkpoint`: the one import of the built-in SmolLM2 (through the real CLI).
 - `cpu_engine_fp32`: the one fp32 OpenVINO build of that checkpoint (configs/smollm2-cpu.yaml's build);
@@ -23,12 +25,14 @@ outlive the command (`deploy CONFIG`, `run`) and a child's environment (PYTHONPA
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -385,13 +389,29 @@ def smollm2_checkpoint(request) -> Path:
     return request.getfixturevalue("imported_smollm2")
 
 
+@contextmanager
+def shared_across_workers(tmp_path_factory, name: str) -> Iterator[Path]:
+    """The directory `name` that every pytest-xdist worker of this run sees (the session's own without xdist), held
+    under an exclusive lock while the block runs: the first worker makes what goes in it, the others find it made
+    (a stage whose inputs are unchanged is skipped)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's directory, above each worker's own
+    directory = base / name
+    directory.mkdir(exist_ok=True)
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield directory
+
+
 @pytest.fixture(scope="session")
 def cpu_engine_fp32(smollm2_checkpoint, tmp_path_factory):
-    """(workdir, StageResult) of an fp32 OpenVINO build of the checkpoint."""
+    """(workdir, StageResult) of an fp32 OpenVINO build of the checkpoint (one build for all workers: a later
+    worker's build finds it up to date and is skipped)."""
     from trtllm_forge.builders.openvino import build_engine
 
-    workdir = tmp_path_factory.mktemp("build-fp32")
-    return workdir, build_engine(cpu_test_config(), workdir, smollm2_checkpoint)
+    with shared_across_workers(tmp_path_factory, "build-fp32") as workdir:
+        return workdir, build_engine(cpu_test_config(), workdir, smollm2_checkpoint)
 
 
 @pytest.fixture(scope="session")
@@ -473,11 +493,12 @@ def smollm2_gguf_tokenizer():
 
 @pytest.fixture(scope="session")
 def imported_smollm2(tmp_path_factory) -> Path:
-    """`trtllm-forge import configs/smollm2-cpu.yaml` into a session workdir; returns the checkpoint dir
-    (<workdir>/import/checkpoint; the workdir is its grandparent)."""
-    workdir = tmp_path_factory.mktemp("imported-smollm2")
-    # Generous: on a busy 2-core machine the conversion alone has taken over 5 minutes.
-    proc = run_cli("import", str(CONFIGS / "smollm2-cpu.yaml"), "--workdir", str(workdir), timeout=1800)
+    """`trtllm-forge import configs/smollm2-cpu.yaml` into a session workdir (one for all workers: a later worker's
+    import finds it up to date and is skipped); returns the checkpoint dir (<workdir>/import/checkpoint; the workdir
+    is its grandparent)."""
+    with shared_across_workers(tmp_path_factory, "imported-smollm2") as workdir:
+        # Generous: on a busy 2-core machine the conversion alone has taken over 5 minutes.
+        proc = run_cli("import", str(CONFIGS / "smollm2-cpu.yaml"), "--workdir", str(workdir), timeout=1800)
     assert proc.returncode == 0, proc.stderr
     checkpoint = workdir / "import" / "checkpoint"
     assert (checkpoint / "model.safetensors").is_file(), proc.stderr

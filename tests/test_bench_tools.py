@@ -231,6 +231,31 @@ def test_tools_run_without_the_grpc_settings_trtllm_forge_defaulted_for_itself()
             assert name not in env
 
 
+def test_a_child_that_inherits_our_whole_environment_still_knows_our_grpc_defaults_from_the_users():
+    """A pytest-xdist worker (or a user's script) inherits the environment of a process that imported us: the values
+    we defaulted there are still ours in the child (left out of what it passes on), while the same values set by
+    the user, without our marker, are the user's."""
+    import subprocess
+    import sys
+
+    import trtllm_forge
+
+    probe = (
+        "import json, os, trtllm_forge\n"
+        "print(json.dumps([list(trtllm_forge._DEFAULTED), sorted(k for k in trtllm_forge.third_party_env() if k.startswith('GRPC_'))]))"
+    )
+    ours = {**os.environ, **trtllm_forge.GRPC_DEFAULTS, trtllm_forge.DEFAULTED_MARKER: ",".join(trtllm_forge.GRPC_DEFAULTS)}
+    users = {k: v for k, v in ours.items() if k != trtllm_forge.DEFAULTED_MARKER}
+    results = []
+    for env in (ours, users):
+        done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        results.append(json.loads(done.stdout))
+    (defaulted, passed_on), (users_defaulted, users_passed_on) = results
+    assert defaulted == list(trtllm_forge.GRPC_DEFAULTS) and not set(passed_on) & set(trtllm_forge.GRPC_DEFAULTS)
+    assert users_defaulted == [] and set(trtllm_forge.GRPC_DEFAULTS) <= set(users_passed_on)
+
+
 def _scripted_tool(tmp_path: Path, outcomes: list[tuple], export: Path | None = None) -> list[str]:
     """A process that stands in for perf_analyzer's exit only (not its measurement): each call prints the next
     outcome's text and exits with its code; an outcome's third item, if any, is what it leaves in `export`

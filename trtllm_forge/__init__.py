@@ -18,9 +18,17 @@ __version__ = "0.1.0"
 # must run as the user set it up; perf_analyzer, GenAI-Perf, AIPerf; build steps).
 OLDER_GRPC_POLLER = {"GRPC_EXPERIMENTS": "-event_engine_client", "GRPC_POLL_STRATEGY": "poll"}
 GRPC_DEFAULTS = {"GRPC_ENABLE_FORK_SUPPORT": "false", **OLDER_GRPC_POLLER}
-_DEFAULTED = tuple(name for name in GRPC_DEFAULTS if name not in os.environ)
+# The names defaulted here, for a child that inherits this whole environment (a pytest-xdist worker of a session whose
+# conftest imported us, a user's script): it must not take our values for the user's.
+DEFAULTED_MARKER = "TRTLLM_FORGE_GRPC_DEFAULTED"
+_INHERITED = {name for name in os.environ.get(DEFAULTED_MARKER, "").split(",") if os.environ.get(name) == GRPC_DEFAULTS.get(name)}
+_DEFAULTED = tuple(name for name in GRPC_DEFAULTS if name not in os.environ or name in _INHERITED)
 for _name in _DEFAULTED:
     os.environ[_name] = GRPC_DEFAULTS[_name]
+if _DEFAULTED:
+    os.environ[DEFAULTED_MARKER] = ",".join(_DEFAULTED)
+else:
+    os.environ.pop(DEFAULTED_MARKER, None)
 
 
 def third_party_env(base: dict[str, str] | None = None) -> dict[str, str]:
@@ -30,6 +38,7 @@ def third_party_env(base: dict[str, str] | None = None) -> dict[str, str]:
     for name in _DEFAULTED:
         if env.get(name) == GRPC_DEFAULTS[name]:
             del env[name]
+    env.pop(DEFAULTED_MARKER, None)
     return env
 
 
