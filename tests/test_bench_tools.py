@@ -258,8 +258,9 @@ def test_a_child_that_inherits_our_whole_environment_still_knows_our_grpc_defaul
 
 def _scripted_tool(tmp_path: Path, outcomes: list[tuple], export: Path | None = None) -> list[str]:
     """A process that stands in for perf_analyzer's exit only (not its measurement): each call prints the next
-    outcome's text and exits with its code; an outcome's third item, if any, is what it leaves in `export`
-    (truncated first, as perf_analyzer's exporter opens it); calls are counted in `calls`."""
+    outcome's text and exits with its code; an outcome's third item, if any, is what it leaves in `export`, which
+    must not exist before (perf_analyzer 2.51 exits 99 then: "Failed to parse --profile-export-file. Path must not
+    already exist."); calls are counted in `calls`."""
     import sys
 
     (tmp_path / "outcomes.json").write_text(json.dumps(outcomes))
@@ -272,6 +273,9 @@ def _scripted_tool(tmp_path: Path, outcomes: list[tuple], export: Path | None = 
         "calls.write_text(str(n + 1))\n"
         "code, text, *left = json.loads((here / 'outcomes.json').read_text())[n]\n"
         f"export = {str(export) if export else None!r}\n"
+        "if export and pathlib.Path(export).exists():\n"
+        "    print('Error: Failed to parse --profile-export-file. Path must not already exist.')\n"
+        "    sys.exit(99)\n"
         "if export and left:\n"
         "    pathlib.Path(export).write_text(left[0])\n"
         "print(text)\n"
@@ -327,6 +331,7 @@ def test_an_empty_profile_export_after_exit_0_runs_the_point_again_and_then_says
     assert json.loads(export.read_text()) == {"experiments": []}
     assert "report two" in log.read_text()
     assert "report one" in (log.parent / "perf_analyzer.attempt1.log").read_text()
+    assert (tmp_path / "profile_export.attempt1.json").read_text() == ""  # kept aside: perf_analyzer refuses a path that exists
 
     always = tmp_path / "always"
     always.mkdir()
