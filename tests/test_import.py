@@ -94,6 +94,28 @@ def test_converted_checkpoint_generates_what_the_gguf_model_generates(imported_s
     assert "Paris" in tokenizer.decode(converted)
 
 
+def test_transformers_gets_the_parsed_reader_while_converting_and_gguf_is_restored_after(gguf_reader, tmp_path):
+    """The converter hands transformers its own parsed reader of the GGUF being converted (transformers parses it
+    twice otherwise) and one tensor-name map per (architecture, layers); any other file is parsed as before, and
+    gguf's functions are gguf's again afterwards. That the converted weights equal transformers' own GGUF load is
+    test_converted_checkpoint_generates_what_the_gguf_model_generates."""
+    import gguf
+    from gguf.constants import MODEL_ARCH
+
+    from trtllm_forge.importer.gguf_to_hf import parsed_once
+
+    make_reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"not a gguf")
+    with parsed_once(gguf_reader, gguf_path()):
+        assert gguf.GGUFReader(str(gguf_path())) is gguf_reader
+        with pytest.raises(ValueError):  # another file is really parsed (and refused here)
+            gguf.GGUFReader(str(other))
+        assert gguf.get_tensor_name_map(MODEL_ARCH.LLAMA, 30) is gguf.get_tensor_name_map(MODEL_ARCH.LLAMA, 30)
+    assert gguf.GGUFReader is make_reader and gguf.get_tensor_name_map is name_map
+    assert name_map(MODEL_ARCH.LLAMA, 30) is not name_map(MODEL_ARCH.LLAMA, 30)
+
+
 @pytest.mark.slow
 def test_saved_tokenizer_follows_the_gguf_metadata(imported_smollm2, gguf_reader):
     from transformers import AutoTokenizer

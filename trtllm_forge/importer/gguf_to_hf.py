@@ -10,9 +10,12 @@ The result is re-loaded from disk and compared with the GGUF-loaded model before
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +163,34 @@ def check_model(out: Path, loaded, probe_ids: list[int], dtype: str) -> dict:
     }
 
 
+@contextmanager
+def parsed_once(reader, gguf_path: Path) -> Iterator[None]:
+    """While transformers loads `gguf_path`, hand it `reader` (already parsed) instead of parsing the file again, and
+    one gguf tensor-name map per architecture and layer count. transformers 5.5 parses a GGUF once for its config and
+    once for its weights (gguf-py's GGUFReader: 5.4 s each for SmolLM2's 49k-token vocabulary on this project's VM)
+    and builds the name map for every module it walks (~400 times, ~20 ms each): 43 s of import, ~20 s of it these.
+    Both are read-only (a reader is a view of the memory-mapped file); gguf's own functions are restored after."""
+    import gguf
+
+    make_reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    resolved = gguf_path.resolve()
+
+    def reader_for(path, *args, **kwargs):
+        if not args and not kwargs and Path(path).resolve() == resolved:
+            return reader
+        return make_reader(path, *args, **kwargs)
+
+    stand_ins = {"GGUFReader": reader_for, "get_tensor_name_map": functools.lru_cache(maxsize=None)(name_map)}
+    originals = {name: getattr(gguf, name) for name in stand_ins}
+    for name, value in stand_ins.items():
+        setattr(gguf, name, value)
+    try:
+        yield
+    finally:
+        for name, value in originals.items():
+            setattr(gguf, name, value)
+
+
 def convert(gguf_path: Path, out: Path, dtype: str) -> dict:
     import torch
     import transformers
@@ -168,10 +199,11 @@ def convert(gguf_path: Path, out: Path, dtype: str) -> dict:
     reader = open_reader(gguf_path)
     info = read_gguf_info(gguf_path)
     out.mkdir(parents=True, exist_ok=True)
-    mode, tokenizer = convert_tokenizer(reader, gguf_path, out, info)
+    with parsed_once(reader, gguf_path):
+        mode, tokenizer = convert_tokenizer(reader, gguf_path, out, info)
+        print(f"tokenizer: {mode}", flush=True)
+        loaded, load_s = convert_model(gguf_path, out, dtype, info)
     del reader
-    print(f"tokenizer: {mode}", flush=True)
-    loaded, load_s = convert_model(gguf_path, out, dtype, info)
     print(f"model: GGUF loaded and dequantized in {load_s:.1f}s, saved as {dtype} safetensors", flush=True)
     tok = check_tokenizer(out, info, tokenizer, builds_natively(info))
     print(f"tokenizer check: ok (add_bos={tok['add_bos_token']}, eos={tok['eos_token_id']})", flush=True)
