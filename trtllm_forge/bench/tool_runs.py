@@ -185,10 +185,11 @@ def run_logged(argv: list[str], env: dict, log: Path, timeout_s: float) -> None:
 # it a warning). The warm-up's requests are done by then; a measured run is run again.
 PA_STATS_RACE = "failed to find the requested model version"
 # Seen twice in full test runs (2026-12-03, the token-id point at concurrency 2 on a server's first requests, a busy
-# machine): exit 0, its console report complete, the profile export empty. Its exporter (triton-inference-server/client, src/profile_data_exporter.cc,
-# OutputToFile) truncates the file, then writes through rapidjson's 64 KiB FileWriteStream, flushed when the document
-# ends: a document that stops short leaves an empty file and no error. What stopped it was not found (not reproduced
-# in 66 runs outside the suite, 45 beside three busy loops, 11 on a fresh server); a measured point is run again.
+# machine): exit 0, its console report complete, the profile export empty. Its exporter (triton-inference-server/
+# client, src/profile_data_exporter.cc, OutputToFile) truncates the file, then writes through rapidjson's 64 KiB
+# FileWriteStream, flushed when the document ends: a document that stops short leaves an empty file and no error.
+# What stopped it was not found (not reproduced in 66 runs outside the suite, 45 beside three busy loops, 11 on a
+# fresh server); a measured point is run again.
 PA_EMPTY_EXPORT = "an empty profile export after exiting 0"
 PA_ATTEMPTS = 3
 
