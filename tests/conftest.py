@@ -16,7 +16,8 @@ fp32 build, made once for both (`shared_across_workers`).
 - `reference_model` / `transformers_greedy`, `smollm2_gguf_tokenizer`: the transformers reference model (loaded once)
   and the GGUF's tokenizer.
 - `triton_launcher`: start a server of your own (stopped at session end) when a test kills a stub, stops the
-  server or needs other settings.
+  server or needs other settings; `triton_for_test` / `triton_for_module` for a server of one test or module (stopped
+  when it ends: a CPU engine server holds ~1.7 GB).
 
 CLI calls: `cli_inprocess.run_in_process` (Click's CliRunner in this process, no interpreter start-up) for
 everything that does not need a real process; `run_cli` (a subprocess) for the entry point, signals, servers that
@@ -208,30 +209,82 @@ def forge_test_config(**triton):
 SESSION_END_GRACE_S = 3.0
 
 
-@pytest.fixture(scope="session")
-def triton_launcher(tmp_path_factory):
-    """Start real Triton servers for the session: `start(repository, config=None, workdir=None) -> Deployment`.
+class TritonLauncher:
+    """`launcher(repository, config=None, workdir=None) -> Deployment` starts a real Triton server; `stop(deployment)`
+    stops one now; every server still running is stopped at the end of the session (also when a test fails), all at
+    once, with a short grace before SIGKILL (graceful stops are deploy stop's tests; a dozen servers unloading their
+    models at once on 2 cores took 14 s of the suite)."""
 
-    Every server started through it is stopped at the end of the session (also when a test fails), all at
-    once, with a short grace before SIGKILL (graceful stops are deploy stop's tests; a dozen servers unloading
-    their models at once on 2 cores took 14 s of the suite).
-    """
-    from concurrent.futures import ThreadPoolExecutor
+    def __init__(self, tmp_path_factory):
+        self.tmp_path_factory = tmp_path_factory
+        self.running: list = []
 
-    from trtllm_forge.deploy import start_server, stop_server
+    def __call__(self, repository: Path, config=None, workdir: Path | None = None):
+        from trtllm_forge.deploy import start_server
 
-    started = []
-
-    def start(repository: Path, config=None, workdir: Path | None = None):
-        workdir = workdir or tmp_path_factory.mktemp("triton-wd")
+        workdir = workdir or self.tmp_path_factory.mktemp("triton-wd")
         deployment = start_server(config or forge_test_config(), workdir, Path(repository))
-        started.append(deployment)
+        self.running.append(deployment)
         return deployment
 
-    yield start
-    if started:
-        with ThreadPoolExecutor(max_workers=len(started)) as pool:
-            list(pool.map(lambda deployment: stop_server(deployment, grace_s=SESSION_END_GRACE_S, quiet=True), started))
+    def stop(self, deployment) -> None:
+        if deployment in self.running:
+            self.running.remove(deployment)
+            self._stop(deployment)
+
+    def stop_all(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        running, self.running = self.running, []
+        if running:
+            with ThreadPoolExecutor(max_workers=len(running)) as pool:
+                list(pool.map(self._stop, running))
+
+    @staticmethod
+    def _stop(deployment) -> None:
+        from trtllm_forge.deploy import stop_server
+
+        stop_server(deployment, grace_s=SESSION_END_GRACE_S, quiet=True)
+
+
+@pytest.fixture(scope="session")
+def triton_launcher(tmp_path_factory) -> Iterator[TritonLauncher]:
+    """Start real Triton servers for the session (TritonLauncher). A server only one test or one module uses starts
+    through `triton_for_test` / `triton_for_module` instead: a CPU engine server holds ~1.7 GB (its KV cache pool
+    committed at load), and two workers keeping every such server to the session's end used 19 GB of this 24 GB VM."""
+    launcher = TritonLauncher(tmp_path_factory)
+    yield launcher
+    launcher.stop_all()
+
+
+@contextmanager
+def _stopped_at_the_end(launcher: TritonLauncher) -> Iterator:
+    mine: list = []
+
+    def start(*args, **kwargs):
+        deployment = launcher(*args, **kwargs)
+        mine.append(deployment)
+        return deployment
+
+    try:
+        yield start
+    finally:
+        for deployment in mine:
+            launcher.stop(deployment)
+
+
+@pytest.fixture
+def triton_for_test(triton_launcher) -> Iterator:
+    """`triton_launcher`'s start for servers of this test only: stopped when it ends."""
+    with _stopped_at_the_end(triton_launcher) as start:
+        yield start
+
+
+@pytest.fixture(scope="module")
+def triton_for_module(triton_launcher) -> Iterator:
+    """`triton_launcher`'s start for servers of this module only: stopped after its last test."""
+    with _stopped_at_the_end(triton_launcher) as start:
+        yield start
 
 
 @pytest.fixture(scope="session")

@@ -273,10 +273,10 @@ def _engine_with_draft(engine_dir: Path, root: Path, num_assistant_tokens: int) 
     return drafted
 
 
-def test_a_draft_model_speculates_and_the_tokens_stay_the_targets(cpu_engine_fp32, prompt_ids, alone, triton_launcher, tmp_path):
+def test_a_draft_model_speculates_and_the_tokens_stay_the_targets(cpu_engine_fp32, prompt_ids, alone, triton_for_test, tmp_path):
     workdir, result = cpu_engine_fp32
     drafted = _engine_with_draft(Path(result.manifest["outputs"]["engine_dir"]), tmp_path, num_assistant_tokens=3)
-    server = triton_launcher(write_cpu_engine_repository(tmp_path / "repo", drafted), config=cpu_test_config())
+    server = triton_for_test(write_cpu_engine_repository(tmp_path / "repo", drafted), config=cpu_test_config())
     log = Path(server.log).read_text(errors="replace")
     assert "draft=draft x3" in log and "'INFERENCE_NUM_THREADS': '1'" in log  # the draft's own properties reached it
     for ids, reference in zip(prompt_ids[:3], alone):
@@ -321,7 +321,7 @@ def two_requests_stamped(server, prompt_ids, gap_s: float, lengths=(4, 4)) -> li
     return stamps
 
 
-def test_successors_of_requests_that_ended_together_share_one_prefill_step(cpu_engine_fp32, prompt_ids, triton_launcher, tmp_path):
+def test_successors_of_requests_that_ended_together_share_one_prefill_step(cpu_engine_fp32, prompt_ids, triton_for_test, tmp_path):
     """The arrival window (arrival_window_ms): after a step that ended two requests, the engine waits for two new
     ones before its next step, so both are admitted together and one prefill step makes both first tokens (one
     stamp), although the second was sent half a second after the first. The window is 5 s here, so no machine is
@@ -330,7 +330,7 @@ def test_successors_of_requests_that_ended_together_share_one_prefill_step(cpu_e
 
     _, build = cpu_engine_fp32
     engine_dir = Path(build.manifest["outputs"]["engine_dir"])
-    server = triton_launcher(write_cpu_engine_repository(tmp_path / "repo", engine_dir, arrival_window_ms="5000"), config=cpu_test_config())
+    server = triton_for_test(write_cpu_engine_repository(tmp_path / "repo", engine_dir, arrival_window_ms="5000"), config=cpu_test_config())
     assert "arrival_window_ms=5000" in Path(server.log).read_text(errors="replace")
 
     def tensor(name, array, dtype):
@@ -351,13 +351,13 @@ def test_successors_of_requests_that_ended_together_share_one_prefill_step(cpu_e
     assert stamps[0]["first_token_time_ns"] == stamps[1]["first_token_time_ns"]
 
 
-def test_a_burst_after_an_idle_spell_shares_one_prefill_step_once_one_was_seen(cpu_engine_fp32, prompt_ids, triton_launcher, tmp_path):
+def test_a_burst_after_an_idle_spell_shares_one_prefill_step_once_one_was_seen(cpu_engine_fp32, prompt_ids, triton_for_test, tmp_path):
     """The arrival window after an idle spell: a client that started two requests at once (a burst) will again; so
     at the next idle start the engine waits out the window (5 s here, so no machine is too slow for it), and two
     requests sent 0.5 s apart get their first tokens from one prefill step. One request at a time never waits."""
     _, build = cpu_engine_fp32
     engine_dir = Path(build.manifest["outputs"]["engine_dir"])
-    server = triton_launcher(write_cpu_engine_repository(tmp_path / "repo", engine_dir, arrival_window_ms="5000"), config=cpu_test_config())
+    server = triton_for_test(write_cpu_engine_repository(tmp_path / "repo", engine_dir, arrival_window_ms="5000"), config=cpu_test_config())
 
     alone = request(server, prompt_ids[0], 2)  # one request after the start: no burst seen, nothing waits
     assert alone.error is None, alone.error

@@ -81,7 +81,7 @@ def small_engine(engine_dir: Path, out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def loaded(cpu_engine_fp32, triton_launcher, tmp_path_factory):
+def loaded(cpu_engine_fp32, triton_for_module, tmp_path_factory):
     """(deployment, repository, tokenizer) of the rendered cpu repository served with max_batch_size 2."""
     from transformers import AutoTokenizer
 
@@ -91,7 +91,7 @@ def loaded(cpu_engine_fp32, triton_launcher, tmp_path_factory):
     config = cpu_test_config(engine={"max_batch_size": MAX_BATCH_SIZE}, verify={"max_tokens": OUTPUT_TOKENS})
     rendered = write_repository(config, root, read_engine_config(engine_dir), "cpu", root / "repository")
     repository = rendered.repository
-    deployment = triton_launcher(repository, config=config, workdir=root / "wd")
+    deployment = triton_for_module(repository, config=config, workdir=root / "wd")
     return deployment, Path(repository), AutoTokenizer.from_pretrained(str(engine_dir))
 
 

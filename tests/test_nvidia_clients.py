@@ -53,13 +53,13 @@ PROMPT = "The capital of France is"
 MAX_TOKENS = 12
 
 
-def _render_and_start(cpu_engine_fp32, triton_launcher, tmp_path_factory, config, name: str):
+def _render_and_start(cpu_engine_fp32, start, tmp_path_factory, config, name: str):
     _, build = cpu_engine_fp32
     workdir = tmp_path_factory.mktemp(name)
     rendered = write_repository(
         config, workdir, read_engine_config(Path(build.manifest["outputs"]["engine_dir"])), "cpu", workdir / "model_repository"
     )
-    return triton_launcher(rendered.repository, config=config)
+    return start(rendered.repository, config=config)
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +69,9 @@ def decoupled_server(cpu_deployment):
 
 
 @pytest.fixture(scope="module")
-def unary_server(cpu_engine_fp32, triton_launcher, tmp_path_factory):
+def unary_server(cpu_engine_fp32, triton_for_module, tmp_path_factory):
     config = cpu_test_config(triton={"decoupled": False}, runtime={"streaming": False})
-    return _render_and_start(cpu_engine_fp32, triton_launcher, tmp_path_factory, config, "nv-unary")
+    return _render_and_start(cpu_engine_fp32, triton_for_module, tmp_path_factory, config, "nv-unary")
 
 
 @pytest.fixture(scope="module")
