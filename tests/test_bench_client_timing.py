@@ -31,6 +31,9 @@ from trtllm_forge.bench.workload import BenchRequest
 FLOOD_TOKENS = 256
 
 
+SHUFFLED_TTFT_NS = 1_000_000  # the `shuffled` timing model's TTFT
+
+
 @pytest.fixture(scope="module")
 def timing_server(tmp_path_factory):
     from trtllm_forge.bench.local_triton import render_timing_model, start_triton
@@ -40,7 +43,7 @@ def timing_server(tmp_path_factory):
     render_timing_model(root / "repo", "flood", ttft_ms=1.0, gap_ms=0.0)
     render_timing_model(root / "repo", "slow", ttft_ms=3_000.0, gap_ms=10.0)  # short: the server drains it before stopping
     # The timing model with its outputs in reverse order in every other response (same count, other places)
-    shuffled = render_timing_model(root / "repo", "shuffled", ttft_ms=1.0, gap_ms=0.0) / "1" / "model.py"
+    shuffled = render_timing_model(root / "repo", "shuffled", ttft_ms=SHUFFLED_TTFT_NS / 1e6, gap_ms=0.0) / "1" / "model.py"
     code = shuffled.read_text()
     assert "return pb_utils.InferenceResponse(output_tensors=outputs)" in code
     shuffled.write_text(
@@ -162,9 +165,10 @@ def test_outputs_in_another_order_are_read_by_name_and_perf_stamps_per_request(t
         # a send stamp read from another output (arrival, first token) would repeat instead of increasing
         assert all(a < b for a, b in zip(record.server_send_ns, record.server_send_ns[1:]))
         perf = record.server_perf or {}
-        # a token's time is taken as it is produced, just before its response's send stamp: each is read from its own
-        # response (the first, the last) when it lies between that response's send stamp and the one before
-        assert 0 <= record.server_send_ns[0] - perf["first_token_time_ns"] < record.server_send_ns[1] - record.server_send_ns[0]
+        # a token's time is taken as it is produced, before its response's send stamp: the first token no earlier than
+        # the model's TTFT (1 ms) after arrival (so it is not the arrival stamp, read from the wrong output), the last
+        # after the previous response's send stamp. Order only: a busy machine delays the sends, never reorders them.
+        assert perf["arrival_time_ns"] + SHUFFLED_TTFT_NS <= perf["first_token_time_ns"] <= record.server_send_ns[0]
         assert record.server_send_ns[-2] < perf["last_token_time_ns"] <= record.server_send_ns[-1]
         assert record.sent_ns <= perf["arrival_time_ns"] == perf["first_scheduled_time_ns"] <= record.server_send_ns[0]
     assert sorted(target.layouts) == [0, 7]  # the empty final response, and the model's 7 outputs in one of two orders
