@@ -188,6 +188,11 @@ class TritonPythonModel:
                 if key in self.answered:
                     return  # the client went away; the cancellation loop answered
                 if streaming:
+                    if last.finished:
+                        with self.lock:  # claimed before the final send: the cancellation loop no longer answers it
+                            if key in self.answered:
+                                return
+                            self.in_flight.pop(key, None)
                     flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last.finished else 0
                     sender.send(self._response(last, request), flags=flags)
             with self.lock:
@@ -215,12 +220,15 @@ class TritonPythonModel:
                         output.abort()
                         del self.in_flight[key]
                         self.answered.add(key)
-                        sender.send(
-                            pb_utils.InferenceResponse(
-                                error=pb_utils.TritonError("Request cancelled by client", pb_utils.TritonError.CANCELLED)
-                            ),
-                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
-                        )
+                        try:
+                            sender.send(
+                                pb_utils.InferenceResponse(
+                                    error=pb_utils.TritonError("Request cancelled by client", pb_utils.TritonError.CANCELLED)
+                                ),
+                                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                            )
+                        except Exception as exc:  # noqa: BLE001 - ended meanwhile; this loop must outlive any one request
+                            pb_utils.Logger.log_warn(f"llmapi model: cancelled request already answered: {exc}")
 
     def finalize(self):
         self.running = False
