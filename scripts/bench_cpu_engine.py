@@ -397,13 +397,18 @@ def run_triton(
 
 # ---- closed loop at several concurrencies: served against in-process (issue 16.1) -------------------------
 
-LOAD_PATHS = ("in-process", "served", "served-stream", "served-stream-tritonclient")
+LOAD_PATHS = ("in-process", "served", "served-stream", "served-stream-tritonclient", "served-stream-engine-model")
 LOAD_PATH_LABELS = {
     "in-process": "engine in-process (ContinuousBatchingPipeline, same scheduler)",
     "served": "Triton ensemble, not streamed",
     "served-stream": "Triton ensemble, streamed",
     "served-stream-tritonclient": "Triton ensemble, streamed, read by tritonclient's stream API",
+    "served-stream-engine-model": "Triton `tensorrt_llm` model (token ids), streamed",
 }
+# CPU seconds of each process role over one closed-loop run (LoadPoint.cpu_s): this script's own process (the engine
+# on the in-process path, the client on the served ones), tritonserver itself, the engine model's python stub and the
+# other stubs (pre/postprocessing, BLS).
+CPU_ROLES = ("bench_process", "tritonserver", "engine_stub", "other_stubs")
 # The streamed goal is measured with trtllm-forge's own gRPC client (the bench's): the client runs on the same two
 # cores as the engine, and tritonclient's stream API spends several times its CPU per response (the
 # served-stream-tritonclient path, kept to show that cost); the in-process baseline has no client at all.
@@ -423,10 +428,35 @@ class LoadPoint:
     identical: int  # requests whose output equals the in-process output for the same prompt
     errors: int = 0
     load_average_after: float = 0.0
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU_ROLES -> CPU seconds over the run
 
     @property
     def tok_s(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def cpu_by_role(deployment, engine_model: str) -> dict[str, float]:
+    """CPU seconds used so far by each of CPU_ROLES (the stubs are found in the server's process group)."""
+    from trtllm_forge.processes import cpu_seconds, group_members
+
+    times = os.times()
+    roles = dict.fromkeys(CPU_ROLES, 0.0)
+    roles["bench_process"] = times.user + times.system
+    for pid in group_members(deployment.pgid):
+        seconds = cpu_seconds(pid)
+        if seconds is None:
+            continue
+        if pid == deployment.pid:
+            roles["tritonserver"] += seconds
+            continue
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        # a stub's first argument is its model.py: <repository>/<model>/<version>/model.py
+        stub_model = Path(argv[1].decode(errors="replace")).parent.parent.name if len(argv) > 1 else ""
+        roles["engine_stub" if stub_model == engine_model else "other_stubs"] += seconds
+    return roles
 
 
 def open_pipeline(config, engine_dir: Path):
@@ -583,6 +613,51 @@ def closed_loop_served_forge(grpc_url: str, model: str, prompts: list[str], orde
     return results, seconds
 
 
+def closed_loop_served_engine_model(grpc_url: str, model: str, prompt_ids, order: list[int], concurrency: int, max_tokens: int):
+    """The streamed closed loop on the `tensorrt_llm` model itself, token ids in and out, through trtllm-forge's own
+    gRPC client (the bench's token-id target): what the ensemble's pre/postprocessing add to streaming is the
+    difference to the served-stream path. Returns ([(output ids, tokens) or error] by position, seconds)."""
+    import asyncio
+
+    import numpy as np
+
+    from trtllm_forge.bench.records import RequestRecord
+    from trtllm_forge.bench.target_grpc import TritonGrpcTokensTarget
+    from trtllm_forge.bench.workload import BenchRequest
+
+    ids_of: dict[str, list[int]] = {}
+
+    class IdsKept(TritonGrpcTokensTarget):
+        def parse_response(self, response, record: RequestRecord) -> bool:
+            for output, raw in zip(response.outputs, response.raw_output_contents):
+                if output.name == "output_ids":
+                    ids_of.setdefault(record.id, []).extend(int(t) for t in np.frombuffer(raw, dtype=np.int32))
+            return super().parse_response(response, record)
+
+    records = [RequestRecord(f"c{i}", "measure", 0, 0, "requested", max_tokens) for i in range(len(order))]
+
+    async def main() -> float:
+        target = IdsKept(grpc_url, model, force_output_len=False, streams=concurrency)
+        await target.open()
+        cursor = iter(range(len(order)))
+
+        async def worker() -> None:
+            for position in cursor:
+                ids = tuple(prompt_ids[order[position]])
+                await target.send(BenchRequest("", ids, len(ids), "dataset_ids", max_tokens), records[position])
+
+        try:
+            started = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            return time.perf_counter() - started
+        finally:
+            await target.close()
+
+    seconds = asyncio.run(main())
+    results: list = [(ids_of.get(r.id, []), r.output_tokens) if r.ok else f"error: {r.error_message}" for r in records]
+    return results, seconds
+
+
 def run_concurrency(args, base, root: Path, checkpoint: Path) -> dict:
     """Served (ensemble, streamed and not) against the same engine in-process, closed loop at each concurrency,
     the paths back to back per repeat and concurrency (order rotated per repeat)."""
@@ -593,7 +668,7 @@ def run_concurrency(args, base, root: Path, checkpoint: Path) -> dict:
     from trtllm_forge.render.repository import render_repository
 
     document = provenance.record()
-    document["schema"] = "trtllm-forge.bench-cpu-engine-concurrency/2"
+    document["schema"] = "trtllm-forge.bench-cpu-engine-concurrency/3"
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
     prompt_ids = [tokenizer(p)["input_ids"] for p in PROMPTS]
     concurrencies = [int(c) for c in args.concurrency.split(",")]
@@ -626,12 +701,22 @@ def run_concurrency(args, base, root: Path, checkpoint: Path) -> dict:
                 order = [i % len(PROMPTS) for i in range(requests)]
                 paths = LOAD_PATHS[repeat % len(LOAD_PATHS) :] + LOAD_PATHS[: repeat % len(LOAD_PATHS)]
                 for path in paths:
+                    cpu_before = cpu_by_role(deployment, names.tensorrt_llm)
                     if path == "in-process":
                         outputs, seconds = closed_loop_in_process(
                             pipeline, generation_config, prompt_ids, order, concurrency, args.max_tokens
                         )
                         same = sum(out == expected_ids[i] for out, i in zip(outputs, order))
                         point = LoadPoint(path, concurrency, repeat, requests, sum(map(len, outputs)), seconds, same)
+                    elif path == "served-stream-engine-model":
+                        results, seconds = closed_loop_served_engine_model(
+                            deployment.grpc_url, names.tensorrt_llm, prompt_ids, order, concurrency, args.max_tokens
+                        )
+                        good = [(r, i) for r, i in zip(results, order) if isinstance(r, tuple)]
+                        same = sum(r[0] == expected_ids[i] for r, i in good)
+                        point = LoadPoint(
+                            path, concurrency, repeat, requests, sum(r[1] for r, _ in good), seconds, same, errors=requests - len(good)
+                        )
                     else:
                         if path == "served-stream":
                             results, seconds = closed_loop_served_forge(
@@ -647,6 +732,8 @@ def run_concurrency(args, base, root: Path, checkpoint: Path) -> dict:
                             path, concurrency, repeat, requests, sum(r[1] for r, _ in good), seconds, same, errors=requests - len(good)
                         )
                     point.load_average_after = os.getloadavg()[0]
+                    cpu_after = cpu_by_role(deployment, names.tensorrt_llm)
+                    point.cpu_s = {role: round(cpu_after[role] - cpu_before[role], 3) for role in CPU_ROLES}
                     points.append(point)
                     info(f"    r{repeat} c{concurrency} {path}: {point.tok_s:.1f} tok/s, {point.identical}/{requests} identical")
     finally:
@@ -688,6 +775,41 @@ def concurrency_goals(document: dict) -> list[str]:
     return goals
 
 
+def cpu_ms_per_token(point: dict) -> dict[str, float] | None:
+    """A point's CPU per output token (ms) by what did the work: the engine (in-process: this script's process;
+    served: the engine model's stub), serving (tritonserver and the other stubs) and the client."""
+    cpu, tokens = point.get("cpu_s"), point["tokens"]
+    if not cpu or not tokens:
+        return None
+    per = {role: cpu[role] * 1e3 / tokens for role in CPU_ROLES}
+    if point["path"] == "in-process":
+        return {"engine": per["bench_process"], "serving": 0.0, "client": 0.0}
+    return {"engine": per["engine_stub"], "serving": per["tritonserver"] + per["other_stubs"], "client": per["bench_process"]}
+
+
+def _cpu_cells(points: list[dict], concurrency: int, path: str) -> tuple[str, str]:
+    """(engine / serving / client CPU ms per token, in-process CPU ÷ this path's CPU per token), medians over repeats."""
+    rows = [c for p in points if p["concurrency"] == concurrency and p["path"] == path if (c := cpu_ms_per_token(p))]
+    if not rows:
+        return "—", "—"
+    medians = {part: statistics.median(r[part] for r in rows) for part in ("engine", "serving", "client")}
+    cells = " / ".join(f"{medians[part]:.2f}" for part in ("engine", "serving", "client"))
+    if path == "in-process":
+        return cells, "—"
+    base = {
+        p["repeat"]: c["engine"]
+        for p in points
+        if p["concurrency"] == concurrency and p["path"] == "in-process"
+        if (c := cpu_ms_per_token(p))
+    }
+    shares = [
+        base[p["repeat"]] / sum(c.values())
+        for p in points
+        if p["concurrency"] == concurrency and p["path"] == path and base.get(p["repeat"]) and (c := cpu_ms_per_token(p))
+    ]
+    return cells, (f"{statistics.median(shares) * 100:.0f}%" if shares else "—")
+
+
 def render_concurrency_table(document: dict) -> str:
     """The README table of the closed-loop run, from its result file alone."""
     workload = document["workload"]
@@ -697,8 +819,9 @@ def render_concurrency_table(document: dict) -> str:
         f"the paths back to back per concurrency and repeat (order rotated), {workload['repeats']} repeats, medians. "
         + provenance.measured_where(document),
         "",
-        "| concurrency | path | output tok/s | served ÷ in-process (per repeat) | outputs identical to in-process |",
-        "|---:|---|---:|---:|---:|",
+        "| concurrency | path | output tok/s | served ÷ in-process (per repeat) | CPU ms per token: engine / serving / client "
+        "| in-process CPU ÷ this path's CPU per token | outputs identical to in-process |",
+        "|---:|---|---:|---:|---:|---:|---:|",
     ]
     for concurrency in workload["concurrency"]:
         for path in LOAD_PATHS:
@@ -711,8 +834,9 @@ def render_concurrency_table(document: dict) -> str:
             else:
                 ratios = _paired_ratios(points, concurrency, path)
                 ratio = f"{statistics.median(ratios) * 100:.1f}% ({', '.join(f'{r * 100:.0f}' for r in ratios)})" if ratios else "—"
+            cpu, cpu_share = _cpu_cells(points, concurrency, path)
             same = f"{sum(p['identical'] for p in rows)}/{sum(p['requests'] for p in rows)}"
-            lines.append(f"| {concurrency} | {LOAD_PATH_LABELS[path]} | {tok_s:.1f} | {ratio} | {same} |")
+            lines.append(f"| {concurrency} | {LOAD_PATH_LABELS[path]} | {tok_s:.1f} | {ratio} | {cpu} | {cpu_share} | {same} |")
     lines += ["", *[f"- {g}" for g in concurrency_goals(document)]]  # from the points: a result file never goes stale
     return "\n".join(lines) + "\n"
 

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from trtllm_forge.bench.provenance import git_commit, machine, measured_where
+from trtllm_forge.processes import cpu_seconds
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results" / "bench_fidelity" / "tools.json"
@@ -165,7 +166,6 @@ class ChildCpu:
         self.samples: dict[int, list[tuple[int, float]]] = {}  # pid -> [(monotonic ns, CPU seconds)]
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
-        self.tick = os.sysconf("SC_CLK_TCK")
 
     @staticmethod
     def _descendants(pid: int) -> list[int]:
@@ -192,10 +192,11 @@ class ChildCpu:
                 try:
                     if Path(f"/proc/{pid}/comm").read_text().strip() != self.name:
                         continue
-                    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
                 except OSError:
                     continue
-                self.samples.setdefault(pid, []).append((time.monotonic_ns(), (int(fields[11]) + int(fields[12])) / self.tick))
+                seconds = cpu_seconds(pid)
+                if seconds is not None:
+                    self.samples.setdefault(pid, []).append((time.monotonic_ns(), seconds))
             self.stop.wait(0.01)
 
     def __enter__(self) -> "ChildCpu":

@@ -295,3 +295,17 @@ def test_deploy_lock_held_by_another_process_gives_one_line_naming_it(tmp_path):
         holder.wait()
     with deploy_lock(tmp_path / "wd", wait_s=5):  # released when its holder dies, even by SIGKILL
         pass
+
+
+def test_cpu_seconds_counts_what_a_real_child_burns_and_none_once_it_is_gone():
+    from trtllm_forge.processes import cpu_seconds
+
+    spin = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass\nimport sys; sys.stdin.read()"
+    child = subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.PIPE)
+    try:
+        wait_for(lambda: (cpu_seconds(child.pid) or 0.0) >= 0.5, what="the child's CPU time to reach its busy loop's")
+        used = cpu_seconds(child.pid)
+        assert used is not None and used < 30  # its own seconds, not the machine's or its parent's
+    finally:
+        child.communicate(b"")
+    assert cpu_seconds(child.pid) is None  # reaped: no /proc entry
