@@ -48,6 +48,7 @@ TABLES: dict[str, TableSource] = {
         "bench_cpu_engine.py", "render_concurrency_table", "results/bench_cpu_engine/concurrency.json"
     ),
     "batch1-roofline": TableSource("bench_batch1_roofline.py", "render_report", "results/bench_batch1_roofline/batch1.json"),
+    "batch1-profile": TableSource("bench_batch1_profile.py", "render_profile", "results/bench_batch1_roofline/profile.json"),
     "llamacpp-peer-table": TableSource("bench_llamacpp_peer.py", "render_table", "results/bench_llamacpp_peer/peer.json"),
     "bench-fidelity-timing": TableSource("bench_fidelity.py", "render_tables", "results/bench_fidelity/timing.json"),
     "bench-fidelity-table": TableSource("bench_tools_fidelity.py", "readme_table", "results/bench_fidelity/tools.json"),
