@@ -180,7 +180,7 @@ def render_profile(document: dict[str, Any]) -> str:
     engine_fc, floor_fc = median_of("engine", "projection_ms"), median_of("floor", "projection_ms")
     lines += [
         "",
-        f"A decode step takes {median_of('engine', 'step_ms_p50'):.1f} ms (wall), of which the profiled nodes account for "
+        f"A decode step takes {median_of('engine', 'step_ms_p50'):.1f} ms (wall); its nodes' profiled times add up to "
         f"{total:.1f} ms. The projections (FullyConnected and MatMul nodes) take {engine_fc:.1f} ms ({engine_fc / total:.0%}) and "
         f"stream their {engine_points[0]['projection_bytes'] / 1e6:.0f} MB of fp32 weights at "
         f"{median_of('engine', 'projection_gb_s'):.1f} GB/s; the same projections alone (the weight-reading floor model) take "
