@@ -117,15 +117,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from trtllm_forge.builders.openvino import build_engine
-    from trtllm_forge.config import load_config
-    from trtllm_forge.importer.stage import import_checkpoint
     from trtllm_forge.plan.host import measure_bandwidth
 
-    document = provenance.record()
-    document["schema"] = "trtllm-forge.bench-batch1-profile/1"
-    base = load_config(args.config)
-    root = args.root.resolve()
-    checkpoint = import_checkpoint(base, root / "import").checkpoint_dir.resolve()
+    document, base, root, checkpoint = roofline.start_run(args, "trtllm-forge.bench-batch1-profile/1")
     config = cpu.precision_config(base, "fp32")
     engine_dir = build_engine(config, root / "fp32", checkpoint).engine_dir
     assert engine_dir is not None  # an engine-target build
@@ -193,13 +187,10 @@ def render_profile(document: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, default=REPO / "configs" / "smollm2-cpu.yaml")
-    parser.add_argument("--root", type=Path, default=Path("forge-work") / "bench-cpu", help="engines are built (cached) here")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--note", help="stored with the results, e.g. what else ran on the machine")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_batch1_roofline import batch1_arguments
+
+    args = batch1_arguments(__doc__.splitlines()[0], RESULTS).parse_args(argv)
     document = run(args)
     provenance.write_result(args.out, document)
     print(render_profile(document))

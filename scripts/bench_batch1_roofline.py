@@ -17,8 +17,7 @@ sides of the ratio. Variants, interleaved per repeat (order rotated):
   timed between streamed tokens: what the continuous-batching pipeline's paging and scheduling cost at batch 1;
 - weight-reading floor: an OpenVINO model of nothing but the model's projections (the same shapes and bytes of
   fp32 weights, lm_head included) run once per "step": how fast OpenVINO's own FullyConnected kernels stream
-  these weights on this machine. Against it the engine's step splits into weight reading (the floor) and the
-  rest (attention, norms, sampling, scheduling); against the roofline the floor says how much of the copy
+  these weights on this machine. Against the roofline the floor says how much of the copy
   bandwidth a read-only kernel reaches; the same on one thread, and the same products in numpy's BLAS (another
   library's kernels on the same bytes);
 - OpenVINO properties: TBB's static partitioner against the default.
@@ -237,6 +236,18 @@ def steps_of(variant: Variant, pipeline: Any, prompt: list[int], output_tokens: 
     return decode_steps(pipeline, prompt, output_tokens)
 
 
+def start_run(args: argparse.Namespace, schema: str) -> tuple[dict[str, Any], Any, Path, Path]:
+    """(result document with provenance, base config, work root, imported checkpoint) for a batch-1 script's run."""
+    from trtllm_forge.config import load_config
+    from trtllm_forge.importer.stage import import_checkpoint
+
+    document = provenance.record()
+    document["schema"] = schema
+    base = load_config(args.config)
+    root = args.root.resolve()
+    return document, base, root, import_checkpoint(base, root / "import").checkpoint_dir.resolve()
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import bench_cpu_engine as cpu  # the same engines and scheduler as the CPU engine benchmark
@@ -244,16 +255,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from trtllm_forge.builders.openvino import build_engine
-    from trtllm_forge.config import load_config
-    from trtllm_forge.importer.stage import import_checkpoint
     from trtllm_forge.plan.host import measure_bandwidth
     from trtllm_forge.plan.planner import Workload, make_plan, resolve_inputs
 
-    document = provenance.record()
-    document["schema"] = "trtllm-forge.bench-batch1-roofline/1"
-    base = load_config(args.config)
-    root = args.root.resolve()
-    checkpoint = import_checkpoint(base, root / "import").checkpoint_dir.resolve()
+    document, base, root, checkpoint = start_run(args, "trtllm-forge.bench-batch1-roofline/1")
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
     measure_host_once(base)  # a fresh machine has no measured cpu entry: the plan needs its FLOP/s too
     shape, device = resolve_inputs(base)
@@ -425,8 +430,8 @@ def render_report(document: dict[str, Any]) -> str:
                 f"projections, lm_head included) takes {floor['step_ms_p50']:.1f} ms per step, {floor['share_of_roofline']:.0%} of the "
                 f"roofline at an effective {floor['effective_bandwidth_gb_s']:.2f} GB/s (fastest {floor['step_ms_min']:.1f} ms); "
                 + (
-                    f"the engine's step spends the other {rest:.1f} ms ({rest / default['step_ms_p50']:.0%}) on attention, norms, "
-                    "sampling and scheduling."
+                    f"the engine's step takes {rest:.1f} ms ({rest / default['step_ms_p50']:.0%}) longer (run apart from the floor: "
+                    "bench_batch1_profile.py splits one step by node)."
                     if rest >= 0
                     else "no faster than the engine's whole step in this run, so the split is lost in the noise."
                 )
@@ -451,13 +456,19 @@ def render_report(document: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def batch1_arguments(description: str, results: Path) -> argparse.ArgumentParser:
+    """The options every batch-1 script takes: config, work root, repeats, note, result file."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "smollm2-cpu.yaml")
     parser.add_argument("--root", type=Path, default=Path("forge-work") / "bench-cpu", help="engines are built (cached) here")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--note", help="stored with the results, e.g. what else ran on the machine")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=results)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = batch1_arguments(__doc__.splitlines()[0], RESULTS)
     parser.add_argument(
         "--skip", default="", help="comma-separated variants to leave out: threads, int8, long, stateful, floor, blas, properties"
     )

@@ -577,38 +577,42 @@ def closed_loop_served(grpc_url: str, model: str, prompts: list[str], order: lis
     return results, seconds
 
 
+def closed_loop_on_target(target, requests: list, records: list, concurrency: int) -> float:
+    """`concurrency` workers on one of the bench's targets, each sending the next of `requests` (with its record)
+    when its last one ended; returns the seconds from the first send to the last end."""
+    import asyncio
+
+    async def main() -> float:
+        await target.open()
+        cursor = iter(range(len(requests)))
+
+        async def worker() -> None:
+            for position in cursor:
+                await target.send(requests[position], records[position])
+
+        try:
+            started = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            return time.perf_counter() - started
+        finally:
+            await target.close()
+
+    return asyncio.run(main())
+
+
 def closed_loop_served_forge(grpc_url: str, model: str, prompts: list[str], order: list[int], concurrency: int, max_tokens: int):
     """closed_loop_served's streamed loop through trtllm-forge's own gRPC client (bench's TritonGrpcTarget: a
     persistent stream per client, responses read off the hot path): the same requests (max_tokens, no forced
     length), the same result shape."""
-    import asyncio
-
     from trtllm_forge.bench.records import RequestRecord
     from trtllm_forge.bench.target_grpc import TritonGrpcTarget
     from trtllm_forge.bench.workload import BenchRequest
 
     records = [RequestRecord(f"c{i}", "measure", 0, 0, "requested", max_tokens, texts=[]) for i in range(len(order))]
-
-    async def main() -> float:
-        target = TritonGrpcTarget(grpc_url, model, force_output_len=False, streams=concurrency)
-        await target.open()
-        cursor = iter(range(len(order)))
-
-        async def worker() -> None:
-            for position in cursor:
-                request = BenchRequest(prompts[order[position]], None, 0, "requested", max_tokens)
-                await target.send(request, records[position])
-
-        try:
-            started = time.perf_counter()
-            await asyncio.gather(*(worker() for _ in range(concurrency)))
-            seconds = time.perf_counter() - started
-        finally:
-            await target.close()
-        target.count_client_tokens(records)
-        return seconds
-
-    seconds = asyncio.run(main())
+    requests = [BenchRequest(prompts[i], None, 0, "requested", max_tokens) for i in order]
+    target = TritonGrpcTarget(grpc_url, model, force_output_len=False, streams=concurrency)
+    seconds = closed_loop_on_target(target, requests, records, concurrency)
+    target.count_client_tokens(records)
     results: list = [("".join(r.texts or []), r.output_tokens) if r.ok else f"error: {r.error_message}" for r in records]
     return results, seconds
 
@@ -617,8 +621,6 @@ def closed_loop_served_engine_model(grpc_url: str, model: str, prompt_ids, order
     """The streamed closed loop on the `tensorrt_llm` model itself, token ids in and out, through trtllm-forge's own
     gRPC client (the bench's token-id target): what the ensemble's pre/postprocessing add to streaming is the
     difference to the served-stream path. Returns ([(output ids, tokens) or error] by position, seconds)."""
-    import asyncio
-
     import numpy as np
 
     from trtllm_forge.bench.records import RequestRecord
@@ -635,25 +637,9 @@ def closed_loop_served_engine_model(grpc_url: str, model: str, prompt_ids, order
             return super().parse_response(response, record)
 
     records = [RequestRecord(f"c{i}", "measure", 0, 0, "requested", max_tokens) for i in range(len(order))]
-
-    async def main() -> float:
-        target = IdsKept(grpc_url, model, force_output_len=False, streams=concurrency)
-        await target.open()
-        cursor = iter(range(len(order)))
-
-        async def worker() -> None:
-            for position in cursor:
-                ids = tuple(prompt_ids[order[position]])
-                await target.send(BenchRequest("", ids, len(ids), "dataset_ids", max_tokens), records[position])
-
-        try:
-            started = time.perf_counter()
-            await asyncio.gather(*(worker() for _ in range(concurrency)))
-            return time.perf_counter() - started
-        finally:
-            await target.close()
-
-    seconds = asyncio.run(main())
+    requests = [BenchRequest("", tuple(prompt_ids[i]), len(prompt_ids[i]), "dataset_ids", max_tokens) for i in order]
+    target = IdsKept(grpc_url, model, force_output_len=False, streams=concurrency)
+    seconds = closed_loop_on_target(target, requests, records, concurrency)
     results: list = [(ids_of.get(r.id, []), r.output_tokens) if r.ok else f"error: {r.error_message}" for r in records]
     return results, seconds
 
