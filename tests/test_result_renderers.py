@@ -118,7 +118,7 @@ def test_batch1_report_says_whether_the_goal_is_met() -> None:
     text = batch1.render_report(_header(output_tokens=32, points=points))
     assert "steps in 22.7 ms (0.91× the served pipeline's step)" in text
     assert "only the 490 MB of fp32 projections" in text and "takes 20.0 ms per step, 83% of the roofline" in text
-    assert "spends the other 5.0 ms (20%) on attention" in text
+    assert "the engine's step takes 5.0 ms (20%) longer" in text
     assert "TBB_PARTITIONER STATIC): 42.0 tok/s (1.05× the default)" in text
     assert "numpy's BLAS reads the same projections in 25.0 ms (19.60 GB/s effective, 1.25× OpenVINO's time)" in text
 
@@ -138,3 +138,65 @@ def test_batch1_floor_reads_the_models_weights() -> None:
     # SmolLM2-135M: 134.5M parameters, of which the token embedding (tied to lm_head) is read once, as lm_head
     assert len(shapes) == 30 * 7 + 1 and shapes[-1] == (576, 49152)
     assert sum(k * n for k, n in shapes) == 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536) + 576 * 49152
+
+
+def test_profile_report_splits_the_step_by_node_type() -> None:
+    profile = _script("bench_batch1_profile")
+
+    def point(kind: str, repeat: int, nodes: dict[str, float], step_ms: float) -> dict[str, Any]:
+        projection_ms = nodes.get("FullyConnected", 0.0) + nodes.get("MatMul", 0.0)
+        return {
+            "kind": kind,
+            "repeat": repeat,
+            "bandwidth_gb_s": 30.0,
+            "step_ms_p50": step_ms,
+            "node_ms_p50": nodes,
+            "projection_ms": projection_ms,
+            "projection_bytes": 5e8,
+            "projection_gb_s": 5e8 / (projection_ms / 1e3) / 1e9,
+        }
+
+    small = {f"Op{i}": 0.1 for i in range(9)}  # nine small types: one past the eight rows shown
+    points = [
+        point("engine", 0, {"FullyConnected": 24.0, "MatMul": 1.0, "ScaledDotProductAttentionWithKVCache": 2.0, **small}, 29.0),
+        point("engine", 1, {"FullyConnected": 26.0, "MatMul": 1.0, "ScaledDotProductAttentionWithKVCache": 2.0, **small}, 31.0),
+        point("floor", 0, {"FullyConnected": 20.0}, 20.5),
+        point("floor", 1, {"FullyConnected": 22.0}, 22.5),
+    ]
+    text = profile.render_profile(_header(prompt_tokens=64, decode_steps=32, points=points))
+    assert "| FullyConnected | 25.00 | 87% |" in text  # median of 24 and 26, of 25 + 1 + 2 + 0.9
+    assert "| ScaledDotProductAttentionWithKVCache | 2.00 | 7% |" in text
+    assert "| 4 other node types | 0.40 | 1% |" in text and "| all nodes | 28.90 | 100% |" in text
+    assert "2 runs" in text and "A decode step takes 30.0 ms (wall)" in text
+    assert "take 26.0 ms (90%)" in text and "alone (the weight-reading floor model) take 21.0 ms at 23.9 GB/s" in text
+    assert "takes 2.9 ms (10%)" in text
+
+
+def test_concurrency_table_gives_cpu_per_token_and_what_it_allows() -> None:
+    cpu = _script("bench_cpu_engine")
+
+    def point(path: str, repeat: int, tok_s: float, cpu_s: dict[str, float] | None) -> dict[str, Any]:
+        tokens = 1000
+        return {
+            "path": path,
+            "concurrency": 16,
+            "repeat": repeat,
+            "requests": 32,
+            "tokens": tokens,
+            "seconds": tokens / tok_s,
+            "tok_s": tok_s,
+            "identical": 32,
+            "errors": 0,
+            **({"cpu_s": cpu_s} if cpu_s is not None else {}),
+        }
+
+    in_process = {"bench_process": 8.0, "tritonserver": 0.0, "engine_stub": 0.0, "other_stubs": 0.0}
+    streamed = {"bench_process": 0.3, "tritonserver": 0.6, "engine_stub": 8.6, "other_stubs": 0.2}
+    points = [point("in-process", 0, 250.0, in_process), point("served-stream", 0, 200.0, streamed), point("served", 0, 240.0, None)]
+    document = _header(workload={"precision": "fp32", "prompts": 16, "max_tokens": 64, "concurrency": [16], "repeats": 1}, points=points)
+    text = cpu.render_concurrency_table(document)
+    assert "| 16 | engine in-process (ContinuousBatchingPipeline, same scheduler) | 250.0 | — | 8.00 / 0.00 / 0.00 | — | 32/32 |" in text
+    # 8.6 engine + 0.8 serving + 0.3 client = 9.7 ms per token against 8.0 in process: 82%
+    assert "| 16 | Triton ensemble, streamed | 200.0 | 80.0% (80) | 8.60 / 0.80 / 0.30 | 82% | 32/32 |" in text
+    assert "| 16 | Triton ensemble, not streamed | 240.0 | 96.0% (96) | — | — | 32/32 |" in text  # an older file: no CPU record
+    assert "MISS: concurrency 16, Triton ensemble, streamed >= 95% of in-process (80.0%)" in text
