@@ -941,8 +941,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="Runs of (b), (c), (d) each; the median is reported.")
     parser.add_argument(
         "--concurrency",
-        help="closed-loop mode instead of (a)-(d): served ensemble (streamed and not) against the same engine in-process at "
-        "these concurrencies, e.g. 1,8,16; the first of --precisions; writes results/bench_cpu_engine/concurrency.json",
+        help="closed-loop mode instead of (a)-(d): served ensemble (streamed and not) and the tensorrt_llm model (streamed) "
+        "against the same engine in-process at these concurrencies, e.g. 1,8,16, with the CPU seconds of every process; "
+        "the first of --precisions; writes results/bench_cpu_engine/concurrency.json",
     )
     parser.add_argument(
         "--min-requests", type=int, default=16, help="closed-loop mode: requests per point, at least (and at least 2 x concurrency)"
