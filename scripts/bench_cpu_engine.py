@@ -36,6 +36,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.genai_settings import kv_blocks_for, pipeline_properties, scheduler_config
@@ -673,6 +674,7 @@ def run_concurrency(args, base, root: Path, checkpoint: Path) -> dict:
         {tokenizer.decode(ids, skip_special_tokens=True), "".join(tokenizer.decode([t], skip_special_tokens=True) for t in ids)}
         for ids in expected_ids
     ]
+    ids_as_served = [[ids] for ids in expected_ids]  # what the token-id path must return per prompt
     render_repository(config, workdir, engine_dir)
     deployment = start_server(config, workdir)
     points: list[LoadPoint] = []
@@ -694,17 +696,12 @@ def run_concurrency(args, base, root: Path, checkpoint: Path) -> dict:
                         )
                         same = sum(out == expected_ids[i] for out, i in zip(outputs, order))
                         point = LoadPoint(path, concurrency, repeat, requests, sum(map(len, outputs)), seconds, same)
-                    elif path == "served-stream-engine-model":
-                        results, seconds = closed_loop_served_engine_model(
-                            deployment.grpc_url, names.tensorrt_llm, prompt_ids, order, concurrency, args.max_tokens
-                        )
-                        good = [(r, i) for r, i in zip(results, order) if isinstance(r, tuple)]
-                        same = sum(r[0] == expected_ids[i] for r, i in good)
-                        point = LoadPoint(
-                            path, concurrency, repeat, requests, sum(r[1] for r, _ in good), seconds, same, errors=requests - len(good)
-                        )
                     else:
-                        if path == "served-stream":
+                        if path == "served-stream-engine-model":
+                            results, seconds = closed_loop_served_engine_model(
+                                deployment.grpc_url, names.tensorrt_llm, prompt_ids, order, concurrency, args.max_tokens
+                            )
+                        elif path == "served-stream":
                             results, seconds = closed_loop_served_forge(
                                 deployment.grpc_url, names.ensemble, PROMPTS, order, concurrency, args.max_tokens
                             )
@@ -712,8 +709,9 @@ def run_concurrency(args, base, root: Path, checkpoint: Path) -> dict:
                             results, seconds = closed_loop_served(
                                 deployment.grpc_url, names.ensemble, PROMPTS, order, concurrency, args.max_tokens, path != "served"
                             )
+                        accepted = ids_as_served if path == "served-stream-engine-model" else texts_of
                         good = [(r, i) for r, i in zip(results, order) if isinstance(r, tuple)]
-                        same = sum(r[0] in texts_of[i] for r, i in good)
+                        same = sum(r[0] in accepted[i] for r, i in good)
                         point = LoadPoint(
                             path, concurrency, repeat, requests, sum(r[1] for r, _ in good), seconds, same, errors=requests - len(good)
                         )
@@ -739,12 +737,20 @@ def run_concurrency(args, base, root: Path, checkpoint: Path) -> dict:
     return provenance.finish(document)
 
 
+def _paired(points: list[dict], concurrency: int, path: str, value: Callable[[dict], float | None]) -> list[tuple[float, float]]:
+    """(in-process value, `path`'s value) of each repeat that has both (the two ran back to back), in run order; a
+    repeat whose in-process value is missing or zero is left out."""
+
+    def by_repeat(name: str) -> dict[int, float]:
+        return {p["repeat"]: v for p in points if p["concurrency"] == concurrency and p["path"] == name and (v := value(p)) is not None}
+
+    base = by_repeat("in-process")
+    return [(base[repeat], v) for repeat, v in by_repeat(path).items() if base.get(repeat)]
+
+
 def _paired_ratios(points: list[dict], concurrency: int, path: str) -> list[float]:
-    """served ÷ in-process of the same repeat (the two ran back to back)."""
-    base = {p["repeat"]: p["tok_s"] for p in points if p["concurrency"] == concurrency and p["path"] == "in-process"}
-    return [
-        p["tok_s"] / base[p["repeat"]] for p in points if p["concurrency"] == concurrency and p["path"] == path and base.get(p["repeat"])
-    ]
+    """served ÷ in-process throughput of the same repeat."""
+    return [served / base for base, served in _paired(points, concurrency, path, lambda p: p["tok_s"])]
 
 
 def concurrency_goals(document: dict) -> list[str]:
@@ -773,6 +779,12 @@ def cpu_ms_per_token(point: dict) -> dict[str, float] | None:
     return {"engine": per["engine_stub"], "serving": per["tritonserver"] + per["other_stubs"], "client": per["bench_process"]}
 
 
+def _cpu_total(point: dict) -> float | None:
+    """All CPU ms per output token of a point (engine, serving and client)."""
+    parts = cpu_ms_per_token(point)
+    return sum(parts.values()) if parts else None
+
+
 def _cpu_cells(points: list[dict], concurrency: int, path: str) -> tuple[str, str]:
     """(engine / serving / client CPU ms per token, in-process CPU ÷ this path's CPU per token), medians over repeats."""
     rows = [c for p in points if p["concurrency"] == concurrency and p["path"] == path if (c := cpu_ms_per_token(p))]
@@ -782,17 +794,7 @@ def _cpu_cells(points: list[dict], concurrency: int, path: str) -> tuple[str, st
     cells = " / ".join(f"{medians[part]:.2f}" for part in ("engine", "serving", "client"))
     if path == "in-process":
         return cells, "—"
-    base = {
-        p["repeat"]: c["engine"]
-        for p in points
-        if p["concurrency"] == concurrency and p["path"] == "in-process"
-        if (c := cpu_ms_per_token(p))
-    }
-    shares = [
-        base[p["repeat"]] / sum(c.values())
-        for p in points
-        if p["concurrency"] == concurrency and p["path"] == path and base.get(p["repeat"]) and (c := cpu_ms_per_token(p))
-    ]
+    shares = [base / served for base, served in _paired(points, concurrency, path, _cpu_total)]
     return cells, (f"{statistics.median(shares) * 100:.0f}%" if shares else "—")
 
 

@@ -24,24 +24,25 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:16]
 
 
-def proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state letter, parent pid, process group) of a process from /proc, or None when it does not exist."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state first), or None when the process does not exist."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    fields = raw[raw.rfind(")") + 2 :].split()
-    return fields[0], int(fields[1]), int(fields[2])
+    return raw[raw.rfind(")") + 2 :].split()
+
+
+def proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state letter, parent pid, process group) of a process from /proc, or None when it does not exist."""
+    fields = _stat_fields(pid)
+    return None if fields is None else (fields[0], int(fields[1]), int(fields[2]))
 
 
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds a process has used so far (/proc), None when it does not exist."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    fields = raw[raw.rfind(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    fields = _stat_fields(pid)
+    return None if fields is None else (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def all_pids() -> Iterable[int]:
