@@ -810,7 +810,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--concurrency", default="1,4,16,64")
     parser.add_argument("--flood-concurrency", default="1,16,64", help="concurrencies of the flood part ('' to skip it)")
-    parser.add_argument("--requests", type=int, default=24, help="requests per timing-model run (at least 4 x concurrency)")
+    parser.add_argument("--requests", type=int, default=96, help="requests per timing-model run (at least 4 x concurrency)")
     parser.add_argument("--tokenizer", type=Path, default=None, help="HF tokenizer dir (GenAI-Perf needs one)")
     parser.add_argument("--cpu-url", default=None, help="gRPC HOST:PORT of a running CPU deployment to compare the tools on")
     parser.add_argument("--cpu-http-url", default=None, help="HTTP URL of the same CPU deployment (AIPerf speaks HTTP)")

@@ -12,6 +12,8 @@ the fidelity script measures that: scripts/bench_tools_fidelity.py).
   their own responses (matched by id) however the responses interleave, and a server error ends only its request;
 - a timed-out request is dropped from its stream (the stream is cancelled when nothing else is on it, and
   reopened for the next request); its late responses go to no other request;
+- receive stamps are the kernel's (a response that arrived while another thread held the GIL is stamped when it
+  arrived); every lane has a connection of its own; a request larger than the server's flow-control window is sent;
 - close() leaves no client thread behind; the GIL switch interval the client lowers while open is restored.
 """
 
@@ -319,44 +321,77 @@ def _established_to(port: int) -> int:
     return count
 
 
-def _connections_opened(server, monkeypatch, environment: dict[str, str], lanes: int) -> int:
-    """Connections the target opens for `lanes` lanes with `environment` set (read when it opens; the process's grpc
-    poller itself was chosen at grpc's start, so this checks the connection plan, not the poller)."""
-    from trtllm_forge import OLDER_GRPC_POLLER
-
-    for name in OLDER_GRPC_POLLER:
-        monkeypatch.delenv(name, raising=False)
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
-    port = server.ports["grpc"]
+def test_every_lane_has_a_connection_of_its_own(timing_server):
+    """A lane's stream is read by its own connection's thread (its receive stamps are that socket's): 4 lanes open 4
+    connections, and grpcio's channel for the unary calls (model config, metadata) one more."""
+    port = timing_server.ports["grpc"]
     before = _established_to(port)
     seen = []
 
     async def probe(target):
-        seen.append((len(target.channels), _established_to(port) - before))
+        seen.append((len(target.lanes), _established_to(port) - before))
 
-    records, _ = _run(server.grpc_url, "ensemble", n=2 * lanes, output_tokens=4, concurrency=lanes, probe=probe)
+    records, _ = _run(timing_server.grpc_url, "ensemble", n=8, output_tokens=4, concurrency=4, probe=probe)
     assert all(r.error_kind is None and r.output_tokens == 4 for r in records)
-    (opened,) = seen
-    assert opened[0] == opened[1], f"channels {opened[0]} but TCP connections {opened[1]}"
-    return opened[0]
+    assert seen == [(4, 4 + 1)]
 
 
-def test_under_grpcs_event_engine_six_lanes_share_a_connection(timing_server, monkeypatch):
-    """grpcio's own client (a user's choice; its threads read every socket): fewer sockets serve more streams."""
-    monkeypatch.setenv("GRPC_EXPERIMENTS", "")
-    assert target_grpc.streams_per_connection() == 6
-    monkeypatch.setenv("GRPC_EXPERIMENTS", "-event_engine_client")
-    monkeypatch.setenv("GRPC_POLL_STRATEGY", "epoll1")  # one epoll set for the process: any thread reads any socket
-    assert target_grpc.streams_per_connection() == 6
-    assert _connections_opened(timing_server, monkeypatch, {"GRPC_EXPERIMENTS": ""}, lanes=7) == 2
+def test_receive_stamps_are_the_kernels_not_the_reader_threads(timing_server):
+    """Responses that reach the socket while another thread holds the GIL are stamped when they arrived (the kernel's
+    receive stamp), not when the reader thread got the GIL back: the reader cannot run a line of Python meanwhile."""
+
+    async def main():
+        target = target_grpc.TritonGrpcTarget(timing_server.grpc_url, "ensemble", streams=1)
+        await target.open()
+        try:
+            record = _record(0, 8)
+            sending = asyncio.create_task(target.send(_request(8), record))
+            while not record.sent_ns:
+                await asyncio.sleep(0)
+            switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(5.0)  # no other thread is given the GIL while this one spins
+            try:
+                start = now_ns()
+                while now_ns() - start < 400_000_000:  # the model's 8 responses are due 20-55 ms after the send
+                    pass
+                released = now_ns()
+            finally:
+                sys.setswitchinterval(switch_interval)
+            await sending
+            return record, released
+        finally:
+            await target.close()
+
+    record, released = asyncio.run(main())
+    assert record.ok, record.error_message
+    token_stamps = [t for t, k in zip(record.recv_ns, record.tokens) if k > 0]
+    assert len(token_stamps) == 8
+    assert all(recv >= sent for recv, sent in zip(token_stamps, record.server_send_ns)), "a response stamped before the model sent it"
+    assert any(stamp < released for stamp in token_stamps), "every response was stamped after the GIL came back: not the kernel's stamp"
 
 
-def test_under_the_older_poller_every_lane_has_a_connection_of_its_own(timing_server, monkeypatch):
-    """Our default (trtllm_forge.GRPC_DEFAULTS): the thread waiting on a stream reads that stream's connection itself."""
-    from trtllm_forge import OLDER_GRPC_POLLER
+def test_a_request_larger_than_the_servers_flow_control_window_is_sent_in_parts(timing_server):
+    """HTTP/2 flow control: a 1.5 MB request (the server's window starts at 64 KB) goes out as the server's
+    WINDOW_UPDATEs allow, and is answered."""
 
-    assert _connections_opened(timing_server, monkeypatch, OLDER_GRPC_POLLER, lanes=4) == 4
+    async def main():
+        target = target_grpc.TritonGrpcTarget(timing_server.grpc_url, "ensemble", streams=1)
+        await target.open()
+        try:
+            record = _record(0, 3)
+            request = BenchRequest(
+                prompt="hello " * 250_000, input_ids=None, input_tokens=250_000, input_tokens_source="requested", output_tokens=3
+            )
+            await target.send(request, record)
+            follow = _record(1, 2)
+            await target.send(_request(2), follow)  # the stream carries on after it
+            return record, follow
+        finally:
+            await target.close()
+
+    record, follow = asyncio.run(main())
+    assert record.ok and follow.ok, (record.error_message, follow.error_message)
+    assert record.output_tokens == 3 and follow.output_tokens == 2
 
 
 def test_the_server_we_start_runs_in_the_users_grpc_environment(timing_server):

@@ -99,16 +99,11 @@ def test_every_option_field_is_a_dataclass_field():
     assert set(OPTIONS) <= fields and {"output_len_given", "http_url"} == fields - set(OPTIONS)
 
 
-def test_automatic_grpc_lanes_are_one_per_request_in_flight_up_to_the_pollers_cap(monkeypatch):
-    """bench/run.py auto_streams: a lane (stream and thread) per request in flight, at most 16 under grpc's older
-    poller (our default, where each lane's thread reads its own connection) and 64 under grpcio's event engine."""
-    from trtllm_forge import OLDER_GRPC_POLLER
+def test_automatic_grpc_lanes_are_one_per_request_in_flight_up_to_16():
+    """bench/run.py auto_streams: a lane (stream, connection and reader thread) per request in flight, at most 16."""
     from trtllm_forge.bench.run import auto_streams
 
-    for name, value in OLDER_GRPC_POLLER.items():
-        monkeypatch.setenv(name, value)
     assert [auto_streams(BenchOptions(url="u", model="m", concurrency=[c])) for c in (1, 4, 16, 64)] == [1, 4, 16, 16]
     assert auto_streams(BenchOptions(url="u", model="m", concurrency=[1, 64], workers=2)) == 16
     assert auto_streams(BenchOptions(url="u", model="m", concurrency=[16], workers=2)) == 8
-    monkeypatch.setenv("GRPC_EXPERIMENTS", "")
-    assert [auto_streams(BenchOptions(url="u", model="m", concurrency=[c])) for c in (16, 64, 200)] == [16, 64, 64]
+    assert auto_streams(BenchOptions(url="u", model="m", request_rate=[50.0])) == 16

@@ -9,15 +9,9 @@ __version__ = "0.1.0"
 # exited with SIGABRT after "Epoll1Poller ... epoll_wait error: Bad file descriptor" once the bench's gRPC channels
 # had run in the same process). Our children always exec, so gRPC's fork support is never needed. Set before any
 # grpc import: the package is imported first by the CLI, the scripts and the tests' conftest.
-# The other two choose grpc's older client poller with its `poll` strategy: the thread waiting on a call's completion
-# queue reads that call's connection itself, instead of grpcio's event-engine threads reading every socket and then
-# waking the waiting thread (two wake-ups per response). Our bench gives each lane (a stream and a thread) its own
-# connection under it and keeps at most 16 lanes (bench/target_grpc.py, bench/run.py): its stamps came sooner at
-# concurrency 1-16 and its tail at 64 stayed short (README, "grpc's client poller"). A value the user set wins.
-# third_party_env() leaves our defaults out of the environment of every process we start (Triton, whose gRPC server
+# third_party_env() leaves our default out of the environment of every process we start (Triton, whose gRPC server
 # must run as the user set it up; perf_analyzer, GenAI-Perf, AIPerf; build steps).
-OLDER_GRPC_POLLER = {"GRPC_EXPERIMENTS": "-event_engine_client", "GRPC_POLL_STRATEGY": "poll"}
-GRPC_DEFAULTS = {"GRPC_ENABLE_FORK_SUPPORT": "false", **OLDER_GRPC_POLLER}
+GRPC_DEFAULTS = {"GRPC_ENABLE_FORK_SUPPORT": "false"}
 # The names defaulted here, for a child that inherits this whole environment (a pytest-xdist worker of a session whose
 # conftest imported us, a user's script): it must not take our values for the user's.
 DEFAULTED_MARKER = "TRTLLM_FORGE_GRPC_DEFAULTED"
@@ -40,11 +34,3 @@ def third_party_env(base: dict[str, str] | None = None) -> dict[str, str]:
             del env[name]
     env.pop(DEFAULTED_MARKER, None)
     return env
-
-
-def older_grpc_poller() -> bool:
-    """Whether this process's grpc uses the older client poller with its `poll` strategy (the thread waiting on a call
-    reads the call's connection itself): our default above, unless the user chose otherwise."""
-    experiments = os.environ.get("GRPC_EXPERIMENTS", "").replace(" ", "").split(",")
-    strategy = os.environ.get("GRPC_POLL_STRATEGY")
-    return OLDER_GRPC_POLLER["GRPC_EXPERIMENTS"] in experiments and strategy == OLDER_GRPC_POLLER["GRPC_POLL_STRATEGY"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trtllm_forge import __version__, older_grpc_poller
+from trtllm_forge import __version__
 from trtllm_forge.bench import plots, report, server_metrics
 from trtllm_forge.bench.metrics import summarize
 from trtllm_forge.bench.options import BenchOptions
@@ -20,21 +20,20 @@ from trtllm_forge.bench.workload import BenchRequest, from_dataset, load_tokeniz
 from trtllm_forge.errors import ConfigError, StepError
 from trtllm_forge.ui import info, warn
 
-# gRPC streams (a client thread each) when --streams is not given: under grpcio's event-engine client, and under the
-# older poller (our default), where each lane's thread reads its own connection. With that poller at concurrency 64
-# on 2 cores, 64 lanes left responses unread for 40-320 ms at p99 (TTFT error vs the model's stamps +5.3% and +13.5%
-# in two full fidelity runs; 16 lanes carrying 4 requests each: +0.1 to +0.3% in 3 of 4 interleaved runs; README,
-# "grpc's client poller").
-MAX_AUTO_STREAMS = 64
-MAX_AUTO_STREAMS_OLDER_POLLER = 16
+# gRPC streams (a connection and a reader thread each) when --streams is not given. At concurrency 64 on 2 cores, 64
+# client threads left responses unread for 40-320 ms at p99 when the client stamped them itself (grpcio; TTFT error vs
+# the model's stamps +5.3% and +13.5% in two full fidelity runs; 16 lanes carrying 4 requests each: +0.1 to +0.3% in
+# 3 of 4 interleaved runs). The stamps are the kernel's now (bench/grpc_wire.py), but a reader that falls behind
+# still stamps a burst with its newest arrival, and fewer threads leave the server more of the cores.
+MAX_AUTO_STREAMS = 16
 
 
 def auto_streams(options: BenchOptions) -> int:
     """One stream and client thread per request in flight, as perf_analyzer has one stream per concurrency slot, at
-    most MAX_AUTO_STREAMS(_OLDER_POLLER) (past that, the streams carry several requests each, matched by id)."""
+    most MAX_AUTO_STREAMS (past that, the streams carry several requests each, matched by id)."""
     in_flight = max([*options.concurrency, options.max_concurrency or 0, *(4 * r for r in options.request_rate), 1])
     per_worker = -(-int(in_flight) // max(1, options.workers))
-    return max(1, min(MAX_AUTO_STREAMS_OLDER_POLLER if older_grpc_poller() else MAX_AUTO_STREAMS, per_worker))
+    return max(1, min(MAX_AUTO_STREAMS, per_worker))
 
 
 def make_target(options: BenchOptions, tokenizer) -> Target:

@@ -1,13 +1,12 @@
 """Triton gRPC streaming targets: the text contract of the ensemble / tensorrt_llm_bls model, and token ids
-straight to the tensorrt_llm model. Uses tritonclient's protobuf messages over grpc's Cython layer, skipping
-its InferResult wrapper. Each lane keeps one ModelStreamInfer stream open that carries request after request;
-the lane's client thread polls the stream itself, stamps each response as it is handed over and reads a
-request's responses only after its final one (see _Lane)."""
+straight to the tensorrt_llm model. Uses tritonclient's protobuf messages on HTTP/2 connections of our own
+(bench/grpc_wire.py: each response carries the kernel's receive stamp), skipping its InferResult wrapper. Each
+lane keeps one ModelStreamInfer stream open that carries request after request; the lane's reader thread routes
+each stamped response to its request and reads a request's responses only after its final one (see _Lane)."""
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import struct
 import sys
 import threading
@@ -17,12 +16,10 @@ from typing import Any
 
 import grpc
 from google.protobuf.json_format import MessageToDict
-from grpc import _common
-from grpc._cython import cygrpc  # type: ignore[import-untyped]
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
-from trtllm_forge import older_grpc_poller
+from trtllm_forge.bench.grpc_wire import WireConnection, WireStream
 from trtllm_forge.bench.records import RequestRecord
 from trtllm_forge.bench.target import UNREACHABLE_END_ID, Target, TargetDown, now_ns, output_length_plan, wait_done
 from trtllm_forge.bench.workload import BenchRequest
@@ -32,25 +29,14 @@ PERF_OUTPUTS = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.max_send_message_length", 64 << 20),
-    ("grpc.use_local_subchannel_pool", 1),  # a connection per channel, not one shared by equal channels
 ]
 _STREAM_METHOD = b"/inference.GRPCInferenceService/ModelStreamInfer"
 # While the target is open, a thread that wants the GIL gets it after at most this long (Python's default is
-# 5 ms). A lane woken by a response needs the GIL before it can stamp. Under load the default let another
+# 5 ms). Measured when a lane needed the GIL before it could stamp (now the kernel stamps); it still bounds how
+# long a response waits to be routed and a request to be written. Under load the default let another
 # lane's Python run 5 ms ahead of a stamp (TTFT error vs the model's stamps at concurrency 16: +2.4% to +5.7%
 # with 5 ms, +1.8% to +2.7% with 0.2 ms, interleaved runs with a call per request, load average 11-13).
 GIL_SWITCH_S = 0.0002
-
-
-def streams_per_connection() -> int:
-    """Lanes (a stream and a thread each) per TCP connection. Under grpc's older poller with its `poll` strategy (our
-    default, trtllm_forge.GRPC_DEFAULTS) the thread waiting on a stream reads its connection itself: a connection per
-    lane, so a response wakes only the thread it is for (several lanes on one socket: whichever thread polls reads it
-    and wakes the owner). Under grpcio's event-engine client, whose threads read every socket, fewer sockets mean one
-    read brings several streams' responses: 6 per connection (perf_analyzer 2.51 kept 3 connections at concurrency 16
-    and 64; interleaved in-process runs, 1 vs 6 per connection: client CPU per flood response 111 -> 73 us at
-    concurrency 16, TTFT error vs the model's stamps within noise)."""
-    return 1 if older_grpc_poller() else 6
 
 
 InputSpec = tuple[str, str, list[Any]]  # (input name, Triton datatype, values)
@@ -133,131 +119,82 @@ def read_perf(response, record: RequestRecord) -> None:
 
 _DECODE = pb.ModelStreamInferResponse.FromString
 _FINAL = "triton_final_response"
-_RECEIVE_MESSAGE = cygrpc.OperationType.receive_message
-_RECEIVE_STATUS = cygrpc.OperationType.receive_status_on_client
-_SEND_MESSAGE = cygrpc.OperationType.send_message
 
 
 class _Lane:
-    """One persistent bidirectional ModelStreamInfer stream (on a connection of its own, or shared: see
-    streams_per_connection) and one client thread that polls the stream's own completion queue (as
-    perf_analyzer keeps one stream per concurrency slot).
+    """One persistent bidirectional ModelStreamInfer stream on an HTTP/2 connection of its own (grpc_wire), and the
+    connection's reader thread (as perf_analyzer keeps one stream per concurrency slot).
 
     Requests are written onto the open stream by the event loop's thread (no call set-up per request: no new
-    HTTP/2 stream, no headers, no call object), the send stamp taken right before the write starts. The lane's
-    thread waits in grpc's completion queue with the GIL released; a response is stamped the moment that
-    wait returns, then its envelope is decoded to find the request it belongs to (by id: a lane may carry
-    several requests at once) and whether it was the final one. Its content is read only after the request's
-    final response, so reading never delays a stamp of the same request.
+    HTTP/2 stream, no headers), the send stamp taken right before the first byte is written. A response's receive
+    stamp is the kernel's, of the read that completed it (grpc_wire.WireConnection.serve): when the segment reached
+    the socket, however late the reader thread got a core and the GIL. The reader decodes each response's envelope to
+    find its request (by id: a lane may carry several requests at once) and whether it was the final one; the
+    content is read only after the request's final response."""
 
-    This uses grpc's Cython layer (a segregated call: one call, one completion queue, polled by the thread
-    that owns it), the same layer grpc's own single-threaded unary-stream mode is built on; grpc's public
-    bidirectional streams hand every message from the channel's thread to the reading thread (two wake-ups
-    per message; under a response flood that doubled our stamp lag)."""
-
-    def __init__(self, target: "TritonGrpcTarget", channel: grpc.Channel, loop: asyncio.AbstractEventLoop):
+    def __init__(self, target: "TritonGrpcTarget", loop: asyncio.AbstractEventLoop):
         self.target = target
-        self.channel = channel
         self.loop = loop
         self.pending: dict[str, _Pending] = {}
-        self.lock = threading.Lock()  # guards the call's operations in flight (`ops`) and the send queue
-        self.call: Any = None
-        self.ops = 0  # operations started on the call and not yet taken from its completion queue
-        self.sending = False  # one message write at a time per call (grpc core's rule)
-        self.outbox: collections.deque[tuple[RequestRecord, bytes]] = collections.deque()
-        self.broken: tuple[str, str] | None = None  # (error kind, message) when the connection failed
+        self.connection: WireConnection | None = None
+        self.stream: WireStream | None = None
         self.thread: threading.Thread | None = None
+        self.broken: tuple[str, str] | None = None  # (error kind, message) when the connection failed
         self.live = False  # the stream is up: set when opened, cleared as soon as its end is seen
         self.cancelled = False  # the stream was cancelled: it ends, and the next request opens a new one
+        self.ended = threading.Event()  # the stream's end was seen
 
     @property
     def open(self) -> bool:
         return self.live and self.thread is not None and self.thread.is_alive()
 
-    def start(self) -> None:
-        """Open the stream (headers sent, status and first response awaited) and its polling thread."""
+    @property
+    def connected(self) -> bool:
+        return self.connection is not None and not self.connection.is_closed and self.thread is not None and self.thread.is_alive()
+
+    def connect(self, timeout: float = 10.0) -> None:
+        """A new connection and its reader thread, once the server's SETTINGS came (blocking: run off the loop)."""
         if self.thread is not None:
             self.thread.join(timeout=5)
-            if self.thread.is_alive():  # its call never ended: a second thread must not share the lane's state
-                raise TargetDown("a cancelled gRPC stream did not end within 5 s")
-        operations = (
-            ((cygrpc.SendInitialMetadataOperation(None, 0),), None),
-            ((cygrpc.ReceiveInitialMetadataOperation(0),), None),
-            ((cygrpc.ReceiveStatusOnClientOperation(0),), None),
-            ((cygrpc.ReceiveMessageOperation(0),), None),
-        )
-        flags = cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS
-        with self.lock:
-            self.call = self.channel._channel.segregated_call(flags, _STREAM_METHOD, None, None, None, None, operations, None, None)
-            self.ops, self.sending, self.cancelled, self.live = len(operations), False, False, True
-            self.outbox.clear()
-        self.thread = threading.Thread(target=self._poll, name="bench-grpc-lane", daemon=True)
+        try:
+            self.connection = connection = WireConnection(self.target.url, timeout)
+        except OSError as exc:
+            raise TargetDown(f"cannot connect to {self.target.url}: {exc}") from None
+        self.thread = threading.Thread(target=connection.serve, name="bench-grpc-lane", daemon=True)
         self.thread.start()
+        if not connection.settled.wait(timeout) or connection.is_closed:
+            connection.shutdown()
+            raise TargetDown(f"{self.target.url} did not answer as an HTTP/2 server within {timeout:g} s")
+
+    def start(self) -> None:
+        """Open a stream on the lane's connection."""
+        assert self.connection is not None
+        self.ended.clear()
+        self.live, self.cancelled = True, False
+        try:
+            self.stream = self.connection.open_stream(_STREAM_METHOD, self._route, self._end)
+        except (ConnectionError, OSError) as exc:
+            self.live = False
+            raise TargetDown(str(exc)) from None
 
     def submit(self, record: RequestRecord, payload: bytes, done: asyncio.Future) -> None:
-        """Called by the event loop's thread: write `payload` onto the stream now, or after the write in flight."""
+        """Called by the event loop's thread: write `payload` onto the stream (now, or when the server's flow-control
+        window allows)."""
         entry = _Pending(record, done)
         record.recv_ns = []  # filled as responses come: the runner's stall watchdog reads the last stamp
         self.pending[record.id] = entry
-        with self.lock:
-            if self.sending:
-                self.outbox.append((record, payload))
-                return
-            started = self._write(record, payload)
-        if not started:
+
+        def stamp_send() -> None:
+            record.sent_ns = now_ns()
+
+        assert self.connection is not None and self.stream is not None
+        try:
+            written = self.connection.send_message(self.stream, payload, stamp_send)
+        except OSError as exc:
+            written = False
+            self.broken = ("connection", str(exc))
+        if not written:
             self._fail(entry, "connection", "the stream had ended before the request was written")
-
-    def _write(self, record: RequestRecord, payload: bytes) -> bool:
-        """Start one message write (with `self.lock` held); the send stamp is taken right before it starts."""
-        record.sent_ns = now_ns()
-        if not self.call.operate((cygrpc.SendMessageOperation(payload, 0),), None):
-            return False
-        self.ops += 1
-        self.sending = True
-        return True
-
-    def _poll(self) -> None:
-        call = self.call
-        status: tuple[str, str] | None = None
-        while True:
-            event = call.next_event()
-            stamp = now_ns()
-            (operation,) = event.batch_operations  # every batch started on the call holds one operation
-            kind = operation.type()
-            if kind == _RECEIVE_MESSAGE:
-                raw = operation.message()
-                if raw is not None:
-                    # The next receive replaces the one just taken: the count of operations in flight stays, so
-                    # this per-response path takes no lock (the loop's thread takes it to write).
-                    rearmed = call.operate((cygrpc.ReceiveMessageOperation(0),), None)
-                    self._route(stamp, raw)
-                    if rearmed:
-                        continue
-            elif kind == _SEND_MESSAGE:
-                self._sent(event.success)
-            elif kind == _RECEIVE_STATUS:
-                self.live = False
-                status = _status_error(operation.code(), operation.details())
-            with self.lock:
-                self.ops -= 1
-                finished = self.ops == 0  # grpc has released the call and its queue: no next_event() after this
-            if finished:
-                break
-        self._end(status)
-
-    def _sent(self, success: bool) -> None:
-        failed: list[RequestRecord] = []
-        with self.lock:
-            self.sending = False
-            while self.outbox:
-                record, payload = self.outbox.popleft()
-                if self._write(record, payload):
-                    break
-                failed.append(record)
-        for record in failed:
-            entry = self.pending.get(record.id)
-            if entry is not None:
-                self._fail(entry, "connection", "the stream had ended before the request was written")
 
     def _route(self, stamp: int, raw: bytes) -> None:
         message = _DECODE(raw)
@@ -284,13 +221,15 @@ class _Lane:
         self._finish(entry)
 
     def _end(self, status: tuple[str, str] | None) -> None:
-        """The stream ended (the server or a cancel closed it): every request still on it ends with that error."""
+        """The stream ended (the server, a cancel or the connection closed it): every request still on it ends with
+        that error."""
         self.live = False
         kind, message = status or ("connection", "the stream ended without a final response")
         if status is not None and kind == "connection":
             self.broken = status
         for entry in list(self.pending.values()):
             self._fail(entry, kind, message)
+        self.ended.set()
 
     def _finish(self, entry: _Pending) -> None:
         """Read the request's responses and tell the loop it ended; a response that cannot be read ends only its
@@ -331,39 +270,28 @@ class _Lane:
         """`record`'s timeout passed: forget it; when it was the only request on the stream, end the stream so
         the server stops working on it (the next request opens a new one)."""
         entry = self.pending.pop(record.id, None)
-        if entry is not None and not self.pending and self.call is not None:
+        if entry is not None and not self.pending and self.stream is not None and self.connection is not None:
             self.cancelled = True
-            self.call.cancel(cygrpc.StatusCode.cancelled, "request timed out")
+            self.connection.cancel(self.stream, "request timed out")
 
     def close(self) -> None:
         """Half-close an idle stream (the server ends it cleanly), cancel one with requests on it."""
-        if self.call is None or self.thread is None or not self.thread.is_alive():
+        if self.connection is None or self.stream is None or not self.live:
             return
         if self.pending:
-            self.call.cancel(cygrpc.StatusCode.cancelled, "bench closed")
-            return
-        with self.lock:
-            if self.call.operate((cygrpc.SendCloseFromClientOperation(0),), None):
-                self.ops += 1
+            self.connection.cancel(self.stream, "bench closed")
+        else:
+            self.connection.half_close(self.stream)
 
     def join(self, timeout: float) -> None:
-        """Wait for the thread; a stream the server has not ended by then is cancelled."""
-        if self.thread is None:
+        """Wait for the stream's end (a stream the server has not ended by then is cancelled), then close the
+        connection and wait for its reader."""
+        if self.connection is None or self.thread is None:
             return
-        self.thread.join(timeout=timeout)
-        if self.thread.is_alive():
-            self.call.cancel(cygrpc.StatusCode.cancelled, "bench closed")
-            self.thread.join(timeout=5)
-
-
-def _status_error(code, details: bytes | str | None) -> tuple[str, str] | None:
-    """A stream's final status as (error kind, message), or None when it ended OK."""
-    status = _common.CYGRPC_STATUS_CODE_TO_STATUS_CODE.get(code, grpc.StatusCode.UNKNOWN)
-    if status == grpc.StatusCode.OK:
-        return None
-    text = details.decode("utf-8", "replace") if isinstance(details, bytes) else details
-    kind = "connection" if status == grpc.StatusCode.UNAVAILABLE else f"grpc_{status.name.lower()}"
-    return kind, text or status.name
+        if self.live and not self.ended.wait(timeout) and self.stream is not None:
+            self.connection.cancel(self.stream, "bench closed")
+        self.connection.shutdown()
+        self.thread.join(timeout=5)
 
 
 class TritonGrpcTarget(Target):
@@ -374,7 +302,7 @@ class TritonGrpcTarget(Target):
     def __init__(self, *args, streams: int = 1, **kwargs):
         super().__init__(*args, **kwargs)
         self.n_streams = max(1, streams)
-        self.channels: list[grpc.Channel] = []
+        self.channel: grpc.Channel | None = None  # grpcio, for the unary calls (config, metadata, readiness)
         self.stub: pb_grpc.GRPCInferenceServiceStub | None = None
         self.lanes: list[_Lane] = []
         self.switch_interval: float | None = None  # the process's GIL switch interval before open()
@@ -384,9 +312,8 @@ class TritonGrpcTarget(Target):
         self.layouts: dict[int, _Layout] = {}  # by output count (see _Layout)
 
     async def open(self) -> None:
-        n_connections = -(-self.n_streams // streams_per_connection())
-        self.channels = [grpc.insecure_channel(self.url, options=_CHANNEL_OPTIONS) for _ in range(n_connections)]
-        self.stub = stub = pb_grpc.GRPCInferenceServiceStub(self.channels[0])
+        self.channel = grpc.insecure_channel(self.url, options=_CHANNEL_OPTIONS)
+        self.stub = stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
         try:
             config = await asyncio.to_thread(stub.ModelConfig, pb.ModelConfigRequest(name=self.model), timeout=10)
             metadata = await asyncio.to_thread(stub.ServerMetadata, pb.ServerMetadataRequest(), timeout=10)
@@ -405,24 +332,22 @@ class TritonGrpcTarget(Target):
         self.perf = "return_perf_metrics" in self.inputs and "first_token_time_ns" in self.outputs
         if self.perf:
             self.info.notes.append("server timestamps requested (return_perf_metrics)")
-        # Connect every channel now: a request must not carry a connection set-up in its TTFT.
-        try:
-            await asyncio.to_thread(lambda: [grpc.channel_ready_future(channel).result(timeout=10) for channel in self.channels])
-        except grpc.FutureTimeoutError:
-            raise StepError(
-                "--url",
-                f"cannot open {n_connections} connections to {self.url} within 10 s",
-                "check the server, or pass a smaller --streams",
-            ) from None
         loop = asyncio.get_running_loop()
         self.switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(self.switch_interval, GIL_SWITCH_S))
-        self.lanes = [_Lane(self, self.channels[i % n_connections], loop) for i in range(self.n_streams)]
+        self.lanes = [_Lane(self, loop) for _ in range(self.n_streams)]
+        # Connect every lane now: a request must not carry a connection set-up in its TTFT.
+        try:
+            await asyncio.gather(*(asyncio.to_thread(lane.connect) for lane in self.lanes))
+        except TargetDown as exc:
+            raise StepError(
+                "--url", f"cannot open {self.n_streams} connections to {self.url}: {exc}", "check the server, or pass a smaller --streams"
+            ) from None
         for lane in self.lanes:
             lane.start()
         self.info.notes.append(
-            f"{self.n_streams} ModelStreamInfer stream(s) kept open, a client thread each, over {n_connections} gRPC connection(s); "
-            "requests matched by id"
+            f"{self.n_streams} ModelStreamInfer stream(s) kept open, each on an HTTP/2 connection of its own read by its own thread; "
+            "requests matched by id; receive stamps from the kernel (SO_TIMESTAMPNS)"
         )
 
     # NVIDIA's llmapi model names the same inputs differently and streams the whole text so far in each response.
@@ -533,9 +458,9 @@ class TritonGrpcTarget(Target):
             except grpc.RpcError as exc:
                 raise TargetDown((exc.details() if isinstance(exc, grpc.Call) else None) or "server unreachable") from None
             lane.broken = None
+        if not lane.connected:
+            await asyncio.to_thread(lane.connect)
         if lane.cancelled or not lane.open:
-            if lane.thread is not None:
-                await asyncio.to_thread(lane.thread.join, 5)
             lane.start()
         return lane
 
@@ -566,9 +491,12 @@ class TritonGrpcTarget(Target):
         lanes, self.lanes = self.lanes, []
         if lanes:
             await asyncio.to_thread(_close_all, lanes)
-        for channel in self.channels:
-            channel.close()
-        self.channels = []
+            late = sum(lane.connection.client_stamped_reads for lane in lanes if lane.connection is not None)
+            if late:
+                self.info.notes.append(f"{late} socket read(s) came without the kernel's receive stamp: stamped by the client")
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
         if self.switch_interval is not None:
             sys.setswitchinterval(self.switch_interval)
             self.switch_interval = None
