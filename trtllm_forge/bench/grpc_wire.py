@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import sys
 import threading
 import time
 import urllib.parse
@@ -39,7 +40,8 @@ CANCEL, REFUSED_STREAM = 0x8, 0x7
 DEFAULT_WINDOW = 65535
 # What we let the server send before we acknowledge it, per stream and per connection: one update per ~512 MB read.
 RECEIVE_WINDOW = 1 << 30
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; the option's value on every architecture we run on
+# Linux's option number (Python 3.11's socket module does not name it; the same on x86-64 and aarch64); elsewhere none.
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
 _TIMESPEC = struct.Struct("qq")
 _U32 = struct.Struct(">I")
 _GRPC_PREFIX = struct.Struct(">BI")
@@ -110,7 +112,11 @@ class WireConnection:
         self.sock = socket.create_connection((host.strip("[]"), int(port)), timeout=connect_timeout)
         self.sock.settimeout(None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        if SO_TIMESTAMPNS is not None:
+            try:
+                self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            except OSError:  # no kernel receive stamps: the reader stamps each read itself (client_stamped_reads)
+                pass
         self.lock = threading.Lock()  # windows, streams, the encoder and every write
         self.encoder = hpack.Encoder()
         self.decoder = hpack.Decoder()
@@ -186,14 +192,20 @@ class WireConnection:
         """No more messages from us on `stream` (an empty DATA frame with END_STREAM): the server ends it with its status."""
         with self.lock:
             if not stream.ended and not self.is_closed:
-                self._write(frame(DATA, END_STREAM, stream.id))
+                try:
+                    self._write(frame(DATA, END_STREAM, stream.id))
+                except OSError:  # the connection is going: the reader reports it
+                    pass
 
     def cancel(self, stream: WireStream, message: str) -> None:
         """Reset `stream` (RST_STREAM CANCEL): the server stops; its end is reported as cancelled."""
         with self.lock:
             if stream.ended or self.is_closed:
                 return
-            self._write(frame(RST_STREAM, 0, stream.id, _U32.pack(CANCEL)))
+            try:
+                self._write(frame(RST_STREAM, 0, stream.id, _U32.pack(CANCEL)))
+            except OSError:  # the connection is going: the stream ends here all the same
+                pass
             self._end_stream(stream, ("grpc_cancelled", message))
 
     def shutdown(self) -> None:

@@ -255,9 +255,8 @@ class BenchOptions:
         None,
         flag="--streams",
         ge=1,
-        help="ModelStreamInfer streams kept open (a client thread and a gRPC connection each; 6 per connection under "
-        "grpcio's event-engine client, GRPC_EXPERIMENTS=) to spread requests over; a stream carries several requests "
-        "when more are in flight. Default: one per request in flight, at most 16 (64 under the event-engine client).",
+        help="ModelStreamInfer streams kept open (an HTTP/2 connection and its reader thread each) to spread requests "
+        "over; a stream carries several requests when more are in flight. Default: one per request in flight, at most 16.",
     )
     stall_timeout_s: float = option(
         60.0,

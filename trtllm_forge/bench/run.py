@@ -62,10 +62,17 @@ def build_requests(options: BenchOptions, tokenizer, n: int, rng: np.random.Gene
 
 
 def _versions() -> dict:
+    from importlib.metadata import version
+
     import grpc
     import tritonclient
 
-    return {"trtllm_forge": __version__, "tritonclient": getattr(tritonclient, "__version__", "?"), "grpcio": grpc.__version__}
+    return {
+        "trtllm_forge": __version__,
+        "tritonclient": getattr(tritonclient, "__version__", "?"),
+        "grpcio": grpc.__version__,
+        "hpack": version("hpack"),
+    }
 
 
 async def _run_all(options: BenchOptions, tokenizer) -> list[tuple[LoadSpec, dict, list]]:

@@ -458,7 +458,10 @@ class TritonGrpcTarget(Target):
             except grpc.RpcError as exc:
                 raise TargetDown((exc.details() if isinstance(exc, grpc.Call) else None) or "server unreachable") from None
             lane.broken = None
-        if not lane.connected:
+            if lane.connection is not None:
+                lane.connection.shutdown()  # a connection that failed is not used again
+            await asyncio.to_thread(lane.connect)
+        elif not lane.connected:
             await asyncio.to_thread(lane.connect)
         if lane.cancelled or not lane.open:
             lane.start()
