@@ -552,6 +552,44 @@ def goal_table(document: dict[str, Any]) -> list[str]:
     return lines
 
 
+def repeat_winners(document: dict[str, Any]) -> list[str]:
+    """Per point, which tool won within each repeat (the tools of one repeat ran interleaved, minutes apart at most, so
+    comparing inside a repeat takes out the machine's drift between repeats that medians over repeats keep)."""
+
+    def winners(section: str, score) -> list[str]:
+        rows = [r for r in document.get(section) or [] if "error" not in r and "repeat" in r]
+        cells = []
+        for concurrency in sorted({r["concurrency"] for r in rows}):
+            wins: dict[str, int] = {}
+            compared = 0  # repeats with at least two tools to compare
+            for repeat in sorted({r["repeat"] for r in rows if r["concurrency"] == concurrency}):
+                scored = [(score(r), r["tool"]) for r in rows if r["concurrency"] == concurrency and r["repeat"] == repeat]
+                scored = [(value, tool) for value, tool in scored if value is not None]
+                if len(scored) > 1:
+                    compared += 1
+                    best = min(scored)[1]
+                    wins[best] = wins.get(best, 0) + 1
+            ranked = sorted(wins.items(), key=lambda item: (-item[1], TOOLS.index(item[0]) if item[0] in TOOLS else 9))
+            if compared:
+                cells.append(f"c={concurrency}: " + ", ".join(f"{tool} {n}" for tool, n in ranked) + f" of {compared}")
+        return cells
+
+    def ttft_score(row: Row) -> float | None:
+        return abs(row["ttft_ms_p50"] / row["ref_ttft_ms_p50"] - 1) if row.get("ref_ttft_ms_p50") and row.get("ttft_ms_p50") else None
+
+    def flood_score(row: Row) -> float | None:
+        return -row["responses_per_s"] if row.get("responses_per_s") else None
+
+    lines = []
+    timing = winners("runs", ttft_score)
+    if timing:
+        lines.append("Most accurate TTFT p50 within each repeat: " + "; ".join(timing) + ".")
+    flood = winners("flood", flood_score)
+    if flood:
+        lines.append("Fastest flood consumer within each repeat: " + "; ".join(flood) + ".")
+    return lines
+
+
 def _pct_of(value: float | None, base: float | None) -> float | None:
     return None if value is None or not base else (value - base) / base * 100
 
@@ -772,6 +810,8 @@ def readme_table(document: dict[str, Any] | None = None) -> str:
         "bold = the most accurate tool) and responses/s consumed from the flood model (bold = the fastest):",
         "",
         *goal_table(document),
+        "",
+        *repeat_winners(document),
         "",
         *timing_table(document),
     ]

@@ -278,6 +278,55 @@ def test_a_timed_out_request_alone_on_its_stream_cancels_it_and_the_next_opens_a
     assert not _lane_threads()
 
 
+def test_after_the_server_restarts_a_lane_connects_again(tmp_path):
+    """Triton stopped under an open target: the lane sees its connection close, and the next request finds the
+    server down (TargetDown: the runner stops sending); with Triton started again on the same ports, the lane opens
+    a new connection once the server answers and the request after that succeeds."""
+    from trtllm_forge.bench.local_triton import render_timing_model, start_triton
+    from trtllm_forge.bench.target import TargetDown
+
+    render_timing_model(tmp_path / "repo", "ensemble", ttft_ms=20.0, gap_ms=5.0)
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    server = start_triton(tmp_path / "repo", tmp_path / "first")
+    outcomes: list = []
+
+    async def main():
+        nonlocal server
+        target = target_grpc.TritonGrpcTarget(server.grpc_url, "ensemble", streams=1, request_timeout=30)
+        await target.open()
+        try:
+            first = _record(0, 3)
+            await target.send(_request(3), first)
+            outcomes.append(first.error_kind)
+            server.stop()
+            (lane,) = target.lanes
+            for _ in range(1000):  # the reader sees the connection close (bounded: 10 s)
+                if lane.broken is not None:
+                    break
+                await asyncio.sleep(0.01)
+            assert lane.broken is not None and lane.broken[0] == "connection"
+            down = _record(1, 3)
+            try:
+                await target.send(_request(3), down)
+            except TargetDown:
+                outcomes.append("target down")
+            outcomes.append(down.error_kind)
+            server = start_triton(tmp_path / "repo", tmp_path / "second", ports=server.ports)
+            again = _record(2, 3)
+            await target.send(_request(3), again)
+            outcomes.append((again.error_kind, again.output_tokens))
+        finally:
+            await target.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.stop()
+    assert outcomes == [None, "target down", "connection", (None, 3)]
+    assert not _lane_threads()
+
+
 def test_the_gil_switch_interval_is_lowered_while_open_and_restored(timing_server):
     before = sys.getswitchinterval()
     seen = []

@@ -200,3 +200,38 @@ def test_concurrency_table_gives_cpu_per_token_and_what_it_allows() -> None:
     assert "| 16 | Triton ensemble, streamed | 200.0 | 80.0% (80) | 8.60 / 0.80 / 0.30 | 82% | 32/32 |" in text
     assert "| 16 | Triton ensemble, not streamed | 240.0 | 96.0% (96) | — | — | 32/32 |" in text  # an older file: no CPU record
     assert "MISS: concurrency 16, Triton ensemble, streamed >= 95% of in-process (80.0%)" in text
+
+
+def test_fidelity_repeat_winners_compare_tools_inside_each_repeat() -> None:
+    """The tools of one repeat ran interleaved: the winner is counted per repeat (smallest |TTFT error| against the
+    server's stamps, most responses/s on the flood); a tool without server stamps, or alone in its repeat, is not counted."""
+    fidelity = _script("bench_tools_fidelity")
+
+    def run(tool: str, repeat: int, ttft: float | None, concurrency: int = 4) -> dict[str, Any]:
+        reference = None if ttft is None else 40.0
+        return {"tool": tool, "repeat": repeat, "concurrency": concurrency, "ttft_ms_p50": ttft or 41.0, "ref_ttft_ms_p50": reference}
+
+    document = {
+        "runs": [
+            run("trtllm-forge", 0, 40.2),
+            run("perf_analyzer", 0, 40.8),
+            run("aiperf", 0, None),  # no server stamps: never counted
+            run("trtllm-forge", 1, 40.9),
+            run("perf_analyzer", 1, 39.7),  # -0.75%: the smallest |error| wins, not the smallest value
+            run("genai-perf", 1, 41.0),
+            run("trtllm-forge", 2, 40.4),
+            run("perf_analyzer", 2, 40.5, concurrency=16),  # alone at its concurrency in repeat 2
+            run("trtllm-forge", 0, 40.1, concurrency=16),
+            run("perf_analyzer", 0, 40.3, concurrency=16),
+        ],
+        "flood": [
+            {"tool": "trtllm-forge", "repeat": 0, "concurrency": 1, "responses_per_s": 1500.0},
+            {"tool": "perf_analyzer", "repeat": 0, "concurrency": 1, "responses_per_s": 1400.0},
+            {"tool": "trtllm-forge", "repeat": 1, "concurrency": 1, "responses_per_s": 1300.0},
+            {"tool": "perf_analyzer", "repeat": 1, "concurrency": 1, "responses_per_s": 1350.0},
+            {"tool": "perf_analyzer", "repeat": 2, "concurrency": 1, "error": "exit 1"},
+        ],
+    }
+    accurate, fastest = fidelity.repeat_winners(document)
+    assert accurate == "Most accurate TTFT p50 within each repeat: c=4: trtllm-forge 1, perf_analyzer 1 of 2; c=16: trtllm-forge 1 of 1."
+    assert fastest == "Fastest flood consumer within each repeat: c=1: trtllm-forge 1, perf_analyzer 1 of 2."

@@ -35,7 +35,8 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
 END_STREAM = ACK = 0x1
 END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
-SETTING_ENABLE_PUSH, SETTING_INITIAL_WINDOW_SIZE, SETTING_MAX_FRAME_SIZE = 0x2, 0x4, 0x5
+SETTING_HEADER_TABLE_SIZE, SETTING_ENABLE_PUSH, SETTING_INITIAL_WINDOW_SIZE, SETTING_MAX_FRAME_SIZE = 0x1, 0x2, 0x4, 0x5
+LAST_STREAM_ID = (1 << 31) - 1
 CANCEL, REFUSED_STREAM = 0x8, 0x7
 DEFAULT_WINDOW = 65535
 # What we let the server send before we acknowledge it, per stream and per connection: one update per ~512 MB read.
@@ -134,6 +135,11 @@ class WireConnection:
         settings = struct.pack(">HIHI", SETTING_ENABLE_PUSH, 0, SETTING_INITIAL_WINDOW_SIZE, RECEIVE_WINDOW)
         self._write(PREFACE + frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, _U32.pack(RECEIVE_WINDOW - DEFAULT_WINDOW)))
 
+    @property
+    def accepts_streams(self) -> bool:
+        """Open, and not told by the server's GOAWAY to open no more streams."""
+        return not self.is_closed and self.next_stream_id <= LAST_STREAM_ID
+
     # writing
 
     def _write(self, data: bytes) -> None:
@@ -151,7 +157,7 @@ class WireConnection:
             ("user-agent", f"trtllm-forge/{__version__}"),
         ]
         with self.lock:
-            if self.is_closed or self.next_stream_id >= 1 << 31:
+            if not self.accepts_streams:
                 raise ConnectionError(self.closed[1] if self.closed else "the connection takes no new stream")
             stream = WireStream(self.next_stream_id, on_message, on_end, self.peer_initial_window)
             self.next_stream_id += 2
@@ -313,7 +319,7 @@ class WireConnection:
                 if error_code or not self.streams:
                     self._close_locked(("connection", reason))
                 else:
-                    self.next_stream_id = 1 << 31  # no new stream on this connection: open_stream fails below
+                    self.next_stream_id = LAST_STREAM_ID + 1  # the streams open finish; no new one here
         elif kind == PUSH_PROMISE:
             raise ProtocolError("PUSH_PROMISE after we disabled push")
         # PRIORITY and unknown frame types are ignored (RFC 9113, 4.1)
@@ -410,6 +416,8 @@ class WireConnection:
                         stream.send_window += delta
                 elif setting == SETTING_MAX_FRAME_SIZE:
                     self.peer_max_frame = value
+                elif setting == SETTING_HEADER_TABLE_SIZE:
+                    self.encoder.header_table_size = value  # the next header block tells the server's decoder
             self._write(frame(SETTINGS, ACK, 0))
             for stream in list(self.streams.values()):
                 self._flush(stream)

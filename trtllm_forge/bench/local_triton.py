@@ -80,12 +80,14 @@ def server_argv(binary: Path, repository: Path, ports: dict[str, int], backend_d
     return tritonserver_argv(binary, repository, ports, HOST, backend_dir=backend_dir)
 
 
-def start_triton(repository: Path, workdir: Path, ready_timeout: float = 120.0) -> LocalTriton:
+def start_triton(repository: Path, workdir: Path, ready_timeout: float = 120.0, ports: dict[str, int] | None = None) -> LocalTriton:
+    """tritonserver on `repository`, on free ports (or `ports`: a server started again where clients know it)."""
     install = find_tritonserver()
     backends = prepare_backend_dir(install, workdir / "backends")
-    ports: dict[str, int] = {}
-    for name in PORT_NAMES:
-        ports[name] = free_port(HOST, set(ports.values()))
+    if ports is None:
+        ports = {}
+        for name in PORT_NAMES:
+            ports[name] = free_port(HOST, set(ports.values()))
     argv = server_argv(install.binary, repository, ports, backends)
     log_path = workdir / "tritonserver.log"
     with log_path.open("wb") as log:

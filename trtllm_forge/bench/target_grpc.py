@@ -150,10 +150,12 @@ class _Lane:
 
     @property
     def connected(self) -> bool:
-        return self.connection is not None and not self.connection.is_closed and self.thread is not None and self.thread.is_alive()
+        return self.connection is not None and self.connection.accepts_streams and self.thread is not None and self.thread.is_alive()
 
     def connect(self, timeout: float = 10.0) -> None:
         """A new connection and its reader thread, once the server's SETTINGS came (blocking: run off the loop)."""
+        if self.connection is not None:
+            self.connection.shutdown()  # closed, failed, or draining after the server's GOAWAY with no stream of ours
         if self.thread is not None:
             self.thread.join(timeout=5)
         try:
@@ -454,14 +456,13 @@ class TritonGrpcTarget(Target):
         if lane.broken is not None:
             try:
                 assert self.stub is not None
-                await asyncio.to_thread(self.stub.ServerReady, pb.ServerReadyRequest(), timeout=2)
+                # wait_for_ready: grpcio's channel may still be backing off from the failure; a server back within 2 s counts
+                await asyncio.to_thread(self.stub.ServerReady, pb.ServerReadyRequest(), timeout=2, wait_for_ready=True)
             except grpc.RpcError as exc:
                 raise TargetDown((exc.details() if isinstance(exc, grpc.Call) else None) or "server unreachable") from None
             lane.broken = None
-            if lane.connection is not None:
-                lane.connection.shutdown()  # a connection that failed is not used again
-            await asyncio.to_thread(lane.connect)
-        elif not lane.connected:
+            await asyncio.to_thread(lane.connect)  # a connection that failed is not used again
+        elif not lane.connected and not lane.open:  # a stream still open on a draining connection carries on
             await asyncio.to_thread(lane.connect)
         if lane.cancelled or not lane.open:
             lane.start()
