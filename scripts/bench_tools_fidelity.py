@@ -60,6 +60,9 @@ README = REPO / "README.md"
 MARKERS = ("<!-- bench-fidelity-table:start -->", "<!-- bench-fidelity-table:end -->")
 TTFT_MS, GAP_MS, OSL, ISL = 40.0, 10.0, 16, 32
 FLOOD_OSL, FLOOD_INSTANCES = 256, 2
+# Requests per flood run at least: with 8 (2,048 responses, ~1.3 s at concurrency 1) single runs of one client were
+# 1,033-1,871 responses/s apart on 2026-12-03; 32 measure for a few seconds.
+FLOOD_MIN_REQUESTS = 32
 METRICS = (("ttft_ms", "p50"), ("tpot_ms", "p50"), ("itl_ms", "p50"), ("e2e_ms", "p50"))
 TOOLS = ("trtllm-forge", "perf_analyzer", "genai-perf", "aiperf")
 EMITTED = ("genai-perf", "aiperf")  # run as `bench --emit` prints them, read by `bench import`
@@ -446,7 +449,7 @@ def run(
                 urls,
                 "flood",
                 flood_concurrencies,
-                lambda c: max(8, 2 * c),
+                lambda c: max(FLOOD_MIN_REQUESTS, 2 * c),
                 FLOOD_OSL,
                 root,
                 tokenizer,
