@@ -48,7 +48,10 @@ def server():
         "inference.GRPCInferenceService",
         {"ModelStreamInfer": grpc.stream_stream_rpc_method_handler(_handler)},
     )
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), handlers=(service,))
+    # grpc's defaults would take 4 MB before the first WINDOW_UPDATE, in frames of up to 4 MB: 64 KB windows (no BDP
+    # probing) and 16 KB frames make every message here past 64 KB wait for the server's window
+    options = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 65536), ("grpc.http2.max_frame_size", 16384)]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), handlers=(service,), options=options)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     held.clear()
@@ -117,17 +120,19 @@ def test_messages_larger_than_a_frame_and_the_window_go_both_ways(server):
     _, address = server
     with _connected(address) as (connection, reader):
         stream = Stream(connection)
-        request = b"x" * (3 << 20)  # 3 MB out: past the server's initial 64 KB window, in 16 KB frames
+        request = b"x" * (3 << 20)  # 3 MB out twice: past the server's 64 KB window, in 16 KB frames
+        stream.send(request)
         stream.send(request)
         stream.send(b"big")
         stream.send(b"echo:2")
-        connection.half_close(stream.stream)
+        connection.half_close(stream.stream)  # END_STREAM must wait until the queued messages are out
         assert stream.ended.wait(30)
         assert stream.status == [None]
+        assert connection.window_waits > 0
         raws = [raw for _, raw in stream.messages]
-        assert raws[0] == b"size:%d" % len(request)
-        assert raws[1] == bytes(range(256)) * 6144  # 1.5 MB in: reassembled from many frames
-        assert raws[2:] == [b"echo:2", b"echo:2"]
+        assert raws[:2] == [b"size:%d" % len(request)] * 2
+        assert raws[2] == bytes(range(256)) * 6144  # 1.5 MB in: reassembled from many frames
+        assert raws[3:] == [b"echo:2", b"echo:2"]
 
 
 def test_a_server_stopping_under_an_open_stream_ends_it_with_an_error(server):

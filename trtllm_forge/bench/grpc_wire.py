@@ -99,6 +99,7 @@ class WireStream:
     unacknowledged: int = 0  # bytes received since our last WINDOW_UPDATE for this stream
     outbox: deque = field(default_factory=deque)  # [message bytes, offset, on_start] waiting for window
     headers_seen: bool = False
+    closing: bool = False  # half-closed by us while messages still wait for window: END_STREAM follows them
     ended: bool = False
 
 
@@ -131,6 +132,7 @@ class WireConnection:
         self.closed: StreamStatus = None
         self.is_closed = False
         self.client_stamped_reads = 0  # reads that came without the kernel's stamp (stamped by us instead)
+        self.window_waits = 0  # times a message waited for the server's flow-control window
         self._header_block: tuple[int, int, bytearray] | None = None  # (stream id, flags, block) across CONTINUATION
         settings = struct.pack(">HIHI", SETTING_ENABLE_PUSH, 0, SETTING_INITIAL_WINDOW_SIZE, RECEIVE_WINDOW)
         self._write(PREFACE + frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, _U32.pack(RECEIVE_WINDOW - DEFAULT_WINDOW)))
@@ -185,6 +187,7 @@ class WireConnection:
                 size = min(len(data) - offset, self.send_window, stream.send_window, self.peer_max_frame)
                 if size <= 0:
                     entry[1] = offset
+                    self.window_waits += 1
                     return
                 if offset == 0 and on_start is not None:
                     on_start()
@@ -193,15 +196,22 @@ class WireConnection:
                 self.send_window -= size
                 stream.send_window -= size
             stream.outbox.popleft()
+        if stream.closing:
+            stream.closing = False
+            self._write(frame(DATA, END_STREAM, stream.id))
 
     def half_close(self, stream: WireStream) -> None:
         """No more messages from us on `stream` (an empty DATA frame with END_STREAM): the server ends it with its status."""
         with self.lock:
-            if not stream.ended and not self.is_closed:
-                try:
-                    self._write(frame(DATA, END_STREAM, stream.id))
-                except OSError:  # the connection is going: the reader reports it
-                    pass
+            if stream.ended or self.is_closed:
+                return
+            if stream.outbox:  # after the messages still waiting for the server's window
+                stream.closing = True
+                return
+            try:
+                self._write(frame(DATA, END_STREAM, stream.id))
+            except OSError:  # the connection is going: the reader reports it
+                pass
 
     def cancel(self, stream: WireStream, message: str) -> None:
         """Reset `stream` (RST_STREAM CANCEL): the server stops; its end is reported as cancelled."""
