@@ -453,3 +453,21 @@ def test_the_server_we_start_runs_in_the_users_grpc_environment(timing_server):
         pytest.skip("every grpc default was set before trtllm_forge was imported: nothing of ours to leave out")
     for name in trtllm_forge._DEFAULTED:
         assert environ.get(name) != trtllm_forge.GRPC_DEFAULTS[name], name
+
+
+def test_a_target_that_cannot_open_leaves_nothing_open(timing_server):
+    """open() failing (a model the server does not have) closes what it opened: no grpcio channel, no lane or reader
+    thread, and the GIL switch interval is the caller's."""
+    from trtllm_forge.errors import StepError
+
+    before = sys.getswitchinterval()
+
+    async def main():
+        target = target_grpc.TritonGrpcTarget(timing_server.grpc_url, "missing-model", streams=2)
+        with pytest.raises(StepError, match="cannot read model 'missing-model'"):
+            await target.open()
+        return target
+
+    target = asyncio.run(main())
+    assert target.channel is None and not target.lanes and not _lane_threads()
+    assert sys.getswitchinterval() == before

@@ -314,6 +314,14 @@ class TritonGrpcTarget(Target):
         self.layouts: dict[int, _Layout] = {}  # by output count (see _Layout)
 
     async def open(self) -> None:
+        """Read the model's config, connect every lane and open its stream; on failure nothing is left open."""
+        try:
+            await self._open()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _open(self) -> None:
         self.channel = grpc.insecure_channel(self.url, options=_CHANNEL_OPTIONS)
         self.stub = stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
         try:
