@@ -471,3 +471,18 @@ def test_a_target_that_cannot_open_leaves_nothing_open(timing_server):
     target = asyncio.run(main())
     assert target.channel is None and not target.lanes and not _lane_threads()
     assert sys.getswitchinterval() == before
+
+
+@pytest.mark.parametrize("kernel_stamps", [True, False])
+def test_the_target_says_whose_receive_stamps_it_records(timing_server, monkeypatch, kernel_stamps):
+    """The summary's target notes name the stamps' source: the kernel's, or (a platform without SO_TIMESTAMPNS) the
+    reader threads'."""
+    from trtllm_forge.bench import grpc_wire
+
+    if not kernel_stamps:
+        monkeypatch.setattr(grpc_wire, "SO_TIMESTAMPNS", None)
+    records, target = _run(timing_server.grpc_url, "ensemble", n=2, output_tokens=2, concurrency=2)
+    assert all(r.ok for r in records)
+    notes = " ".join(target.info.notes)
+    assert ("receive stamps from the kernel" in notes) == kernel_stamps
+    assert ("receive stamps taken by the client's reader threads" in notes) == (not kernel_stamps)

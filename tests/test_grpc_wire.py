@@ -109,6 +109,7 @@ def test_messages_come_stamped_in_order_and_an_error_status_keeps_its_message(se
         assert stamps == sorted(stamps) and all(stamps)
         assert stream.status == [("grpc_resource_exhausted", STATUS_TEXT)]  # percent-decoded, UTF-8
         assert connection.client_stamped_reads == 0  # every read came with the kernel's stamp
+        assert connection.kernel_stamps
         second = Stream(connection)  # the connection carries on with a new stream
         second.send(b"echo:1")
         connection.half_close(second.stream)
@@ -164,6 +165,7 @@ def test_without_the_kernels_stamps_the_reader_stamps_each_read_and_counts_it(se
         assert stream.ended.wait(10) and stream.status == [None]
         assert [raw for _, raw in stream.messages] == [b"echo:2"] * 2
         assert connection.client_stamped_reads > 0
+        assert not connection.kernel_stamps
 
 
 def test_a_server_that_is_not_http2_is_refused_at_connect():

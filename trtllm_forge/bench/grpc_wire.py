@@ -75,16 +75,12 @@ def _reset_status(error_code: int) -> StreamStatus:
     return "grpc_internal", f"the server reset the stream (RST_STREAM error code {error_code})"
 
 
-class KernelClock:
-    """Turns the kernel's receive stamps (CLOCK_REALTIME) into `time.perf_counter_ns()` (CLOCK_MONOTONIC, the bench's
-    clock), reading both clocks at each conversion so that a step or slew of the wall clock during a run is followed."""
-
-    @staticmethod
-    def to_perf_ns(kernel_realtime_ns: int) -> int:
-        perf = time.perf_counter_ns()
-        offset = time.time_ns() - perf
-        stamp = kernel_realtime_ns - offset
-        return stamp if stamp <= perf else perf
+def kernel_stamp_to_perf_ns(kernel_realtime_ns: int) -> int:
+    """The kernel's receive stamp (CLOCK_REALTIME) on `time.perf_counter_ns()`'s clock (CLOCK_MONOTONIC, the bench's),
+    both clocks read at each conversion so that a step or slew of the wall clock during a run is followed."""
+    perf = time.perf_counter_ns()
+    stamp = kernel_realtime_ns - (time.time_ns() - perf)
+    return stamp if stamp <= perf else perf
 
 
 @dataclass(eq=False)
@@ -114,9 +110,11 @@ class WireConnection:
         self.sock = socket.create_connection((host.strip("[]"), int(port)), timeout=connect_timeout)
         self.sock.settimeout(None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.kernel_stamps = False  # whether the socket asks the kernel to stamp what it receives
         if SO_TIMESTAMPNS is not None:
             try:
                 self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                self.kernel_stamps = True
             except OSError:  # no kernel receive stamps: the reader stamps each read itself (client_stamped_reads)
                 pass
         self.lock = threading.Lock()  # windows, streams, the encoder and every write
@@ -129,13 +127,16 @@ class WireConnection:
         self.peer_max_frame = 16384
         self.unacknowledged = 0
         self.settled = threading.Event()  # the server's first SETTINGS came: the connection is up
-        self.closed: StreamStatus = None
-        self.is_closed = False
+        self.closed: StreamStatus = None  # why the connection closed, once it has
         self.client_stamped_reads = 0  # reads that came without the kernel's stamp (stamped by us instead)
         self.window_waits = 0  # times a message waited for the server's flow-control window
         self._header_block: tuple[int, int, bytearray] | None = None  # (stream id, flags, block) across CONTINUATION
         settings = struct.pack(">HIHI", SETTING_ENABLE_PUSH, 0, SETTING_INITIAL_WINDOW_SIZE, RECEIVE_WINDOW)
         self._write(PREFACE + frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, _U32.pack(RECEIVE_WINDOW - DEFAULT_WINDOW)))
+
+    @property
+    def is_closed(self) -> bool:
+        return self.closed is not None
 
     @property
     def accepts_streams(self) -> bool:
@@ -250,7 +251,7 @@ class WireConnection:
                 for level, kind, data in ancillary:
                     if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
                         seconds, nanoseconds = _TIMESPEC.unpack_from(data)
-                        stamp = KernelClock.to_perf_ns(seconds * 1_000_000_000 + nanoseconds)
+                        stamp = kernel_stamp_to_perf_ns(seconds * 1_000_000_000 + nanoseconds)
                 if not stamp:
                     stamp = time.perf_counter_ns()
                     self.client_stamped_reads += 1
@@ -404,14 +405,10 @@ class WireConnection:
                 return
         if flags & END_STREAM or "grpc-status" in headers:
             code = headers.get("grpc-status", "")
-            status = (
-                grpc_status(int(code), urllib.parse.unquote(headers.get("grpc-message", "")))
-                if code.isdigit()
-                else (
-                    "grpc_unknown",
-                    "the stream ended without a gRPC status",
-                )
-            )
+            if code.isdigit():
+                status = grpc_status(int(code), urllib.parse.unquote(headers.get("grpc-message", "")))
+            else:
+                status = ("grpc_unknown", "the stream ended without a gRPC status")
             with self.lock:
                 self._end_stream(stream, status)
 
@@ -457,14 +454,14 @@ class WireConnection:
         self.streams.pop(stream.id, None)
         stream.on_end(status)
 
-    def _close_locked(self, status: StreamStatus) -> None:
+    def _close_locked(self, status: tuple[str, str]) -> None:
         if self.is_closed:
             return
-        self.is_closed, self.closed = True, status
+        self.closed = status
         for stream in list(self.streams.values()):
             self._end_stream(stream, status)
 
-    def _close(self, status: StreamStatus) -> None:
+    def _close(self, status: tuple[str, str]) -> None:
         with self.lock:
             self._close_locked(status)
         self.settled.set()

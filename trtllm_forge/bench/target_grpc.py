@@ -357,7 +357,12 @@ class TritonGrpcTarget(Target):
             lane.start()
         self.info.notes.append(
             f"{self.n_streams} ModelStreamInfer stream(s) kept open, each on an HTTP/2 connection of its own read by its own thread; "
-            "requests matched by id; receive stamps from the kernel (SO_TIMESTAMPNS)"
+            "requests matched by id; "
+            + (
+                "receive stamps from the kernel (SO_TIMESTAMPNS)"
+                if all(lane.connection is not None and lane.connection.kernel_stamps for lane in self.lanes)
+                else "receive stamps taken by the client's reader threads (no kernel receive stamps on this platform)"
+            )
         )
 
     # NVIDIA's llmapi model names the same inputs differently and streams the whole text so far in each response.
@@ -503,9 +508,6 @@ class TritonGrpcTarget(Target):
         lanes, self.lanes = self.lanes, []
         if lanes:
             await asyncio.to_thread(_close_all, lanes)
-            late = sum(lane.connection.client_stamped_reads for lane in lanes if lane.connection is not None)
-            if late:
-                self.info.notes.append(f"{late} socket read(s) came without the kernel's receive stamp: stamped by the client")
         if self.channel is not None:
             self.channel.close()
             self.channel = None
