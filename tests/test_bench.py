@@ -18,7 +18,7 @@ import yaml
 from aiohttp import web
 from bench_helpers import GAP_MS, TTFT_MS, bench_json, bench_run, finish_bench, read_records, start_bench
 from cli_inprocess import run_in_process
-from trtllm_forge.bench.metrics import LATE_WARN_SHARE, summarize
+from trtllm_forge.bench.metrics import LATE_WARN_SHARE, STEAL_WARN_SHARE, summarize
 from trtllm_forge.bench.records import RequestRecord
 from trtllm_forge.bench.report import to_csv
 from trtllm_forge.bench.runner import LoadSpec, RunResult
@@ -184,6 +184,9 @@ def assert_reports_its_records(doc: dict, directory: Path) -> list[dict]:
     assert doc["self_checks"]["late_share"] == pytest.approx(sum(late) / len(measured))
     warned = any("after their schedule" in w for w in doc["warnings"])
     assert warned == (doc["load"]["mode"] == "rate" and doc["self_checks"]["late_share"] > LATE_WARN_SHARE)
+    steal = doc["self_checks"]["steal_share"]  # this machine's /proc/stat, over the run
+    assert 0.0 <= steal <= 1.0
+    assert any("hypervisor" in w for w in doc["warnings"]) == (steal > STEAL_WARN_SHARE)
     return measured
 
 

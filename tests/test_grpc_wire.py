@@ -106,9 +106,9 @@ def test_messages_come_stamped_in_order_and_an_error_status_keeps_its_message(se
         assert stream.ended.wait(10)
         assert [raw for _, raw in stream.messages] == [b"echo:3"] * 3
         stamps = [stamp for stamp, _ in stream.messages]
-        assert stamps == sorted(stamps) and all(stamps)
-        assert stream.status == [("grpc_resource_exhausted", STATUS_TEXT)]  # percent-decoded, UTF-8
-        assert connection.client_stamped_reads == 0  # every read came with the kernel's stamp
+        assert stamps == sorted(stamps) and all(stamps), stamps
+        assert stream.status == [("grpc_resource_exhausted", STATUS_TEXT)], stream.status  # percent-decoded, UTF-8
+        assert connection.client_stamped_reads == 0, "a read came without the kernel's stamp"
         assert connection.kernel_stamps
         second = Stream(connection)  # the connection carries on with a new stream
         second.send(b"echo:1")

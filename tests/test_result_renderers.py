@@ -235,3 +235,47 @@ def test_fidelity_repeat_winners_compare_tools_inside_each_repeat() -> None:
     accurate, fastest = fidelity.repeat_winners(document)
     assert accurate == "Most accurate TTFT p50 within each repeat: c=4: trtllm-forge 1, perf_analyzer 1 of 2; c=16: trtllm-forge 1 of 1."
     assert fastest == "Fastest flood consumer within each repeat: c=1: trtllm-forge 1, perf_analyzer 1 of 2."
+
+
+def test_steal_share_is_the_hypervisors_part_of_the_machines_cpu_time() -> None:
+    ticks = provenance.machine_cpu_ticks()  # this machine's /proc/stat
+    assert ticks is not None and len(ticks) == 8 and all(t >= 0 for t in ticks)
+    before = (100, 0, 50, 800, 0, 0, 0, 50)
+    after = (130, 0, 60, 860, 0, 0, 0, 150)  # 200 ticks passed, 100 of them stolen
+    assert provenance.steal_share(before, after) == 0.5
+    assert provenance.steal_share(before, before) is None  # no time passed
+    assert provenance.steal_share(None, after) is None
+
+
+def test_fidelity_runs_again_a_run_the_hypervisor_stole_from(monkeypatch, tmp_path: Path) -> None:
+    """A run with steal above STEAL_RERUN_SHARE is kept in the file, marked, and run again (at most STEAL_RERUNS
+    times; the last attempt counts whatever its steal); marked runs are in no comparison and the README says how many."""
+    fidelity = _script("bench_tools_fidelity")
+    steal = {"trtllm-forge": [0.20, 0.01], "perf_analyzer": [0.30, 0.40, 0.35]}
+    rates = {"trtllm-forge": [900.0, 1500.0], "perf_analyzer": [800.0, 850.0, 1400.0]}
+
+    def one_run(tool, urls, model, concurrency, n, osl, out, tokenizer):
+        attempt = int(out.name.rsplit("-", 1)[1])
+        return {
+            "tool": tool,
+            "model": model,
+            "concurrency": concurrency,
+            "responses_per_s": rates[tool][attempt],
+            "steal_share": steal[tool][attempt],
+        }
+
+    monkeypatch.setattr(fidelity, "one_run", one_run)
+    document: dict[str, Any] = {"repeats": 1, "flood": []}
+    fidelity.interleaved(document, "flood", ["trtllm-forge", "perf_analyzer"], {}, "flood", [1], lambda c: 32, 256, tmp_path, None)
+    assert [(r["tool"], "rerun" in r) for r in document["flood"]] == [
+        ("trtllm-forge", True),
+        ("trtllm-forge", False),
+        ("perf_analyzer", True),
+        ("perf_analyzer", True),
+        ("perf_analyzer", False),  # out of reruns: counts, its steal shown
+    ]
+    compared = fidelity.compared_rows(document, "flood")
+    assert [(r["tool"], r["responses_per_s"]) for r in compared] == [("trtllm-forge", 1500.0), ("perf_analyzer", 1400.0)]
+    assert fidelity.repeat_winners(document) == ["Fastest flood consumer within each repeat: c=1: trtllm-forge 1 of 1."]
+    table = "\n".join(fidelity.flood_table(document))
+    assert "| 1 | trtllm-forge | 1 | 1,500 |" in table and table.splitlines()[-1].endswith("| 35.0% |")

@@ -75,12 +75,27 @@ def _reset_status(error_code: int) -> StreamStatus:
     return "grpc_internal", f"the server reset the stream (RST_STREAM error code {error_code})"
 
 
+# Two reads of CLOCK_MONOTONIC closer than this bracket the wall-clock read between them well enough; a wider bracket
+# means the reader was preempted in between (which made a stamp early by as long) and the clocks are read again.
+TIGHT_CLOCK_BRACKET_NS = 20_000
+_CLOCK_TRIES = 5
+
+
 def kernel_stamp_to_perf_ns(kernel_realtime_ns: int) -> int:
     """The kernel's receive stamp (CLOCK_REALTIME) on `time.perf_counter_ns()`'s clock (CLOCK_MONOTONIC, the bench's),
-    both clocks read at each conversion so that a step or slew of the wall clock during a run is followed."""
-    perf = time.perf_counter_ns()
-    stamp = kernel_realtime_ns - (time.time_ns() - perf)
-    return stamp if stamp <= perf else perf
+    both clocks read at each conversion so that a step or slew of the wall clock during a run is followed: the wall
+    clock between two monotonic reads, the tightest of a few tries when the thread was preempted between them."""
+    best_bracket, offset, now = None, 0, 0
+    for _ in range(_CLOCK_TRIES):
+        before = time.perf_counter_ns()
+        wall = time.time_ns()
+        now = time.perf_counter_ns()
+        if best_bracket is None or now - before < best_bracket:
+            best_bracket, offset = now - before, wall - (before + now) // 2
+        if best_bracket <= TIGHT_CLOCK_BRACKET_NS:
+            break
+    stamp = kernel_realtime_ns - offset
+    return stamp if stamp <= now else now
 
 
 @dataclass(eq=False)

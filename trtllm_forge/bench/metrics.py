@@ -36,6 +36,8 @@ MS = 1e6
 LATE_NS = 1_000_000  # PA's rule: a request sent more than 1 ms after its schedule is "late"
 LATE_WARN_SHARE = 0.01
 CPU_WARN_SHARE = 0.5
+# Steal above this made flood runs on this 2-core VM ~20-40% slower than runs beside them at ~0% (2026-12-03)
+STEAL_WARN_SHARE = 0.05
 
 
 def _token_times(record: RequestRecord) -> list[tuple[int, int]]:
@@ -172,6 +174,7 @@ def summarize(result: RunResult, slo: dict[str, float] | None = None, context: d
         "late_share": late / len(measured) if measured else 0.0,
         "late_threshold_ms": LATE_NS / MS,
         "client_cpu_busy_share": cpu_share,
+        "steal_share": result.steal_share,
         "zero_gap_share": zero_gaps / n_gaps if n_gaps else 0.0,
         "osl_mismatch_count": osl_mismatch,
         "osl_mismatch_share": osl_mismatch / len(done) if done else 0.0,
@@ -186,6 +189,11 @@ def summarize(result: RunResult, slo: dict[str, float] | None = None, context: d
         )
     if cpu_share is not None and cpu_share > CPU_WARN_SHARE:
         warnings.append(f"the client used {cpu_share:.0%} of a CPU core: its own overhead may affect the timings")
+    if result.steal_share is not None and result.steal_share > STEAL_WARN_SHARE:
+        warnings.append(
+            f"the hypervisor gave {result.steal_share:.0%} of this machine's CPU time to other guests during the run (steal): "
+            "server and client ran slower than this machine can; compare only with runs taken alongside"
+        )
     if osl_mismatch:
         warnings.append(f"{osl_mismatch} of {len(done)} requests produced a different number of tokens than requested")
     if no_tokens:

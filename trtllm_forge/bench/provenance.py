@@ -54,6 +54,32 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+# /proc/stat's aggregate `cpu` line: user nice system idle iowait irq softirq steal (guest time is inside user/nice)
+_STEAL_FIELD, _TIME_FIELDS = 7, 8
+
+
+def machine_cpu_ticks() -> tuple[int, ...] | None:
+    """The machine's CPU time so far by kind, in clock ticks (the first eight fields of /proc/stat's `cpu` line);
+    None where there is no /proc/stat."""
+    try:
+        with open("/proc/stat", encoding="ascii") as handle:
+            fields = handle.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu" or len(fields) <= _TIME_FIELDS:
+        return None
+    return tuple(int(x) for x in fields[1 : 1 + _TIME_FIELDS])
+
+
+def steal_share(before: tuple[int, ...] | None, after: tuple[int, ...] | None) -> float | None:
+    """The share of the machine's CPU time between two readings that the hypervisor gave to other guests (steal
+    time): while it is high, everything on this machine runs slower than the machine can."""
+    if before is None or after is None:
+        return None
+    elapsed = sum(after) - sum(before)
+    return (after[_STEAL_FIELD] - before[_STEAL_FIELD]) / elapsed if elapsed > 0 else None
+
+
 def machine() -> dict[str, Any]:
     return {
         "platform": platform.platform(),

@@ -95,6 +95,7 @@ def print_point(summary: dict, title: str) -> None:
         f"self-checks: late (>1 ms) {checks['late_share']:.2%}, client CPU {_num((checks['client_cpu_busy_share'] or 0) * 100, 0)}% of a core, "
         f"event-loop lag p99 {_num(m['event_loop_lag_ms']['p99'])} ms, zero gaps {checks['zero_gap_share']:.2%}, "
         f"empty responses {checks['empty_responses']}, output-length mismatches {checks['osl_mismatch_count']}"
+        + (f", hypervisor steal {checks['steal_share']:.1%}" if checks.get("steal_share") is not None else "")
     )
     if m["client_minus_server_ttft_ms"]["count"]:
         console.print(

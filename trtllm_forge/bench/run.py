@@ -179,6 +179,7 @@ def run_sharded(options: BenchOptions, load: LoadSpec, requests, warmup) -> RunR
         max(r.cpu_seconds for r in runs),
         [x for r in runs for x in r.loop_lag_ns],
         next((r.aborted for r in runs if r.aborted), None),
+        max((r.steal_share for r in runs if r.steal_share is not None), default=None),  # machine-wide: each shard saw about the same
     )
 
 

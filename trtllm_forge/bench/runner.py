@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trtllm_forge.bench.provenance import machine_cpu_ticks, steal_share
 from trtllm_forge.bench.records import RequestRecord
 from trtllm_forge.bench.schedule import arrival_offsets
 from trtllm_forge.bench.target import Target, TargetDown, now_ns
@@ -49,6 +50,7 @@ class RunResult:
     cpu_seconds: float
     loop_lag_ns: list[int] = field(default_factory=list)
     aborted: str | None = None  # why sending stopped early
+    steal_share: float | None = None  # the machine's CPU time the hypervisor gave to other guests, over the run
 
 
 class _LagSampler:
@@ -143,6 +145,7 @@ async def run_load(
     start = await start_at() if start_at else now_ns()
     await _sleep_until(start)
     cpu0 = time.process_time()
+    ticks0 = machine_cpu_ticks()
     wall0 = time.time_ns() - (now_ns() - start)
     deadline = start + int(load.duration_s * 1e9) if load.duration_s else None
     lag.start()
@@ -243,7 +246,17 @@ async def run_load(
         loop.remove_signal_handler(sig)
     await lag.stop()
     target.count_client_tokens(warm + records)
-    return RunResult(load, warm + records, start, end, wall0, time.process_time() - cpu0, lag.samples, aborted[0] if aborted else None)
+    return RunResult(
+        load,
+        warm + records,
+        start,
+        end,
+        wall0,
+        time.process_time() - cpu0,
+        lag.samples,
+        aborted[0] if aborted else None,
+        steal_share(ticks0, machine_cpu_ticks()),
+    )
 
 
 def cpu_count() -> int:
