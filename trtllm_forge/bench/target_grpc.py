@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,12 +30,6 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 64 << 20),
 ]
 _STREAM_METHOD = b"/inference.GRPCInferenceService/ModelStreamInfer"
-# While the target is open, a thread that wants the GIL gets it after at most this long (Python's default is
-# 5 ms). Measured when a lane needed the GIL before it could stamp (now the kernel stamps); it still bounds how
-# long a response waits to be routed and a request to be written. Under load the default let another
-# lane's Python run 5 ms ahead of a stamp (TTFT error vs the model's stamps at concurrency 16: +2.4% to +5.7%
-# with 5 ms, +1.8% to +2.7% with 0.2 ms, interleaved runs with a call per request, load average 11-13).
-GIL_SWITCH_S = 0.0002
 
 
 InputSpec = tuple[str, str, list[Any]]  # (input name, Triton datatype, values)
@@ -64,7 +57,7 @@ def _first_bytes(raw: bytes) -> bytes:
 @dataclass(slots=True)
 class _Pending:
     """A request on a lane's stream: its record, the loop's future, and the responses its server stamps are read
-    from at the end (the first and the latest two: see _Lane.finish)."""
+    from at the end (the first and the latest two: see _Lane._finish)."""
 
     record: RequestRecord
     done: asyncio.Future
@@ -130,9 +123,10 @@ class _Lane:
     stamp is the kernel's, of the read that completed it (grpc_wire.WireConnection.serve): when the segment reached
     the socket, however late the reader thread got a core and the GIL. The reader decodes each response, finds its
     request (by id: a lane may carry several requests at once) and reads what it carried as it comes, so a request's
-    end is told to the loop right after its final response (reading a flood request's 257 responses only then
-    delayed the next request at concurrency 1 by ~1 ms: 3.0 ms from final response to next send, perf_analyzer's
-    1.9 ms)."""
+    end is told to the loop right after its final response (reading a flood request's 257 responses only then put
+    ~2.9 ms between a final response and the next send at concurrency 1, perf_analyzer ~1.7 ms; now ~0.7 ms).
+    The process's GIL switch interval is left as it is: a lower one (0.2 ms, kept while the reader stamped) had
+    waiting threads wake every 0.2 ms, and with the kernel's stamps it no longer bought accuracy."""
 
     def __init__(self, target: "TritonGrpcTarget", loop: asyncio.AbstractEventLoop):
         self.target = target
@@ -299,7 +293,6 @@ class TritonGrpcTarget(Target):
         self.channel: grpc.Channel | None = None  # grpcio, for the unary calls (config, metadata, readiness)
         self.stub: pb_grpc.GRPCInferenceServiceStub | None = None
         self.lanes: list[_Lane] = []
-        self.switch_interval: float | None = None  # the process's GIL switch interval before open()
         self.inputs: dict[str, dict] = {}
         self.outputs: set[str] = set()
         self.batched = False
@@ -335,8 +328,6 @@ class TritonGrpcTarget(Target):
         if self.perf:
             self.info.notes.append("server timestamps requested (return_perf_metrics)")
         loop = asyncio.get_running_loop()
-        self.switch_interval = sys.getswitchinterval()
-        sys.setswitchinterval(min(self.switch_interval, GIL_SWITCH_S))
         self.lanes = [_Lane(self, loop) for _ in range(self.n_streams)]
         # Connect every lane now: a request must not carry a connection set-up in its TTFT.
         try:
@@ -503,9 +494,6 @@ class TritonGrpcTarget(Target):
         if self.channel is not None:
             self.channel.close()
             self.channel = None
-        if self.switch_interval is not None:
-            sys.setswitchinterval(self.switch_interval)
-            self.switch_interval = None
 
 
 class TritonGrpcTokensTarget(TritonGrpcTarget):
