@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtllm_forge.bench.metrics import STEAL_WARN_SHARE
 from trtllm_forge.bench.provenance import git_commit, machine, machine_cpu_ticks, measured_where, steal_share
 from trtllm_forge.processes import cpu_seconds
 
@@ -63,11 +64,12 @@ FLOOD_OSL, FLOOD_INSTANCES = 256, 2
 # Requests per flood run at least: with 8 (2,048 responses, ~1.3 s at concurrency 1) single runs of one client were
 # 1,033-1,871 responses/s apart on 2026-12-03; 32 measure for a few seconds.
 FLOOD_MIN_REQUESTS = 32
-# A run during which the hypervisor took more than this share of the machine's CPU time (steal) is kept in the file
-# but left out of every comparison and run again, at most STEAL_RERUNS times (the last attempt counts whatever its
-# steal). On 2026-12-03 steal came in bursts of 10-30% lasting ~10 s; flood runs in one were 20-40% slower than runs
-# of the same client beside them at ~0%, more than any difference between the clients.
-STEAL_RERUN_SHARE, STEAL_RERUNS = 0.05, 2
+# A run during which the hypervisor took more of the machine's CPU time (steal) than the share bench warns about
+# (metrics.STEAL_WARN_SHARE) is kept in the file but left out of every comparison and run again, at most STEAL_RERUNS
+# times (the last attempt counts whatever its steal). On 2026-12-03 steal came in bursts of 10-30% lasting ~10 s;
+# flood runs in one were 20-40% slower than runs of the same client beside them at ~0%, more than any difference
+# between the clients.
+STEAL_RERUNS = 2
 METRICS = (("ttft_ms", "p50"), ("tpot_ms", "p50"), ("itl_ms", "p50"), ("e2e_ms", "p50"))
 TOOLS = ("trtllm-forge", "perf_analyzer", "genai-perf", "aiperf")
 EMITTED = ("genai-perf", "aiperf")  # run as `bench --emit` prints them, read by `bench import`
@@ -144,7 +146,9 @@ def stamp_stats(requests: list[Stamps]) -> dict[str, float | None]:
     gaps = [b - a for r in usable for a, b in zip(r.recv_ns, r.recv_ns[1:])]
     paths = [(r.arrival_ns - r.sent_ns) / 1e6 for r in usable if r.arrival_ns]
     server_ttft = [(r.server_ns[0] - r.arrival_ns) / 1e6 for r in usable if r.arrival_ns]
-    span_s = (max(r.recv_ns[-1] for r in usable) - min(r.sent_ns for r in usable)) / 1e9
+    window = measured_window(usable)
+    assert window is not None  # every usable request has responses
+    span_s = (window[1] - window[0]) / 1e9
     return {
         "ref_ttft_ms_p50": statistics.median((r.server_ns[0] - r.sent_ns) / 1e6 for r in usable),
         "ref_e2e_ms_p50": statistics.median((r.server_ns[-1] - r.sent_ns) / 1e6 for r in usable),
@@ -392,9 +396,9 @@ def interleaved(
                     except Exception as exc:  # noqa: BLE001 - one failed run is recorded, the others go on
                         row = {"tool": tool, "model": model, "concurrency": concurrency, "error": f"{type(exc).__name__}: {exc}"}
                     row["repeat"] = repeat
-                    stolen = (row.get("steal_share") or 0) > STEAL_RERUN_SHARE
+                    stolen = (row.get("steal_share") or 0) > STEAL_WARN_SHARE
                     if stolen and attempt < STEAL_RERUNS:
-                        row["rerun"] = f"the hypervisor took {row['steal_share']:.0%} of the machine's CPU time (steal): run again"
+                        row["rerun"] = f"the hypervisor took {row['steal_share']:.1%} of the machine's CPU time (steal): run again"
                     document[section].append(row)
                     print(section, json.dumps(row), flush=True)
                     if document.get("partial_out"):
@@ -535,7 +539,7 @@ def _ms(value: float | None) -> str:
 
 
 def compared_rows(document: dict[str, Any], section: str) -> list[Row]:
-    """The runs that count: not failed, not superseded by a rerun (see STEAL_RERUN_SHARE)."""
+    """The runs that count: not failed, not superseded by a rerun (see STEAL_RERUNS)."""
     return [r for r in document.get(section) or [] if "error" not in r and "rerun" not in r]
 
 
@@ -840,7 +844,7 @@ def readme_table(document: dict[str, Any] | None = None) -> str:
         + f"; medians over {document['repeats']} interleaved repeats"
         + (f"; {failed} failed run(s) left out (in the file)" if failed else "")
         + (
-            f"; {rerun} run(s) during which the hypervisor took over {STEAL_RERUN_SHARE:.0%} of the CPU time (steal) "
+            f"; {rerun} run(s) during which the hypervisor took over {STEAL_WARN_SHARE:.0%} of the CPU time (steal) "
             "run again, left out (in the file)"
             if rerun
             else ""

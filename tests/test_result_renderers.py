@@ -248,7 +248,7 @@ def test_steal_share_is_the_hypervisors_part_of_the_machines_cpu_time() -> None:
 
 
 def test_fidelity_runs_again_a_run_the_hypervisor_stole_from(monkeypatch, tmp_path: Path) -> None:
-    """A run with steal above STEAL_RERUN_SHARE is kept in the file, marked, and run again (at most STEAL_RERUNS
+    """A run with steal above STEAL_WARN_SHARE is kept in the file, marked, and run again (at most STEAL_RERUNS
     times; the last attempt counts whatever its steal); marked runs are in no comparison and the README says how many."""
     fidelity = _script("bench_tools_fidelity")
     steal = {"trtllm-forge": [0.20, 0.01], "perf_analyzer": [0.30, 0.40, 0.35]}
