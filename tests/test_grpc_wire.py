@@ -189,3 +189,19 @@ def test_a_server_that_is_not_http2_is_refused_at_connect():
     reader.join(10)
     assert connection.is_closed and connection.closed is not None and connection.closed[0] == "connection"
     listener.close()
+
+
+def test_a_kernel_stamp_is_converted_with_the_clocks_read_close_together(monkeypatch):
+    """A reader preempted between its monotonic and wall-clock reads would put a stamp early by as long: the clocks
+    are read again and the tightest bracket is used. (The clocks are scripted here: preemption cannot be ordered.)"""
+    from types import SimpleNamespace
+
+    from trtllm_forge.bench import grpc_wire
+
+    offset = 1_000_000_000_000  # wall clock − monotonic clock, in truth
+    preempted = 300_000  # the first try loses 300 µs between its wall-clock read and its second monotonic read
+    monotonic = iter([10_000_000, 10_000_100 + preempted, 20_000_000, 20_000_100])
+    wall = iter([10_000_050 + offset, 20_000_050 + offset])
+    monkeypatch.setattr(grpc_wire, "time", SimpleNamespace(perf_counter_ns=lambda: next(monotonic), time_ns=lambda: next(wall)))
+    arrived = 19_000_000  # on the monotonic clock
+    assert grpc_wire.kernel_stamp_to_perf_ns(arrived + offset) == arrived  # the first bracket alone: 150 µs off

@@ -76,7 +76,7 @@ def _reset_status(error_code: int) -> StreamStatus:
 
 
 # Two reads of CLOCK_MONOTONIC closer than this bracket the wall-clock read between them well enough; a wider bracket
-# means the reader was preempted in between (which made a stamp early by as long) and the clocks are read again.
+# means the reader was preempted in between (which put a stamp off by up to as long) and the clocks are read again.
 TIGHT_CLOCK_BRACKET_NS = 20_000
 _CLOCK_TRIES = 5
 
