@@ -23,8 +23,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from trtllm_forge.stage_results import BuildResult
 from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.stage_results import BuildResult
 
 PlanT = TypeVar("PlanT")
 

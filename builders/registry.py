@@ -11,10 +11,11 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from trtllm_forge.stage_results import BuildResult
 from trtllm_forge.builders.protocol import Builder
+
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.errors import ConfigError
+from trtllm_forge.stage_results import BuildResult
 from trtllm_forge.ui import emit_json, info
 
 BuildKey = tuple[str, str]  # (engine.backend, engine.target)

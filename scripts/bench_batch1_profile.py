@@ -115,8 +115,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import bench_batch1_roofline as roofline  # its projection-only model and prompt
     import bench_cpu_engine as cpu  # the served engine's settings
     from transformers import AutoTokenizer
-
     from trtllm_forge.builders.openvino import build_engine
+
     from trtllm_forge.plan.host import measure_bandwidth
 
     document, base, root, checkpoint = roofline.start_run(args, "trtllm-forge.bench-batch1-profile/1")

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import statistics
@@ -154,7 +155,7 @@ def stateful_steps(pipeline: Any, prompt: list[int], output_tokens: int) -> list
             pass
 
     pipeline.generate(ov.Tensor(np.asarray([prompt], dtype=np.int64)), config, Stamps())
-    return [b - a for a, b in zip(stamps, stamps[1:])]
+    return [b - a for a, b in itertools.pairwise(stamps)]
 
 
 def projection_shapes(hf_config: dict[str, Any]) -> list[tuple[int, int]]:
@@ -253,8 +254,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import bench_cpu_engine as cpu  # the same engines and scheduler as the CPU engine benchmark
     import openvino_genai as ov_genai
     from transformers import AutoTokenizer
-
     from trtllm_forge.builders.openvino import build_engine
+
     from trtllm_forge.plan.host import measure_bandwidth
     from trtllm_forge.plan.planner import Workload, make_plan, resolve_inputs
 

@@ -25,6 +25,7 @@ counts are the tokens each method produced (the served rows count what the serve
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -33,14 +34,15 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.genai_settings import kv_blocks_for, pipeline_properties, scheduler_config
 from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.kv_pool import warm_up_and_commit
+
 from trtllm_forge.bench import provenance
 from trtllm_forge.sample_prompts import PROMPTS  # the same 16 prompts the engine tests use
 from trtllm_forge.verify.reference import default_text
@@ -141,7 +143,7 @@ def run_transformers_batched(model, prompt_ids, max_tokens, reference) -> Row:
     seconds = time.perf_counter() - started
     eos = eos_ids(model)
     outputs = [trim_at_eos(row[width:].tolist(), eos) for row in out]
-    same = sum(o == r for o, r in zip(outputs, reference))
+    same = sum(o == r for o, r in zip(outputs, reference, strict=False))
     return Row(
         "b",
         f"transformers, static batch of {len(prompt_ids)}",
@@ -231,7 +233,7 @@ def run_engine_in_process(config, engine_dir: Path, prompt_ids, max_tokens, refe
         started = time.perf_counter()
         outputs = run(prompt_ids, max_tokens)
         seconds = time.perf_counter() - started
-        same = sum(o == r for o, r in zip(outputs, reference))
+        same = sum(o == r for o, r in zip(outputs, reference, strict=False))
         return Row(
             "c", "our engine in-process (ContinuousBatchingPipeline)", precision, sum(map(len, outputs)), seconds, same, outputs=outputs
         )
@@ -262,7 +264,7 @@ def run_onnxruntime_in_process(
 
     def run(batch, n):
         configs = [ort_engine.GenerationConfig(max_new_tokens=n, eos_token_id=eos_list[0], stop_token_ids=set(eos_list)) for _ in batch]
-        handles = [pipeline.add_request(i, ids, c) for i, (ids, c) in enumerate(zip(batch, configs))]
+        handles = [pipeline.add_request(i, ids, c) for i, (ids, c) in enumerate(zip(batch, configs, strict=False))]
         outputs: list[list[int]] = [[] for _ in batch]
         while pipeline.has_non_finished_requests():
             pipeline.step()
@@ -277,7 +279,7 @@ def run_onnxruntime_in_process(
         started = time.perf_counter()
         outputs = run(prompt_ids, max_tokens)
         seconds = time.perf_counter() - started
-        same = sum(o == r for o, r in zip(outputs, reference))
+        same = sum(o == r for o, r in zip(outputs, reference, strict=False))
         return Row(
             "c-ort",
             "ONNX Runtime GenAI in-process (Engine, static batch)",
@@ -318,7 +320,7 @@ def engine_nll(engine_dir: Path, tokenizer) -> tuple[float, int]:
     logits -= logits.max(axis=-1, keepdims=True)
     log_probs = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
     nll = -float(log_probs[np.arange(len(targets)), targets].sum())
-    return nll, int(len(targets))
+    return nll, len(targets)
 
 
 # ---- through Triton --------------------------------------------------------------------------------------
@@ -356,7 +358,7 @@ def run_triton(
             # detokenized reference. Tokens are what the server reports it produced (num_output_tokens),
             # never the reference's count.
             same, tokens = 0, 0
-            for result, ref in zip(results, reference):
+            for result, ref in zip(results, reference, strict=False):
                 if result.error:
                     raise RuntimeError(f"ensemble request failed: {result.error}")
                 text = "".join(text_of(r.get("text_output")) for r in result.responses)
@@ -386,7 +388,7 @@ def run_triton(
         def by_ids() -> Row:
             results, seconds = concurrent(ids, prompt_ids)
             outputs = [[int(t) for r in res.responses for t in r["output_ids"].reshape(-1)] for res in results]
-            same = sum(o == r for o, r in zip(outputs, reference))
+            same = sum(o == r for o, r in zip(outputs, reference, strict=False))
             return Row(
                 "d'", "Triton tensorrt_llm model, streamed (token ids)", precision, sum(map(len, outputs)), seconds, same, outputs=outputs
             )
@@ -570,10 +572,8 @@ def closed_loop_served(grpc_url: str, model: str, prompts: list[str], order: lis
         thread.join()
     seconds = time.perf_counter() - started
     for client, _ in clients:
-        try:
+        with contextlib.suppress(Exception):
             client.stop_stream()
-        except Exception:  # noqa: BLE001 - closing only
-            pass
         client.close()
     return results, seconds
 
@@ -632,7 +632,7 @@ def closed_loop_served_engine_model(grpc_url: str, model: str, prompt_ids, order
 
     class IdsKept(TritonGrpcTokensTarget):
         def parse_response(self, response, record: RequestRecord) -> bool:
-            for output, raw in zip(response.outputs, response.raw_output_contents):
+            for output, raw in zip(response.outputs, response.raw_output_contents, strict=False):
                 if output.name == "output_ids":
                     ids_of.setdefault(record.id, []).extend(int(t) for t in np.frombuffer(raw, dtype=np.int32))
             return super().parse_response(response, record)
@@ -649,8 +649,8 @@ def run_concurrency(args, base, root: Path, checkpoint: Path) -> dict:
     """Served (ensemble, streamed and not) against the same engine in-process, closed loop at each concurrency,
     the paths back to back per repeat and concurrency (order rotated per repeat)."""
     from transformers import AutoTokenizer
-
     from trtllm_forge.builders.openvino import build_engine
+
     from trtllm_forge.deploy import start_server, stop_server
     from trtllm_forge.render.repository import render_repository
 
@@ -659,7 +659,7 @@ def run_concurrency(args, base, root: Path, checkpoint: Path) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
     prompt_ids = [tokenizer(p)["input_ids"] for p in PROMPTS]
     concurrencies = [int(c) for c in args.concurrency.split(",")]
-    precision = [p.strip() for p in args.precisions.split(",") if p.strip()][0]
+    precision = next(p.strip() for p in args.precisions.split(",") if p.strip())
     config = precision_config(base, precision)
     workdir = root / precision
     engine_dir = build_engine(config, workdir, checkpoint).engine_dir
@@ -694,7 +694,7 @@ def run_concurrency(args, base, root: Path, checkpoint: Path) -> dict:
                         outputs, seconds = closed_loop_in_process(
                             pipeline, generation_config, prompt_ids, order, concurrency, args.max_tokens
                         )
-                        same = sum(out == expected_ids[i] for out, i in zip(outputs, order))
+                        same = sum(out == expected_ids[i] for out, i in zip(outputs, order, strict=False))
                         point = LoadPoint(path, concurrency, repeat, requests, sum(map(len, outputs)), seconds, same)
                     else:
                         if path == "served-stream-engine-model":
@@ -710,7 +710,7 @@ def run_concurrency(args, base, root: Path, checkpoint: Path) -> dict:
                                 deployment.grpc_url, names.ensemble, PROMPTS, order, concurrency, args.max_tokens, path != "served"
                             )
                         accepted = ids_as_served if path == "served-stream-engine-model" else texts_of
-                        good = [(r, i) for r, i in zip(results, order) if isinstance(r, tuple)]
+                        good = [(r, i) for r, i in zip(results, order, strict=False) if isinstance(r, tuple)]
                         same = sum(r[0] in accepted[i] for r, i in good)
                         point = LoadPoint(
                             path, concurrency, repeat, requests, sum(r[1] for r, _ in good), seconds, same, errors=requests - len(good)

@@ -24,13 +24,15 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from trtllm_forge.bench import provenance
 from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.genai_settings import kv_blocks_for, pipeline_properties, scheduler_config
 from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.kv_pool import warm_up_and_commit
+
+from trtllm_forge.bench import provenance
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results" / "bench_cpu_speculative" / "batch1.json"
@@ -145,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     document = provenance.record()
 
     from transformers import AutoTokenizer
-
     from trtllm_forge.builders.openvino import build_engine
+
     from trtllm_forge.client import stream_request
     from trtllm_forge.config import load_config
     from trtllm_forge.deploy import start_server, stop_server
@@ -213,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                 steps[key].append(measured)
         tok_s = {k: sum(map(len, outputs[k])) / seconds[k] for k in runs}
         reference = outputs["served alone"]
-        identical = {k: sum(a == b for a, b in zip(reference, outputs[k])) for k in runs if k != "served alone"}
+        identical = {k: sum(a == b for a, b in zip(reference, outputs[k], strict=False)) for k in runs if k != "served alone"}
         costs = per_step_costs(steps, outputs)
         draft_properties = local["in-process draft"].draft_properties
     finally:

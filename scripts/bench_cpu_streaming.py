@@ -16,6 +16,7 @@ branch); the script does not start or stop servers.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import subprocess
 import sys
@@ -72,7 +73,7 @@ def slow_gaps(records: Path, limit_ns: float) -> dict:
         if record.get("phase") == "warmup":
             continue
         stamps = [r["recv_ns"] for r in record.get("responses") or [] if r.get("tokens")]
-        gaps.extend(zip(stamps, stamps[1:]))
+        gaps.extend(itertools.pairwise(stamps))
     slow = [g for g in gaps if g[1] - g[0] > limit_ns]
 
     def shared(gap: tuple[int, int]) -> bool:

@@ -62,7 +62,7 @@ def _reference(records) -> dict:
     gaps: list[float]
     ttft, gaps, lag, zero, n_gaps, responses = [], [], [], 0, 0, 0
     for r in records:
-        recv = [t for t, k in zip(r.recv_ns, r.tokens) if k > 0]
+        recv = [t for t, k in zip(r.recv_ns, r.tokens, strict=False) if k > 0]
         send = r.server_send_ns
         if len(send) != len(recv) or not send:
             continue

@@ -241,8 +241,8 @@ def our_deployment(config_path: Path, root: Path) -> Iterator[tuple[str, Path]]:
     (same root: the import and the engine are shared and cached); yields (gRPC URL, checkpoint dir)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import bench_cpu_engine as cpu
-
     from trtllm_forge.builders.openvino import build_engine
+
     from trtllm_forge.config import load_config
     from trtllm_forge.deploy import start_server, stop_server
     from trtllm_forge.importer.stage import import_checkpoint
@@ -302,7 +302,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         shutil.rmtree(out, ignore_errors=True)
                         try:
                             row = bench_once(target, urls[target], concurrency, requests, checkpoint, out, prompt_seed(repeat, concurrency))
-                        except Exception as exc:  # noqa: BLE001 - one failed point is recorded, the others go on
+                        except Exception as exc:
                             row = {"target": target, "concurrency": concurrency, "error": f"{type(exc).__name__}: {exc}"}
                         row["repeat"] = repeat
                         document["runs"].append(row)

@@ -92,6 +92,7 @@ def _configs() -> tuple[Any, Any]:
 def prepare(workdir: Path) -> tuple[Any, Any, Path, Any, Any]:
     """Import once, build both (cached when unchanged), render both repositories."""
     from trtllm_forge.builders.openvino import build_engine
+
     from trtllm_forge.importer.stage import import_checkpoint
     from trtllm_forge.render.repository import render_repository
 
@@ -218,7 +219,7 @@ def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                 for endpoint in endpoints[shift:] + endpoints[:shift]:  # rotate who goes first
                     try:
                         row = measure(endpoint, concurrency, args, checkpoint, Path(tmp) / f"{endpoint.path}-{repeat}-c{concurrency}")
-                    except Exception as exc:  # noqa: BLE001 - one failed run is recorded, the others go on
+                    except Exception as exc:
                         row = {"path": endpoint.path, "concurrency": concurrency, "error": f"{type(exc).__name__}: {exc}"}
                     row["repeat"] = repeat
                     document["runs"].append(row)

@@ -109,7 +109,7 @@ def forge_stamps(point_dir: Path) -> list[Stamps]:
     for record in read_jsonl(point_dir / "requests.jsonl"):
         if record.phase != "measure" or not record.ok:
             continue
-        recv = [t for t, k in zip(record.recv_ns, record.tokens) if k > 0]
+        recv = [t for t, k in zip(record.recv_ns, record.tokens, strict=False) if k > 0]
         arrival = (record.server_perf or {}).get("arrival_time_ns")
         out.append(Stamps(record.sent_ns, recv, list(record.server_send_ns), arrival))
     return out
@@ -122,7 +122,7 @@ def pa_export_stamps(export: Path, offset_ns: int) -> list[Stamps]:
     for experiment in data["experiments"]:
         for request in experiment.get("requests") or []:
             recv, server, arrival = [], [], None
-            for stamp, output in zip(request.get("response_timestamps") or [], request.get("response_outputs") or []):
+            for stamp, output in zip(request.get("response_timestamps") or [], request.get("response_outputs") or [], strict=False):
                 if not (output or {}).get("text_output") or "send_time_ns" not in output:
                     continue  # the null final response
                 recv.append(int(stamp) - offset_ns)
@@ -141,9 +141,9 @@ def stamp_stats(requests: list[Stamps]) -> dict[str, float | None]:
     usable = [r for r in requests if r.recv_ns and len(r.recv_ns) == len(r.server_ns)]
     if not usable:
         return {}
-    lags = sorted((a - b) / 1e6 for r in usable for a, b in zip(r.recv_ns, r.server_ns))
+    lags = sorted((a - b) / 1e6 for r in usable for a, b in zip(r.recv_ns, r.server_ns, strict=False))
     first_lags = [(r.recv_ns[0] - r.server_ns[0]) / 1e6 for r in usable]
-    gaps = [b - a for r in usable for a, b in zip(r.recv_ns, r.recv_ns[1:])]
+    gaps = [b - a for r in usable for a, b in zip(r.recv_ns, r.recv_ns[1:], strict=False)]
     paths = [(r.arrival_ns - r.sent_ns) / 1e6 for r in usable if r.arrival_ns]
     server_ttft = [(r.server_ns[0] - r.arrival_ns) / 1e6 for r in usable if r.arrival_ns]
     window = measured_window(usable)
@@ -215,7 +215,7 @@ class CpuSampler:
                     self.samples.setdefault(pid, []).append((time.monotonic_ns(), seconds))
             self.stop.wait(0.01)
 
-    def __enter__(self) -> "CpuSampler":
+    def __enter__(self) -> CpuSampler:
         self.thread.start()
         return self
 
@@ -393,7 +393,7 @@ def interleaved(
                     try:
                         needs_tokenizer = tool in EMITTED or section == "cpu"
                         row = one_run(tool, urls, model, concurrency, n_of(concurrency), osl, out, tokenizer if needs_tokenizer else None)
-                    except Exception as exc:  # noqa: BLE001 - one failed run is recorded, the others go on
+                    except Exception as exc:
                         row = {"tool": tool, "model": model, "concurrency": concurrency, "error": f"{type(exc).__name__}: {exc}"}
                     row["repeat"] = repeat
                     stolen = (row.get("steal_share") or 0) > STEAL_WARN_SHARE

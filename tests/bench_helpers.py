@@ -12,6 +12,7 @@ from typing import Any
 
 from cli_inprocess import run_in_process
 from conftest import TIMING_GAP_MS, TIMING_TTFT_MS, run_cli
+
 from trtllm_forge.bench.cli_argv import bench_argv, bench_options
 
 TTFT_MS, GAP_MS = TIMING_TTFT_MS, TIMING_GAP_MS

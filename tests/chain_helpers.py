@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from conftest import run_cli
+
 from trtllm_forge.hardware import HOST_PROFILE_ENV
 
 CHAIN_STAGES = ["import", "build", "render", "deploy", "smoke", "verify", "bench"]

@@ -45,7 +45,7 @@ def run_in_process(*args: str, env: dict[str, str] | None = None, cwd: Path | st
             main(list(args))
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        except BaseException as exc:  # noqa: BLE001 - reported to the test, which fails on it
+        except BaseException as exc:
             code, escaped = -1, exc
         finally:
             os.chdir(previous_cwd)

@@ -475,6 +475,7 @@ def cpu_engine_llmapi(smollm2_checkpoint, cpu_engine_fp32, tmp_path_factory):
     Built in a workdir that starts as a copy of `cpu_engine_fp32`'s, as a user who copies a workdir and switches
     engine.target would: the export settings are the same, so the build reuses that export (hard links)."""
     from trtllm_forge.builders.openvino import build_engine
+
     from trtllm_forge.config import load_config
 
     workdir = tmp_path_factory.mktemp("build-llmapi")
@@ -485,7 +486,7 @@ def cpu_engine_llmapi(smollm2_checkpoint, cpu_engine_fp32, tmp_path_factory):
 @pytest.fixture(scope="session")
 def cpu_engine_server(cpu_engine_fp32, triton_launcher, tmp_path_factory):
     """A real Triton server running the CPU `tensorrt_llm` model on the fp32 engine."""
-    workdir, result = cpu_engine_fp32
+    _workdir, result = cpu_engine_fp32
     repository = write_cpu_engine_repository(tmp_path_factory.mktemp("cpu-repo"), Path(result.manifest["outputs"]["engine_dir"]))
     return triton_launcher(repository, config=cpu_test_config())
 

@@ -4,20 +4,21 @@ real tritonserver serving the timing model (known TTFT and token gap), and a min
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
-import threading
 import signal
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
-
 from aiohttp import web
 from bench_helpers import GAP_MS, TTFT_MS, bench_json, bench_run, finish_bench, read_records, start_bench
 from cli_inprocess import run_in_process
+
 from trtllm_forge.bench.metrics import LATE_WARN_SHARE, STEAL_WARN_SHARE, summarize
 from trtllm_forge.bench.records import RequestRecord
 from trtllm_forge.bench.report import to_csv
@@ -45,7 +46,7 @@ def test_describe_uses_linear_percentiles_and_keeps_mean_and_median_apart():
 def test_arrival_schedule_is_seeded_absolute_and_has_the_asked_rate():
     a = arrival_offsets(2000, 50.0, "poisson", np.random.default_rng(7))
     b = arrival_offsets(2000, 50.0, "poisson", np.random.default_rng(7))
-    assert a == b and a[0] == 0.0 and all(y >= x for x, y in zip(a, a[1:]))
+    assert a == b and a[0] == 0.0 and all(y >= x for x, y in itertools.pairwise(a))
     assert 2000 / a[-1] == pytest.approx(50.0, rel=0.1)
     assert np.diff(arrival_offsets(10, 4.0, "constant", np.random.default_rng(0))) == pytest.approx([0.25] * 9)
     smooth = np.diff(arrival_offsets(2000, 50.0, "gamma", np.random.default_rng(1), burstiness=8.0))

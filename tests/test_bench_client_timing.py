@@ -20,8 +20,10 @@ the fidelity script measures that: scripts/bench_tools_fidelity.py).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -150,9 +152,11 @@ def test_stamps_are_ordered_and_causal(timing_server):
     for record in records:
         assert record.ok, record.error_message
         assert record.recv_ns == sorted(record.recv_ns)
-        assert all(a < b for a, b in zip(record.server_send_ns, record.server_send_ns[1:]))
-        token_stamps = [t for t, k in zip(record.recv_ns, record.tokens) if k > 0]
-        assert all(recv >= sent for recv, sent in zip(token_stamps, record.server_send_ns)), "a response stamped before the model sent it"
+        assert all(a < b for a, b in zip(record.server_send_ns, record.server_send_ns[1:], strict=False))
+        token_stamps = [t for t, k in zip(record.recv_ns, record.tokens, strict=False) if k > 0]
+        assert all(recv >= sent for recv, sent in zip(token_stamps, record.server_send_ns, strict=False)), (
+            "a response stamped before the model sent it"
+        )
         arrival = (record.server_perf or {}).get("arrival_time_ns")
         assert arrival is not None, "the timing model returns its arrival stamp when asked (return_perf_metrics)"
         assert record.sent_ns <= arrival <= record.server_send_ns[0] <= token_stamps[0]
@@ -166,7 +170,7 @@ def test_outputs_in_another_order_are_read_by_name_and_perf_stamps_per_request(t
         assert record.tokens == [1] * n_tokens + [0]
         assert len(record.server_send_ns) == n_tokens
         # a send stamp read from another output (arrival, first token) would repeat instead of increasing
-        assert all(a < b for a, b in zip(record.server_send_ns, record.server_send_ns[1:]))
+        assert all(a < b for a, b in zip(record.server_send_ns, record.server_send_ns[1:], strict=False))
         perf = record.server_perf or {}
         # a token's time is taken as it is produced, before its response's send stamp: the first token no earlier than
         # the model's TTFT (1 ms) after arrival (so it is not the arrival stamp, read from the wrong output), the last
@@ -202,7 +206,7 @@ def _send_mixed(url: str, model: str, plan: list[tuple[int, float | None, float]
             await target.send(_request(record.requested_output_tokens), record)
 
         try:
-            await asyncio.gather(*(send(r, delay) for r, (_, _, delay) in zip(records, plan)))
+            await asyncio.gather(*(send(r, delay) for r, (_, _, delay) in zip(records, plan, strict=False)))
             assert len(target.lanes) == 1
             if after is not None:
                 await after(target)
@@ -216,13 +220,13 @@ def _send_mixed(url: str, model: str, plan: list[tuple[int, float | None, float]
 def test_requests_sharing_a_stream_get_their_own_responses_however_they_interleave(timing_server):
     plan = [(4 + 3 * i, None, 0.0) for i in range(5)]  # different lengths: a response routed to the wrong request shows
     records = _send_mixed(timing_server.grpc_url, "ensemble", plan)
-    for record, (tokens, _, _) in zip(records, plan):
+    for record, (tokens, _, _) in zip(records, plan, strict=False):
         assert record.ok, record.error_message
         assert record.output_tokens == tokens and len(record.server_send_ns) == tokens
         assert record.final == [False] * tokens + [True]
         assert record.recv_ns == sorted(record.recv_ns)
     arrivals = sorted((stamp, record.id) for record in records for stamp in record.recv_ns)
-    switches = sum(1 for (_, a), (_, b) in zip(arrivals, arrivals[1:]) if a != b)
+    switches = sum(1 for (_, a), (_, b) in itertools.pairwise(arrivals) if a != b)
     assert switches > len(records) - 1, "the requests' responses did not interleave on the stream"
     assert not _lane_threads(), "close() left a lane thread running"
 
@@ -365,7 +369,7 @@ def _established_to(port: int) -> int:
     count = 0
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
-            lines = open(table).read().splitlines()[1:]
+            lines = Path(table).read_text().splitlines()[1:]
         except OSError:
             continue
         for line in lines:
@@ -418,9 +422,11 @@ def test_receive_stamps_are_the_kernels_not_the_reader_threads(timing_server):
 
     record, released = asyncio.run(main())
     assert record.ok, record.error_message
-    token_stamps = [t for t, k in zip(record.recv_ns, record.tokens) if k > 0]
+    token_stamps = [t for t, k in zip(record.recv_ns, record.tokens, strict=False) if k > 0]
     assert len(token_stamps) == 8
-    assert all(recv >= sent for recv, sent in zip(token_stamps, record.server_send_ns)), "a response stamped before the model sent it"
+    assert all(recv >= sent for recv, sent in zip(token_stamps, record.server_send_ns, strict=False)), (
+        "a response stamped before the model sent it"
+    )
     assert any(stamp < released for stamp in token_stamps), "every response was stamped after the GIL came back: not the kernel's stamp"
 
 
@@ -452,7 +458,7 @@ def test_the_server_we_start_runs_in_the_users_grpc_environment(timing_server):
     """Our grpc defaults are for our own client: tritonserver's gRPC server gets the environment the user gave us."""
     import trtllm_forge
 
-    raw = open(f"/proc/{timing_server.process.pid}/environ", "rb").read().decode()
+    raw = Path(f"/proc/{timing_server.process.pid}/environ").read_bytes().decode()
     environ = dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
     if not trtllm_forge._DEFAULTED:
         pytest.skip("every grpc default was set before trtllm_forge was imported: nothing of ours to leave out")

@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 import yaml
-
 from conftest import CONFIGS
+
 from trtllm_forge.bench.config_runs import options_from_config
 from trtllm_forge.bench.options import OPTIONS, BenchOptions, from_command_line
 from trtllm_forge.cli import main

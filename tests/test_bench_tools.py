@@ -13,10 +13,10 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from bench_helpers import GAP_MS, TTFT_MS, bench_json, bench_run, read_records
 from cli_inprocess import run_in_process
 from conftest import REPO
+
 from trtllm_forge.bench.perf_analyzer import find_perf_analyzer, problem
 
 # CI lays shared/ beside the clone; worktrees find it the same way (<repo>/../shared, then /work/shared).
@@ -365,7 +365,7 @@ def test_bench_tool_perf_analyzer_on_the_timing_model_matches_the_schedule_and_c
         sent = json.loads(Path(argv[argv.index("--input-data") + 1]).read_text())["data"]
         assert len(sent) == 12 and sent[0]["min_tokens"]["content"] == [6] and sent[0]["max_tokens"]["content"] == [6]
     assert len(read_records(tmp_path / "pa" / "c4")) == 12
-    proc, ours = bench_run(timing_triton.grpc_url, out=tmp_path / "forge", **common)
+    proc, _ours = bench_run(timing_triton.grpc_url, out=tmp_path / "forge", **common)
     assert proc.returncode == 0, proc.stderr
     # the same prompts, in the same order, as our own client sent
     assert len(read_records(tmp_path / "forge" / "c1")) == 14  # 12 + 2 warm-up
@@ -502,7 +502,7 @@ def _closing_openai_server() -> tuple[str, callable, dict]:
                     seen["requests"] += 1
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
                     events = [f"data: {json.dumps({'choices': [{'index': 0, 'text': ' tok'}]})}\n\n"] * int(body.get("max_tokens", 4))
-                    for event in events + ["data: [DONE]\n\n"]:
+                    for event in [*events, "data: [DONE]\n\n"]:
                         await asyncio.sleep(0.002)
                         data = event.encode()
                         writer.write(b"%x\r\n%s\r\n" % (len(data), data))

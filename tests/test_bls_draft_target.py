@@ -188,7 +188,7 @@ def test_streamed_steps_carry_the_accepted_tokens(server):
 
 
 def test_without_drafting_the_same_text_one_token_per_response(server):
-    deployment, tokenizer = server
+    deployment, _tokenizer = server
     body = {"text_input": PROMPT, "max_tokens": 64, "stream": True, "num_draft_tokens": 0}
     responses = http_generate(deployment, "tensorrt_llm_bls", body, stream=True)
     assert "".join(r.get("text_output", "") for r in responses) == REPLY

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import get_args
 
 import pytest
-
 from conftest import CONFIGS
 from trtllm_forge.builders import registry
+
 from trtllm_forge.config.load import load_config
 from trtllm_forge.config.schema import EngineConfig
 from trtllm_forge.errors import ConfigError

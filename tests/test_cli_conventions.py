@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
-
 from cli_inprocess import run_in_process
 from conftest import CONFIGS
+
 from trtllm_forge.cli import cli
 
 HEAVY_MODULES = ["torch", "transformers", "openvino", "openvino_genai", "tensorrt_llm", "tensorrt", "optimum", "tritonclient"]

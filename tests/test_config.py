@@ -7,10 +7,10 @@ import textwrap
 
 import pytest
 import yaml
-
-from conftest import CONFIGS
 from cli_inprocess import run_in_process
+from conftest import CONFIGS
 from tiny_checkpoint import write_checkpoint_config
+
 from trtllm_forge.config import load_config
 from trtllm_forge.config.checks import RULES
 from trtllm_forge.config.load import parse_config

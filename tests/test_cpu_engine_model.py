@@ -15,10 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TEST_KV_TOKENS, cpu_test_config, write_cpu_engine_repository
 
 from trtllm_forge.client import stream_request
-
-from conftest import TEST_KV_TOKENS, cpu_test_config, write_cpu_engine_repository
 from trtllm_forge.sample_prompts import PROMPTS
 
 pytestmark = pytest.mark.slow
@@ -66,7 +65,7 @@ def transformers_outputs(prompt_ids, transformers_greedy):
 
 
 def test_greedy_output_equals_transformers(alone, transformers_outputs):
-    for result, want in zip(alone, transformers_outputs):
+    for result, want in zip(alone, transformers_outputs, strict=False):
         assert result.error is None, result.error
         assert len(result.responses) == 1
         assert tokens_of(result) == want
@@ -97,10 +96,10 @@ def test_sixteen_concurrent_streams_all_complete_correctly(cpu_engine_server, pr
     one_at_a_time = [tokens_of(result)[:16] for result in alone]
     with ThreadPoolExecutor(max_workers=16) as pool:
         results = list(pool.map(lambda ids: request(cpu_engine_server, ids, 16, streaming=True), prompt_ids))
-    for prompt, result, want in zip(PROMPTS, results, one_at_a_time):
+    for prompt, result, want in zip(PROMPTS, results, one_at_a_time, strict=False):
         assert result.error is None, (prompt, result.error)
         assert tokens_of(result) == want, prompt
-    for result, reference in zip(results, transformers_outputs):
+    for result, reference in zip(results, transformers_outputs, strict=False):
         assert tokens_of(result) == reference[:16]
 
 
@@ -129,7 +128,7 @@ def test_bad_request_gets_an_error_while_good_ones_succeed(cpu_engine_server, pr
         bad = stream_request(cpu_engine_server, MODEL, values, timeout_s=60, raise_on_error=False)
         good_results = [f.result() for f in good]
     assert bad.error is not None and message in bad.error
-    for result, reference in zip(good_results, alone):
+    for result, reference in zip(good_results, alone, strict=False):
         assert result.error is None, result.error
         assert reference.error is None, reference.error
         assert tokens_of(result) == tokens_of(reference)
@@ -274,12 +273,12 @@ def _engine_with_draft(engine_dir: Path, root: Path, num_assistant_tokens: int) 
 
 
 def test_a_draft_model_speculates_and_the_tokens_stay_the_targets(cpu_engine_fp32, prompt_ids, alone, triton_for_test, tmp_path):
-    workdir, result = cpu_engine_fp32
+    _workdir, result = cpu_engine_fp32
     drafted = _engine_with_draft(Path(result.manifest["outputs"]["engine_dir"]), tmp_path, num_assistant_tokens=3)
     server = triton_for_test(write_cpu_engine_repository(tmp_path / "repo", drafted), config=cpu_test_config())
     log = Path(server.log).read_text(errors="replace")
     assert "draft=draft x3" in log and "'INFERENCE_NUM_THREADS': '1'" in log  # the draft's own properties reached it
-    for ids, reference in zip(prompt_ids[:3], alone):
+    for ids, reference in zip(prompt_ids[:3], alone, strict=False):
         assert reference.error is None, reference.error
         want = tokens_of(reference)  # the engine without a draft
         assert tokens_of(request(server, ids, 24)) == want

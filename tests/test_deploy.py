@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from conftest import write_tiny_repository
 from cli_inprocess import run_in_process
+from conftest import write_tiny_repository
 
 CPU_CONFIG = """name: deploy-fast
 model: {source: smollm2-135m}

@@ -4,6 +4,7 @@ commands start one server."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from cli_inprocess import run_in_process
 from conftest import run_cli, write_tiny_repository
 
@@ -59,10 +59,8 @@ def servers_of(workdir: Path) -> list[int]:
 def kill_servers(workdir: Path) -> None:
     """Last-resort cleanup (a failing test must not leak servers): SIGKILL each server's whole group."""
     for pid in servers_of(workdir):
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 @pytest.fixture
@@ -85,6 +83,7 @@ def test_killed_server_stubs_are_reported_and_stopped_and_its_log_is_kept(setup)
     """Started from a process that stays alive (as `run` or `bench` do), a server killed with SIGKILL stays an
     unreaped child, and its python stubs, seeing their parent still there, keep running (and spinning)."""
     from conftest import forge_test_config
+
     from trtllm_forge.deploy import start_server
     from trtllm_forge.processes import group_members, run_mark_of
 
@@ -286,9 +285,8 @@ def test_deploy_lock_held_by_another_process_gives_one_line_naming_it(tmp_path):
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(StepError) as caught:
-            with deploy_lock(tmp_path / "wd", wait_s=0.5):
-                pass
+        with pytest.raises(StepError) as caught, deploy_lock(tmp_path / "wd", wait_s=0.5):
+            pass
         assert f"deploy: pid {holder.pid} has held the deploy lock of {tmp_path / 'wd'}" in caught.value.format_message()
     finally:
         holder.kill()

@@ -13,7 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from cli_inprocess import run_in_process
 from conftest import forge_test_config, run_cli, write_tiny_repository
 
@@ -194,7 +193,7 @@ def test_shared_fixture_serves_concurrent_streams(tiny_triton):
     prompts = [" ".join(f"w{i}x{j}" for j in range(6)) for i in range(8)]
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(lambda p: generate(tiny_triton, p, 5, stream=True, model="words"), prompts))
-    for prompt, result in zip(prompts, results):
+    for prompt, result in zip(prompts, results, strict=False):
         assert result.text == " ".join(prompt.split()[:5]) + " "
         assert len(result.chunks) == 5
 
@@ -203,11 +202,10 @@ def test_serving_stops_the_server_on_errors(tmp_path):
     from trtllm_forge.deploy import server_status, serving
 
     repo = write_tiny_repository(tmp_path / "repo")
-    with pytest.raises(RuntimeError, match="boom"):
-        with serving(forge_test_config(), tmp_path / "wd", repo) as deployment:
-            pgid = deployment.pgid
-            assert server_status(tmp_path / "wd").running
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), serving(forge_test_config(), tmp_path / "wd", repo) as deployment:
+        pgid = deployment.pgid
+        assert server_status(tmp_path / "wd").running
+        raise RuntimeError("boom")
     assert not group_alive(pgid)
     assert server_status(tmp_path / "wd").running is False
 

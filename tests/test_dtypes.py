@@ -8,12 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from tiny_checkpoint import write_checkpoint_config
 
 from trtllm_forge.cli import cli
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.dtypes import ENGINE_DEFAULT_DTYPES, resolve_model_dtype, stored_dtype
-
-from tiny_checkpoint import write_checkpoint_config
 
 ENGINES = {
     "tensorrt-llm": {"backend": "tensorrt-llm", "max_batch_size": 4, "max_input_len": 512, "max_seq_len": 1024, "max_num_tokens": 2048},

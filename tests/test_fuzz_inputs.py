@@ -94,7 +94,8 @@ def _leaf_paths(model: type[BaseModel], prefix: tuple = ()) -> list[tuple]:
     return paths
 
 
-FIELDS = _leaf_paths(ForgeConfig) + [
+FIELDS = [
+    *_leaf_paths(ForgeConfig),
     ("bench", "workloads", 0, "name"),
     ("bench", "workloads", 0, "concurrency"),
     ("bench", "workloads", 0, "slo_ms"),
@@ -134,7 +135,7 @@ def _edit_text(text: str, edit: str, position: int) -> bytes:
         return text[: position % max(len(text), 1)].encode()
     elif edit == "alias_bomb":
         bomb = ["x-a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"]
-        for this, previous in zip("bcdefgh", "abcdefg"):
+        for this, previous in zip("bcdefgh", "abcdefg", strict=False):
             bomb.append(f"x-{this}: &{this} [{', '.join(['*' + previous] * 9)}]\n")
         lines = bomb + lines
     elif edit == "deep":

@@ -99,7 +99,7 @@ def _connected(address: str):
 
 def test_messages_come_stamped_in_order_and_an_error_status_keeps_its_message(server):
     _, address = server
-    with _connected(address) as (connection, reader):
+    with _connected(address) as (connection, _reader):
         stream = Stream(connection)
         stream.send(b"echo:3")
         stream.send(b"fail")
@@ -119,7 +119,7 @@ def test_messages_come_stamped_in_order_and_an_error_status_keeps_its_message(se
 
 def test_messages_larger_than_a_frame_and_the_window_go_both_ways(server):
     _, address = server
-    with _connected(address) as (connection, reader):
+    with _connected(address) as (connection, _reader):
         stream = Stream(connection)
         request = b"x" * (3 << 20)  # 3 MB out twice: past the server's 64 KB window, in 16 KB frames
         stream.send(request)

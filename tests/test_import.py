@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from cli_inprocess import json_in_process, run_in_process
 from conftest import CONFIGS, REPO, fake_checkpoint_dir, processes_with, run_cli
 

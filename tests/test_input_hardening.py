@@ -102,7 +102,7 @@ def _bounded(seconds: float, call):
 
 def test_alias_bomb_is_refused_in_bounded_time_and_memory(write_config):
     lines = ["model: {source: smollm2-135m}", 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
-    for this, previous in zip("bcdefghi", "abcdefgh"):
+    for this, previous in zip("bcdefghi", "abcdefgh", strict=False):
         lines.append(f"{this}: &{this} [" + ",".join([f"*{previous}"] * 9) + "]")
     path = write_config("\n".join(lines) + "\n")
     assert path.stat().st_size < 500

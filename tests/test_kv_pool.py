@@ -8,7 +8,6 @@ import ctypes
 import mmap
 
 import pytest
-
 from trtllm_forge.model_repo_templates.cpu.tensorrt_llm import kv_pool
 
 PAGE = mmap.PAGESIZE
@@ -49,7 +48,7 @@ def test_a_new_anonymous_mapping_is_found_and_committed_with_its_contents_kept(f
 
 
 def test_regions_below_the_minimum_are_left_alone(fresh_region):
-    mapping, address, length, _ = fresh_region
+    _mapping, address, length, _ = fresh_region
     small = (address, address + kv_pool.MIN_REGION_BYTES - PAGE)
     assert kv_pool.commit({small}) == (0, None)
     assert resident_pages(address, length) == 0
@@ -64,7 +63,7 @@ def test_a_failed_madvise_is_reported_not_raised():
 def test_what_would_crowd_the_host_is_not_committed(fresh_region, monkeypatch):
     """The pool is committed only while at most half of what the host (or the cgroup) has available: a smaller
     host keeps filling the pool page by page instead of failing at load."""
-    mapping, address, length, new_regions = fresh_region
+    _mapping, address, length, new_regions = fresh_region
     monkeypatch.setattr(kv_pool, "available_bytes", lambda: length)  # everything else on the host took the rest
     committed, problem = kv_pool.commit(new_regions)
     assert committed == 0 and problem is not None and problem.startswith("not committed:")

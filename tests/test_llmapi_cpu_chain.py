@@ -5,6 +5,7 @@ server, with the stand-in engine's own counters to prove that a vanished client 
 
 from __future__ import annotations
 
+import itertools
 import json
 import queue
 import threading
@@ -12,9 +13,9 @@ import time
 
 import numpy as np
 import pytest
-
 from chain_helpers import assert_chain_passed, kept_run, run_document
 from conftest import CONFIGS
+
 from trtllm_forge.client import stream_request
 from trtllm_forge.llmapi_cpu.llm import STATS_ENV
 
@@ -69,7 +70,7 @@ def test_streaming_sends_the_growing_text(served):
     whole = _texts(_ask(served, sampling_param_max_tokens=16, sampling_param_exclude_input_from_output=True))[0]
     texts = _texts(_ask(served, sampling_param_max_tokens=16, sampling_param_exclude_input_from_output=True, streaming=True))
     assert len(texts) > 3
-    assert all(b.startswith(a) for a, b in zip(texts, texts[1:]))
+    assert all(b.startswith(a) for a, b in itertools.pairwise(texts))
     assert texts[-1] == whole
 
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 import yaml
-
-from conftest import CONFIGS
 from cli_inprocess import run_in_process
+from conftest import CONFIGS
+
 from trtllm_forge.build_result import BuildResult
 from trtllm_forge.llmapi_args import TOP_LEVEL, unknown_keys
 from trtllm_forge.stages import StageResult
@@ -118,7 +118,7 @@ def test_gpu_llmapi_render_has_no_shim_and_cpu_render_names_the_stand_in(tmp_pat
     cpu = load_config(CONFIGS / "smollm2-cpu-llmapi.yaml")
     engine_dir = tmp_path / "engine"
     engine_dir.mkdir()
-    files, warnings = write_llmapi_repository(cpu, tmp_path / "wd", tmp_path / "cpu", engine_dir)
+    _files, warnings = write_llmapi_repository(cpu, tmp_path / "wd", tmp_path / "cpu", engine_dir)
     version = tmp_path / "cpu" / "tensorrt_llm" / "1"
     shim = (version / "tensorrt_llm" / "__init__.py").read_text()
     assert "NOT TensorRT-LLM" in shim and "trtllm_forge.llmapi_cpu" in shim

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import CONFIGS, cpu_test_config
+
 from trtllm_forge.config import load_config
 from trtllm_forge.deploy import trtllm_serve
 
@@ -23,7 +23,7 @@ def test_gpu_command_is_trtllm_serve_with_the_options_file():
     assert config.engine.target == "llmapi"
     argv = trtllm_serve.serve_argv(config, "/models/llama", "/wd/build/llmapi/extra_llm_api_options.yaml")
     assert argv[:4] == ["trtllm-serve", "/models/llama", "--backend", "pytorch"]
-    flags = dict(zip(argv[2::2], argv[3::2]))
+    flags = dict(zip(argv[2::2], argv[3::2], strict=False))
     assert flags["--tp_size"] == str(config.parallel.tp) and flags["--pp_size"] == str(config.parallel.pp)
     assert flags["--extra_llm_api_options"] == "/wd/build/llmapi/extra_llm_api_options.yaml"
     assert flags["--host"] == config.triton.bind_address

@@ -85,7 +85,7 @@ def loaded(cpu_engine_fp32, triton_for_module, tmp_path_factory):
     """(deployment, repository, tokenizer) of the rendered cpu repository served with max_batch_size 2."""
     from transformers import AutoTokenizer
 
-    build_workdir, result = cpu_engine_fp32
+    _build_workdir, result = cpu_engine_fp32
     root = tmp_path_factory.mktemp("load")
     engine_dir = small_engine(Path(result.manifest["outputs"]["engine_dir"]), root / "engine")
     config = cpu_test_config(engine={"max_batch_size": MAX_BATCH_SIZE}, verify={"max_tokens": OUTPUT_TOKENS})
@@ -187,7 +187,7 @@ def iterator_frees(stub_pid: int, scratch: Path):
 
 
 def test_bls_streams_round_after_round_and_its_stub_survives(loaded, tmp_path):
-    deployment, repository, tokenizer = loaded
+    deployment, repository, _tokenizer = loaded
     log = Path(deployment.log)
     log_start = log.stat().st_size
     bls_stubs = [pid for pid in _stub_pids(deployment.pid) if _model_of(pid) == "tensorrt_llm_bls"]
@@ -220,7 +220,7 @@ def test_bls_streams_round_after_round_and_its_stub_survives(loaded, tmp_path):
 
 
 def test_after_the_load_every_stub_lives_and_answers(loaded):
-    deployment, repository, tokenizer = loaded
+    deployment, repository, _tokenizer = loaded
     health = stub_health(deployment.pgid or deployment.pid, repository)
     assert health.healthy, health.problems()
     assert set(health.alive) == {"preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls"}
@@ -233,7 +233,7 @@ def test_after_the_load_every_stub_lives_and_answers(loaded):
 
 def test_a_killed_stub_makes_the_deployment_unhealthy(loaded):
     """Runs last in this module: it breaks the deployment on purpose."""
-    deployment, repository, tokenizer = loaded
+    deployment, repository, _tokenizer = loaded
     workdir = Path(deployment.workdir)
     bls_stubs = [pid for pid in _stub_pids(deployment.pid) if _model_of(pid) == "tensorrt_llm_bls"]
     assert len(bls_stubs) == 1, bls_stubs

@@ -393,7 +393,7 @@ def test_bench_targets_read_nvidias_shapes(decoupled_server, smollm2_checkpoint,
 def test_our_text_read_takes_the_first_sequence_of_either_shape():
     from trtllm_forge.client import _text_of
 
-    assert _text_of(np.array([" Paris".encode()], dtype=object)) == " Paris"  # NVIDIA's [1]
-    assert _text_of(np.array([[" Paris".encode()]], dtype=object)) == " Paris"  # older [1, 1]
+    assert _text_of(np.array([b" Paris"], dtype=object)) == " Paris"  # NVIDIA's [1]
+    assert _text_of(np.array([[b" Paris"]], dtype=object)) == " Paris"  # older [1, 1]
     assert _text_of(np.array([b"beam 0", b"beam 1"], dtype=object)) == "beam 0"  # [beams]: never glued together
     assert _text_of(None) == "" and _text_of(np.array([], dtype=object)) == ""

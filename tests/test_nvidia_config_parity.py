@@ -122,7 +122,7 @@ def test_fixed_values_of_the_engine_model_are_nvidias(rendered, example):
 def test_bls_names_the_draft_model_only_when_drafting_and_no_multimodal_encoder(rendered):
     """NVIDIA's BLS reads an empty name as 'none'; a draft-target repository names its draft engine model, which is
     in the repository; none renders an encoder model."""
-    for example, (kind, configs) in rendered.items():
+    for example, (_kind, configs) in rendered.items():
         params = {k: v.string_value for k, v in configs["tensorrt_llm_bls"].parameters.items()}
         assert params["multimodal_encoders_name"] == "" and params["tensorrt_llm_model_name"] == "tensorrt_llm"
         if example in DRAFT_EXAMPLES:

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from cli_inprocess import run_in_process
 from conftest import CONFIGS
 from trtllm_forge.builders.onnxruntime import plan_build
 from trtllm_forge.builders.onnxruntime.plan import PRECISIONS
+
 from trtllm_forge.config import ForgeConfig, load_config
 from trtllm_forge.config.checks import ONNXRUNTIME_ALGOS
 from trtllm_forge.errors import ConfigError

@@ -6,12 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-
-from conftest import CONFIGS, cpu_test_config
 from cli_inprocess import run_in_process
+from conftest import CONFIGS, cpu_test_config
 from tiny_checkpoint import write_tiny_model
-
 from trtllm_forge.builders.openvino.plan import plan_export
+
 from trtllm_forge.engine_config import read_engine_config
 from trtllm_forge.errors import ConfigError
 
@@ -68,7 +67,7 @@ def test_awq_with_local_calibration_file_uses_our_exporter(tmp_path):
 
 
 def test_missing_calibration_file_is_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match="calibration.dataset"):
+    with pytest.raises(ConfigError, match=r"calibration.dataset"):
         _plan(tmp_path, quantization={"algorithm": "int4_awq", "calibration": {"dataset": str(tmp_path / "nope.txt")}})
 
 

@@ -7,7 +7,6 @@ import sys
 import zipfile
 
 import pytest
-
 from conftest import REPO
 
 
@@ -36,13 +35,12 @@ def test_wheel_carries_every_repo_file_of_the_mapped_folders(wheel_names):
     missing = []
     for folder in ("model_repo_templates", "builders", "plugins"):
         for path in (REPO / folder).rglob("*"):
-            if path.is_file() and "__pycache__" not in path.parts:
-                if f"trtllm_forge/{path.relative_to(REPO).as_posix()}" not in wheel_names:
-                    missing.append(str(path.relative_to(REPO)))
-    for path in (REPO / "trtllm_forge").rglob("*"):
-        if path.is_file() and "__pycache__" not in path.parts:
-            if path.relative_to(REPO).as_posix() not in wheel_names:
+            relative = path.relative_to(REPO).as_posix()
+            if path.is_file() and "__pycache__" not in path.parts and f"trtllm_forge/{relative}" not in wheel_names:
                 missing.append(str(path.relative_to(REPO)))
+    for path in (REPO / "trtllm_forge").rglob("*"):
+        if path.is_file() and "__pycache__" not in path.parts and path.relative_to(REPO).as_posix() not in wheel_names:
+            missing.append(str(path.relative_to(REPO)))
     assert not missing, missing
 
 

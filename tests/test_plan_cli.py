@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from conftest import CONFIGS
 from cli_inprocess import run_in_process
+from conftest import CONFIGS
+
 from trtllm_forge.config import load_config
 from trtllm_forge.plan import make_plan
 

@@ -301,7 +301,7 @@ def test_pipeline_parallel_uses_the_minimum_over_ranks():
 def test_refuses_70b_bf16_on_one_a100_with_the_smallest_fix():
     plan = make_plan(gpu_config(LLAMA70, "A100-80GB", max_seq_len=8192, max_input_len=4096))
     assert not plan.fits
-    where, problem, valid = refusal(plan)
+    _where, problem, valid = refusal(plan)
     assert "need more than the 80 GiB" in problem
     assert "parallel.tp: 2" in valid
     assert "fp8" not in valid  # A100 has no FP8

@@ -25,7 +25,7 @@ def test_second_reference_answers_from_the_cache_without_loading_the_model(tiny,
     assert first.source == "transformers" and first.computed == 2
 
     fresh = ReferenceModel(tiny)
-    for prompt, answer in zip(PROMPTS, answers):
+    for prompt, answer in zip(PROMPTS, answers, strict=False):
         assert answer.prompt_ids == fresh.encode(prompt)
         assert answer.output_ids == fresh.generate_ids(answer.prompt_ids, 12)
         assert answer.text == fresh.decode(answer.output_ids)

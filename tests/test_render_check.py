@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import CONFIGS
 from cli_inprocess import run_in_process
+from conftest import CONFIGS
 from cpu_repository import ENGINES, write_clean_cpu_repository
 
 from trtllm_forge.config import load_config

@@ -7,14 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import CONFIGS, REPO
 from cli_inprocess import run_in_process
+from conftest import CONFIGS, REPO
 from trtllm_helpers import draft_engine_fixture
 
 from trtllm_forge.config import load_config
+from trtllm_forge.engine_config import read_engine_config
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.render.repository import write_repository
-from trtllm_forge.engine_config import read_engine_config
 
 FIXTURES = REPO / "tests" / "fixtures"
 ENGINES = FIXTURES / "engines"

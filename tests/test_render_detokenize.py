@@ -107,7 +107,7 @@ ALLOWED_IMPORTS = {
 
 @pytest.mark.parametrize(
     "path",
-    sorted(REPO.glob("model_repo_templates/python_models/**/*.py")) + [REPO / "model_repo_templates/llmapi/tensorrt_llm/model.py"],
+    [*sorted(REPO.glob("model_repo_templates/python_models/**/*.py")), REPO / "model_repo_templates/llmapi/tensorrt_llm/model.py"],
     ids=lambda p: p.parent.name + "/" + p.name,
 )
 def test_triton_side_models_are_self_contained(path):

@@ -123,10 +123,7 @@ def grpc_stream(deployment, model: str, inputs: dict) -> list[str]:
     tensors = []
     for name, value in inputs.items():
         array = np.array(value)
-        if array.dtype.kind in "UO":
-            array = np.array([[v.encode() for v in np.atleast_1d(value)]], dtype=object)
-        else:
-            array = array.reshape(1, -1)
+        array = np.array([[v.encode() for v in np.atleast_1d(value)]], dtype=object) if array.dtype.kind in "UO" else array.reshape(1, -1)
         tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
         tensor.set_data_from_numpy(array)
         tensors.append(tensor)
@@ -167,7 +164,7 @@ def test_http_generate_stream_keeps_spaces(server, model):
 
 
 def test_bls_streams_multibyte_characters_exactly(server):
-    deployment, tokenizer = server
+    deployment, _tokenizer = server
     responses = http_generate(deployment, "tensorrt_llm_bls", {"text_input": MULTI_PROMPT, "max_tokens": 64, "stream": True}, stream=True)
     pieces = [r["text_output"] for r in responses if "text_output" in r]
     assert "".join(pieces) == MULTI_REPLY

@@ -56,7 +56,7 @@ def body_of(extra: dict) -> dict:
 
 
 @pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
-@pytest.mark.parametrize("extra,name,valid", TEXT_CASES, ids=[f"{n}={list(e.values())[0]!r}"[:30] for e, n, _ in TEXT_CASES])
+@pytest.mark.parametrize("extra,name,valid", TEXT_CASES, ids=[f"{n}={next(iter(e.values()))!r}"[:30] for e, n, _ in TEXT_CASES])
 def test_text_entry_points_refuse_out_of_range_inputs_with_400(deployment, model, extra, name, valid):
     status, doc = http_generate(deployment, model, body_of(extra))
     assert status == 400, (status, doc)
@@ -89,7 +89,7 @@ def test_engine_model_refuses_out_of_range_inputs_over_grpc(deployment):
             tensor.set_data_from_numpy(array)
             inputs.append(tensor)
         errors: list = []
-        client.start_stream(callback=lambda result, error: errors.append(error))
+        client.start_stream(callback=lambda result, error, errors=errors: errors.append(error))
         client.async_stream_infer("tensorrt_llm", inputs, enable_empty_final_response=True)
         client.stop_stream()
         refused = [e for e in errors if e is not None]

@@ -10,7 +10,6 @@ import json
 import subprocess
 
 import pytest
-
 from chain_helpers import assert_chain_passed, reused_workdir, run_chain
 from conftest import CONFIGS, processes_with, run_cli
 
@@ -63,7 +62,7 @@ def test_run_benchmarks_against_the_roofline(first_run):
 
 
 def test_run_leaves_no_server_behind(first_run):
-    workdir, result = first_run
+    workdir, _result = first_run
     assert tritonservers_for(workdir) == []
     state = json.loads((workdir / "deploy" / "state.json").read_text())
     assert state["running"] is False

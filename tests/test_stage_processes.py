@@ -106,7 +106,7 @@ def test_sigterm_and_ctrl_c_stop_child_and_grandchild(tmp_path, cleanup, sig):
     # The child leads its own process group: Ctrl-C in a terminal reaches only the run, which stops the group.
     assert os.getpgid(child) == child != os.getpgid(runner.pid)
     runner.send_signal(sig)
-    _, stderr = runner.communicate(timeout=60)
+    _, _stderr = runner.communicate(timeout=60)
     assert runner.returncode != 0
     wait_for(lambda: not alive(child) and not alive(grandchild), what="the children to stop")
     assert not list(workdir.glob(".demo.tmp-*")), "the interrupted run's temporary directory is left"

@@ -14,8 +14,8 @@ from conftest import CONFIGS, REPO
 from trtllm_forge.config import load_config
 from trtllm_forge.deploy.launch import default_repository, rendered_leader_command
 from trtllm_forge.errors import ConfigError
-from trtllm_forge.stage_results import BuildResult, ImportResult, RenderResult
 from trtllm_forge.render.repository import render_repository
+from trtllm_forge.stage_results import BuildResult, ImportResult, RenderResult
 from trtllm_forge.stages import run_stage
 
 ENGINES = REPO / "tests" / "fixtures" / "engines"

@@ -8,10 +8,8 @@ import shlex
 
 import pytest
 import yaml
-
-from trtllm_forge.builders.tensorrt_llm.container import probe
-
 from cli_inprocess import run_in_process
+from trtllm_forge.builders.tensorrt_llm.container import probe
 from trtllm_helpers import ENGINE_CONFIGS, LLMAPI_CONFIGS, REPO
 
 NO_TRTLLM = probe().missing("1.2.1", ["1.2.0", "1.2.1"]) is not None

@@ -11,7 +11,6 @@ import subprocess
 from trtllm_forge.builders.tensorrt_llm import plan_build
 from trtllm_forge.builders.tensorrt_llm.execute import container_command
 from trtllm_forge.builders.tensorrt_llm.spec import load_spec
-
 from trtllm_helpers import REPO, example
 
 SPEC = load_spec()

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from tiny_checkpoint import write_checkpoint_config
 
 FAKE_QUANTIZE = """

@@ -11,13 +11,12 @@ import shutil
 
 import pytest
 import yaml
-
+from cli_inprocess import run_in_process
 from trtllm_forge.builders.tensorrt_llm import images
 from trtllm_forge.builders.tensorrt_llm.spec import load_spec
-from trtllm_forge.errors import ConfigError
-
-from cli_inprocess import run_in_process
 from trtllm_helpers import REPO
+
+from trtllm_forge.errors import ConfigError
 
 ENGINES = REPO / "tests" / "fixtures" / "engines"
 NGC_25_12 = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"

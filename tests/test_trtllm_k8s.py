@@ -15,7 +15,6 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-
 from cli_inprocess import run_in_process
 from trtllm_helpers import REPO
 

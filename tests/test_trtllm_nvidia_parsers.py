@@ -5,13 +5,12 @@ as warnings instead of passing silently."""
 from __future__ import annotations
 
 import pytest
-
+from cli_inprocess import run_in_process
 from trtllm_forge.builders.tensorrt_llm import plan_build
 from trtllm_forge.builders.tensorrt_llm.spec import TOOL_TABLES, load_spec
-from trtllm_forge.errors import ConfigError
-
-from cli_inprocess import run_in_process
 from trtllm_helpers import ENGINE_CONFIGS, REPO, example, unchecked_config
+
+from trtllm_forge.errors import ConfigError
 
 SPEC = load_spec("1.2.1")
 EAGLE = {"max_num_tokens": 8192, "speculative": {"mode": "eagle", "max_draft_len": 7, "draft_model": "/m/eagle"}}
@@ -122,7 +121,7 @@ def test_prompt_lookup_engine_is_built_for_external_draft_tokens():
     )
     assert value(step(off, "build").argv, "--use_paged_context_fmha") == "enable"
     assert {"prompt_lookup_forces_paged_context_fmha", "prompt_lookup_needs_kv_reuse"} <= codes(off)
-    with pytest.raises(ConfigError, match="engine.max_beam_width: prompt lookup"):
+    with pytest.raises(ConfigError, match=r"engine.max_beam_width: prompt lookup"):
         plan_build(
             unchecked_config(
                 engine={"max_num_tokens": 8192, "max_beam_width": 2, "speculative": {"mode": "prompt_lookup", "max_draft_len": 4}}
@@ -144,7 +143,7 @@ def test_eagle_for_qwen2_and_eagle_with_pp_are_refused_in_one_line():
         plan_build(unchecked_config(model=QWEN, engine=EAGLE))
     line = caught.value.format_message()
     assert "\n" not in line and line.startswith("engine.speculative.mode: ") and "LlamaConfig" in line and "engine.target: llmapi" in line
-    with pytest.raises(ConfigError, match="parallel.pp: NVIDIA's EAGLE converter asserts pp_size == 1"):
+    with pytest.raises(ConfigError, match=r"parallel.pp: NVIDIA's EAGLE converter asserts pp_size == 1"):
         plan_build(unchecked_config(parallel={"pp": 2}, engine=EAGLE))
 
 

@@ -7,12 +7,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from trtllm_forge.builders.tensorrt_llm import plan_build
 from trtllm_forge.builders.tensorrt_llm.plugins import sha256_of
-from trtllm_forge.errors import ConfigError
-
 from trtllm_helpers import REPO, unchecked_config
+
+from trtllm_forge.errors import ConfigError
 
 EXAMPLE_PLUGIN = REPO / "plugins" / "forge_scale_plugin"
 CALIB = {"calibration": {"dataset": "/d/c.jsonl"}}
@@ -88,7 +87,7 @@ def test_custom_plugin_source_folder_gets_cmake_steps():
 def test_custom_library_must_be_a_library_or_recipe(tmp_path):
     with pytest.raises(ConfigError, match="is not a shared library"):
         plan_build(unchecked_config(engine={"plugins": {"custom_libraries": [str(tmp_path / "plugin.txt")]}}))
-    with pytest.raises(ConfigError, match="directory without CMakeLists.txt"):
+    with pytest.raises(ConfigError, match=r"directory without CMakeLists.txt"):
         plan_build(unchecked_config(engine={"plugins": {"custom_libraries": [str(tmp_path)]}}))
 
 

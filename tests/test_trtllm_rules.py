@@ -7,11 +7,10 @@ refuses (or warns) here.
 from __future__ import annotations
 
 import pytest
-
 from trtllm_forge.builders.tensorrt_llm import plan_build
-from trtllm_forge.errors import ConfigError
-
 from trtllm_helpers import unchecked_config
+
+from trtllm_forge.errors import ConfigError
 
 CALIB = {"calibration": {"dataset": "/data/calib.jsonl"}}
 
@@ -193,12 +192,12 @@ def test_calibration_name_quirk_and_local_dataset_required():
     quantize = next(s for s in plan.steps if s.tool == "quantize.py")
     assert quantize.argv[quantize.argv.index("--calib_dataset") + 1] == "./calibration"
     assert quantize.env["HF_DATASETS_OFFLINE"] == "1"
-    with pytest.raises(ConfigError, match="quantization.calibration.dataset: fp8 .* downloaded from a hub"):
+    with pytest.raises(ConfigError, match=r"quantization.calibration.dataset: fp8 .* downloaded from a hub"):
         plan_build(unchecked_config(quantization={"algorithm": "fp8"}))
 
 
 def test_eagle_refuses_quantization_its_converter_cannot_apply():
-    with pytest.raises(ConfigError, match="quantization.algorithm: NVIDIA's EAGLE converter quantizes only weight-only int8/int4"):
+    with pytest.raises(ConfigError, match=r"quantization.algorithm: NVIDIA's EAGLE converter quantizes only weight-only int8/int4"):
         plan_build(
             unchecked_config(
                 quantization=q("fp8", "fp8"),
@@ -216,9 +215,9 @@ def test_weight_only_without_kv_uses_convert_checkpoint():
 
 
 def test_unsupported_engine_combinations_refused():
-    with pytest.raises(ConfigError, match="engine.speculative.mode: medusa engines"):
+    with pytest.raises(ConfigError, match=r"engine.speculative.mode: medusa engines"):
         plan_build(unchecked_config(engine={"speculative": {"mode": "medusa", "max_draft_len": 4, "draft_model": "/m/medusa"}}))
-    with pytest.raises(ConfigError, match="parallel.moe_ep: quantize.py .* cannot set expert parallelism"):
+    with pytest.raises(ConfigError, match=r"parallel.moe_ep: quantize.py .* cannot set expert parallelism"):
         plan_build(
             unchecked_config(
                 model={"name": "mistralai/Mixtral-8x7B-Instruct-v0.1", "family": "mixtral"},

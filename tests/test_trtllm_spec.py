@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from trtllm_forge.builders.tensorrt_llm import plan_build
 from trtllm_forge.builders.tensorrt_llm.spec import load_spec
-from trtllm_forge.errors import ConfigError
-
 from trtllm_helpers import ENGINE_CONFIGS, eagle_engine_example, example
+
+from trtllm_forge.errors import ConfigError
 
 SPEC = load_spec("1.2.1")
 
@@ -28,9 +27,9 @@ def test_spec_is_versioned_package_data():
 
 
 def test_unknown_version_is_a_config_error():
-    with pytest.raises(ConfigError, match="engine.trtllm_version"):
+    with pytest.raises(ConfigError, match=r"engine.trtllm_version"):
         load_spec("1.2.7")
-    with pytest.raises(ConfigError, match="no spec for TensorRT-LLM 0.9"):
+    with pytest.raises(ConfigError, match=r"no spec for TensorRT-LLM 0.9"):
         load_spec("0.9.0")
 
 

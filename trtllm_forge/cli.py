@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("error: interrupted; partial outputs were discarded, logs kept", err=True)
         sys.exit(130)
-    except Exception as exc:  # noqa: BLE001 - last resort: one line unless --debug
+    except Exception as exc:
         if debug:
             traceback.print_exc()
         first_line = (str(exc).strip().splitlines() or [""])[0]

@@ -8,6 +8,7 @@ tritonclient is imported inside the functions: the CLI must start without it.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import time
 import uuid
@@ -158,10 +159,8 @@ def stream_request(
     except InferenceServerException as exc:
         result.error = exc.message()
     finally:
-        try:
+        with contextlib.suppress(Exception):
             client.stop_stream(cancel_requests=result.error is not None)
-        except Exception:  # noqa: BLE001 - closing a broken stream must not hide the real error
-            pass
         client.close()
     if result.error and raise_on_error:
         raise StepError(f"request to {model}", result.error, "see the server log (deploy status shows where)")
@@ -194,5 +193,5 @@ def generate(
     result = stream_request(target, model, values, timeout_s=timeout_s, raise_on_error=raise_on_error)
     chunks = [_text_of(r.get("text_output")) for r in result.responses]
     times = list(result.arrival_s)
-    first = next((t for c, t in zip(chunks, times) if c), None)
+    first = next((t for c, t in zip(chunks, times, strict=False) if c), None)
     return Generation("".join(chunks), chunks, first, result.total_s, times, result.error)

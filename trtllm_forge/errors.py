@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from typing_extensions import Self  # typing.Self from Python 3.11
+    from typing import Self  # typing.Self from Python 3.11
 
 
 # Control characters (and the separators str.splitlines() breaks on) shown escaped: an error is one line.
@@ -52,7 +52,7 @@ class ForgeError(click.ClickException):
         """The same error, naming the file (and line) its field was read from."""
         return type(self)(self.where, self.problem, self.valid, source=source)
 
-    def show(self, file=None) -> None:  # noqa: D401 - click API
+    def show(self, file=None) -> None:
         click.echo(f"error: {self.format_message()}", err=True, file=file)
 
 

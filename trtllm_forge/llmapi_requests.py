@@ -40,7 +40,7 @@ def llmapi_generate(
         chunks.append(text[len(previous) :] if text.startswith(previous) else text)
         previous = text
     times = list(result.arrival_s)
-    first = next((t for c, t in zip(chunks, times) if c), None)
+    first = next((t for c, t in zip(chunks, times, strict=False) if c), None)
     return Generation(texts[-1] if texts else "", chunks, first, result.total_s, times, result.error)
 
 
@@ -78,5 +78,5 @@ def openai_generate(url: str, model: str, prompt: str, max_tokens: int, *, strea
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[:300]
         raise StepError("client", f"trtllm-serve answered {exc.code}: {detail}", f"POST {url}/v1/completions") from None
-    first = next((t for c, t in zip(chunks, times) if c), None)
+    first = next((t for c, t in zip(chunks, times, strict=False) if c), None)
     return Generation("".join(chunks), chunks, first, time.perf_counter() - started, times)

@@ -37,7 +37,7 @@ class ModelShape:
         return self.num_local_experts > 1
 
     @classmethod
-    def from_hf_config(cls, cfg: dict, origin: str) -> "ModelShape":
+    def from_hf_config(cls, cfg: dict, origin: str) -> ModelShape:
         def count(key: str, default: int | None = None, minimum: int = 1) -> int:
             return _count(cfg, key, origin, default, minimum)
 
@@ -72,7 +72,7 @@ def _count(cfg: dict, key: str, origin: str, default: int | None, minimum: int) 
             raise KeyError(key)
         return default
     value = cfg[key]
-    whole = isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and value.is_integer()
+    whole = (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, float) and value.is_integer())
     if not whole or not minimum <= value <= MAX_COUNT:
         from trtllm_forge.config.yaml_reader import shorten
         from trtllm_forge.errors import ConfigError

@@ -7,6 +7,7 @@ signalled (a recycled pid or process-group id never carries the mark).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -98,10 +99,8 @@ def cmdline(pid: int) -> list[str]:
 
 def signal_pids(pids: Iterable[int], sig: int) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def terminate(find: Callable[[], list[int]], grace_s: float, after_kill_s: float = 10.0) -> list[int]:

@@ -44,7 +44,7 @@ KEEP_LOGS = 10  # rotated logs kept per log file, besides the current one
 CHILD_STOP_GRACE_S = 5.0  # between SIGTERM and SIGKILL of a stage's child when the run is interrupted
 
 
-def hash_path(path: Path, digest: "hashlib._Hash") -> None:
+def hash_path(path: Path, digest: hashlib._Hash) -> None:
     """Feed a file's bytes, or a directory's relative names and file bytes, into `digest`."""
     if path.is_file():
         with path.open("rb") as handle:
@@ -241,7 +241,7 @@ def remove_stale(workdir: Path, name: str) -> list[Path]:
     for path in stale:
         if TMP_INFIX in path.name:
             run_id = path.name.split(TMP_INFIX, 1)[1]
-            left = terminate(lambda: marked_processes(run_id), CHILD_STOP_GRACE_S)
+            left = terminate(lambda run_id=run_id: marked_processes(run_id), CHILD_STOP_GRACE_S)
             if left:
                 raise StepError(name, f"processes {left} of a killed earlier run survived SIGKILL", "check them with ps")
         shutil.rmtree(path, ignore_errors=True)

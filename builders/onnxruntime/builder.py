@@ -7,10 +7,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-
-from trtllm_forge.stage_results import BuildResult
-from trtllm_forge.builders.onnxruntime import engine_json
-from trtllm_forge.builders.onnxruntime.plan import BACKEND, MODEL_FILES, OrtExportPlan, plan_export
 from trtllm_forge.builders.cpu_export import (
     ENGINE_SUBDIR,
     EXPORT_TIMEOUT_S,
@@ -24,9 +20,13 @@ from trtllm_forge.builders.cpu_export import (
     size_bytes,
     stage_hash_values,
 )
+from trtllm_forge.builders.onnxruntime import engine_json
+from trtllm_forge.builders.onnxruntime.plan import BACKEND, MODEL_FILES, OrtExportPlan, plan_export
+
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.engine_config import ENGINE_CONFIG
 from trtllm_forge.errors import ConfigError
+from trtllm_forge.stage_results import BuildResult
 from trtllm_forge.stages import StageRecorder, run_stage
 
 CACHE_SUBDIR = "builder-cache"  # the builder's scratch (-c); removed after the export

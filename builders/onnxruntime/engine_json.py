@@ -11,7 +11,9 @@ import shutil
 from pathlib import Path
 
 from trtllm_forge.builders.onnxruntime.plan import BACKEND, OrtExportPlan
-from trtllm_forge.builders.openvino.engine_json import build_config as openvino_build_config, pretrained_config
+from trtllm_forge.builders.openvino.engine_json import build_config as openvino_build_config
+from trtllm_forge.builders.openvino.engine_json import pretrained_config
+
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.engine_config import write_engine_config
 

@@ -7,18 +7,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-
-from trtllm_forge.stage_results import BuildResult
-from trtllm_forge.builders.openvino import engine_json
-from trtllm_forge.builders.openvino.engine_json import HF_CONFIG_COPY
-from trtllm_forge.builders.openvino.plan import (
-    DraftPlan,
-    IR_FILES,
-    TOKENIZER_IR_FILES,
-    ExportPlan,
-    plan_draft_export,
-    plan_export,
-)
 from trtllm_forge.builders.cpu_export import (
     ENGINE_SUBDIR,
     EXPORT_KEY,
@@ -36,9 +24,21 @@ from trtllm_forge.builders.cpu_export import (
     size_bytes,
     stage_hash_values,
 )
+from trtllm_forge.builders.openvino import engine_json
+from trtllm_forge.builders.openvino.engine_json import HF_CONFIG_COPY
+from trtllm_forge.builders.openvino.plan import (
+    IR_FILES,
+    TOKENIZER_IR_FILES,
+    DraftPlan,
+    ExportPlan,
+    plan_draft_export,
+    plan_export,
+)
+
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.engine_config import ENGINE_CONFIG
 from trtllm_forge.errors import StepError
+from trtllm_forge.stage_results import BuildResult
 from trtllm_forge.stages import StageRecorder, run_stage, sha256_file
 
 LLMAPI_SUBDIR = "llmapi"

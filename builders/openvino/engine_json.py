@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from trtllm_forge.builders.openvino.plan import DraftPlan, ExportPlan
+
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.engine_config import write_engine_config
-from trtllm_forge.builders.openvino.plan import DraftPlan, ExportPlan
 
 HF_CONFIG_COPY = "hf_config.json"
 

@@ -80,10 +80,7 @@ def plan_export(config: ForgeConfig, checkpoint_dir: Path | None, output_dir: Pa
     dtype = resolve_model_dtype(config, checkpoint_dir)
     weight_format = {"none": "fp16" if dtype in ("float16", "bfloat16") else "fp32", "int8_wo": "int8"}.get(algorithm, "int4")
     inference = config.engine.cpu_inference_precision
-    if quant.kv_cache == "int8":
-        kv_precision = "u8"
-    else:
-        kv_precision = {"f32": "f32", "bf16": "bf16"}.get(inference, "auto")
+    kv_precision = "u8" if quant.kv_cache == "int8" else {"f32": "f32", "bf16": "bf16"}.get(inference, "auto")
 
     calibration = None
     if quant.calibration.dataset and algorithm == "int4_awq":
@@ -155,7 +152,7 @@ def plan_draft_export(config: ForgeConfig, engine_dir: Path) -> DraftPlan | None
     argv += ["--weight-format", DRAFT_WEIGHT_FORMAT]
     if config.model.trust_remote_code:
         argv += ["--trust-remote-code"]
-    return DraftPlan(source, output_dir, spec.max_draft_len, argv + [str(output_dir)])
+    return DraftPlan(source, output_dir, spec.max_draft_len, [*argv, str(output_dir)])
 
 
 def _with_argv(plan: ExportPlan, config: ForgeConfig, checkpoint_dir: Path | None, output_dir: Path) -> ExportPlan:

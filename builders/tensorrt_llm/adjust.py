@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trtllm_forge.config.schema import ForgeConfig
-from trtllm_forge.model_shape import ModelShape
-
 from trtllm_forge.builders.tensorrt_llm.quant import QuantChoice, plain
 from trtllm_forge.builders.tensorrt_llm.spec import Spec
+
+from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.model_shape import ModelShape
 
 EAGLE_NUM_LAYERS = 4
 EAGLE_MAX_NON_LEAVES = 10

@@ -10,9 +10,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from trtllm_forge.config.schema import ForgeConfig
-
 from trtllm_forge.builders.tensorrt_llm.images import forge_image_tag
+
+from trtllm_forge.config.schema import ForgeConfig
 
 DOCKERFILE = "docker/Dockerfile"
 

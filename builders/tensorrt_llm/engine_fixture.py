@@ -16,7 +16,7 @@ SPECULATIVE_FLAG = {None: 1, "draft_tokens_external": 2, "medusa": 4, "lookahead
 NORM_EPSILON = {"qwen2": 1e-6}
 
 
-def _plugin_config(plan: "BuildPlan") -> dict:
+def _plugin_config(plan: BuildPlan) -> dict:
     spec_defaults = {key: None for key in _spec(plan).engine_config["plugin_config_keys"]}
     eff = plan.effective
     assert eff is not None  # engine-target plans always have one
@@ -65,13 +65,13 @@ def _plugin_config(plan: "BuildPlan") -> dict:
     return {key: (None if value == "disable" else value) for key, value in config.items()}
 
 
-def _spec(plan: "BuildPlan"):
+def _spec(plan: BuildPlan):
     from trtllm_forge.builders.tensorrt_llm.spec import load_spec
 
     return load_spec(plan.trtllm_version)
 
 
-def expected_engine_config(plan: "BuildPlan") -> dict:
+def expected_engine_config(plan: BuildPlan) -> dict:
     if plan.target != "engine" or plan.effective is None:
         raise ValueError("only engine plans produce an engine config.json")
     spec = _spec(plan)

@@ -13,20 +13,19 @@ from typing import Any
 import click
 import yaml
 from rich.markup import escape
-
-from trtllm_forge.stage_results import BuildResult
-from trtllm_forge.config.schema import ForgeConfig
-from trtllm_forge.engine_config import ENGINE_CONFIG
-from trtllm_forge.errors import ConfigError, StepError
-from trtllm_forge.stages import StageRecorder, StageResult, run_stage, write_json_atomic
-from trtllm_forge.ui import emit_json, info, warn
-
 from trtllm_forge.builders.tensorrt_llm import container, images
 from trtllm_forge.builders.tensorrt_llm.calibration import prepare_calibration
 from trtllm_forge.builders.tensorrt_llm.engine_fixture import expected_engine_config
 from trtllm_forge.builders.tensorrt_llm.plan import BuildPlan, plan_build
 from trtllm_forge.builders.tensorrt_llm.plugins import preload_value, sha256_of
 from trtllm_forge.builders.tensorrt_llm.spec import load_spec
+
+from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.engine_config import ENGINE_CONFIG
+from trtllm_forge.errors import ConfigError, StepError
+from trtllm_forge.stage_results import BuildResult
+from trtllm_forge.stages import StageRecorder, StageResult, run_stage, write_json_atomic
+from trtllm_forge.ui import emit_json, info, warn
 
 STAGE = "build"
 # Lines of trtllm-build output worth keeping in the manifest (regex → manifest key).

@@ -19,8 +19,9 @@ from trtllm_forge.llmapi_args import describe, unknown_keys
 from trtllm_forge.ui import warn
 
 if TYPE_CHECKING:
-    from trtllm_forge.stage_results import BuildResult
     from trtllm_forge.builders.tensorrt_llm.plan import BuildPlan
+
+    from trtllm_forge.stage_results import BuildResult
 
 SCHEDULER_POLICY = {"max_utilization": "MAX_UTILIZATION", "guaranteed_no_evict": "GUARANTEED_NO_EVICT"}
 PYTORCH_SPECULATIVE = {"eagle": "Eagle", "draft_target": "DraftTarget", "prompt_lookup": "NGram"}
@@ -167,7 +168,7 @@ def pytorch_quantization_note(config: ForgeConfig) -> str | None:
     )
 
 
-def engine_equivalent(config: ForgeConfig, plan: "BuildPlan") -> dict:
+def engine_equivalent(config: ForgeConfig, plan: BuildPlan) -> dict:
     """The TensorRT-engine LLM-API call that builds the same engine as the plan (for users who prefer Python)."""
     eff = plan.effective
     assert eff is not None  # engine-target plans always have one
@@ -267,23 +268,23 @@ class LLMAPIBuilder:
     """engine.target llmapi on TensorRT-LLM: no engine; writes model.yaml, the extra LLM-API options and the
     trtllm-serve argv as the build stage. Implements builders.protocol.Builder."""
 
-    def plan(self, config: ForgeConfig, workdir: Path, checkpoint_dir: Path | None) -> "BuildPlan":
+    def plan(self, config: ForgeConfig, workdir: Path, checkpoint_dir: Path | None) -> BuildPlan:
         from trtllm_forge.builders.tensorrt_llm.plan import plan_build
 
         return plan_build(config, checkpoint_dir)
 
-    def commands(self, plan: "BuildPlan") -> list[list[str]]:
+    def commands(self, plan: BuildPlan) -> list[list[str]]:
         return [list(step.argv) for step in plan.steps]
 
-    def describe(self, plan: "BuildPlan") -> dict[str, Any]:
+    def describe(self, plan: BuildPlan) -> dict[str, Any]:
         return plan.to_dict()
 
-    def show_dry_run(self, config: ForgeConfig, workdir: Path, plan: "BuildPlan", as_json: bool) -> None:
+    def show_dry_run(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, as_json: bool) -> None:
         from trtllm_forge.builders.tensorrt_llm.execute import TensorRTLLMEngineBuilder
 
         TensorRTLLMEngineBuilder().show_dry_run(config, workdir, plan, as_json)
 
-    def execute(self, config: ForgeConfig, workdir: Path, plan: "BuildPlan", force: bool = False) -> "BuildResult":
+    def execute(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, force: bool = False) -> BuildResult:
         from trtllm_forge.builders.tensorrt_llm.execute import write_llmapi
 
         for item in plan.warnings:

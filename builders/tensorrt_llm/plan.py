@@ -13,13 +13,6 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from trtllm_forge.config.checks import shape_for
-from trtllm_forge.config.schema import ForgeConfig, ParallelConfig
-from trtllm_forge.dtypes import resolve_model_dtype
-from trtllm_forge.errors import ConfigError, ConfigErrors
-from trtllm_forge.hardware import find_device
-from trtllm_forge.model_shape import ModelShape
-
 from trtllm_forge.builders.tensorrt_llm import images, llmapi
 from trtllm_forge.builders.tensorrt_llm.adjust import (
     EAGLE_MAX_NON_LEAVES,
@@ -31,6 +24,13 @@ from trtllm_forge.builders.tensorrt_llm.adjust import (
 from trtllm_forge.builders.tensorrt_llm.plugins import CustomPlugin, custom_plugins, draft_plugin_flags, plugin_flags, preload_value
 from trtllm_forge.builders.tensorrt_llm.quant import CONVERT_WEIGHT_ONLY, QuantChoice, capability_problems, choose, plain, sm_of
 from trtllm_forge.builders.tensorrt_llm.spec import TOOL_TABLES, Spec, load_spec
+
+from trtllm_forge.config.checks import shape_for
+from trtllm_forge.config.schema import ForgeConfig, ParallelConfig
+from trtllm_forge.dtypes import resolve_model_dtype
+from trtllm_forge.errors import ConfigError, ConfigErrors
+from trtllm_forge.hardware import find_device
+from trtllm_forge.model_shape import ModelShape
 
 PYTHON = "python3"
 CALIBRATION_DIR = "calibration"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trtllm_forge.errors import ConfigError
-
 from trtllm_forge.builders.tensorrt_llm.spec import Spec
+
+from trtllm_forge.errors import ConfigError
 
 # Our config's algorithm names → quantize.py --qformat (the ModelOpt flow).
 QFORMAT = {
@@ -55,7 +55,7 @@ def choose(algorithm: str, kv_cache: str, spec: Spec) -> QuantChoice:
 
 def sm_of(compute_capability: float) -> int:
     """8.9 → 89, 10.0 → 100 (the builder's own SM numbering)."""
-    return int(round(compute_capability * 10))
+    return round(compute_capability * 10)
 
 
 def capability_problems(choice: QuantChoice, sm: int, gpu: str, spec: Spec, plugin_flags: dict[str, str]) -> list[ConfigError]:

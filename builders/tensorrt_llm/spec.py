@@ -103,7 +103,7 @@ class Spec:
     def removed_build_flags(self) -> dict[str, str]:
         return self.data["trtllm_build"]["removed_flags"]
 
-    def parser(self, tool: str = "trtllm-build") -> "FlagParser":
+    def parser(self, tool: str = "trtllm-build") -> FlagParser:
         return FlagParser(tool, self.flags(tool), self.removed_build_flags if tool == "trtllm-build" else {})
 
     @property

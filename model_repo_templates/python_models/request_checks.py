@@ -86,7 +86,7 @@ def _numbers(name: str, array) -> np.ndarray | None:
 
 def _each(name: str, values: np.ndarray, valid, range_text: str) -> None:
     for value in values.tolist():
-        if isinstance(value, float) and not math.isfinite(value) or not valid(value):
+        if (isinstance(value, float) and not math.isfinite(value)) or not valid(value):
             raise InvalidInput(f"{_shown(name)}: {value!r} is outside the valid range; {range_text}")
 
 
@@ -134,18 +134,18 @@ def check_request(get, model: str, vocab_size: int | None = None, max_output_len
     if v is not None:
         text = f"a token id {ids}, or {END_ID_NONE} for no end token"
         _whole(name, v, text)
-        _each(name, v, lambda x: x == END_ID_NONE or 0 <= x and (vocab_size is None or x < vocab_size), text)
+        _each(name, v, lambda x: x == END_ID_NONE or (x >= 0 and (vocab_size is None or x < vocab_size)), text)
     name, v = values("pad_id")
     if v is not None:
         _whole(name, v, f"a token id {ids}")
-        _each(name, v, lambda x: 0 <= x and (vocab_size is None or x < vocab_size), f"a token id {ids}")
+        _each(name, v, lambda x: x >= 0 and (vocab_size is None or x < vocab_size), f"a token id {ids}")
     name, v = values("output_len")
     if v is not None:
         text = f"a whole number from 1 to {max_output_len}" if max_output_len else "a whole number >= 1"
         if max_output_len:
             text += " (the engine's max_seq_len holds the prompt and the output)"
         _whole(name, v, text)
-        _each(name, v, lambda x: 1 <= x and (max_output_len is None or x <= max_output_len), text)
+        _each(name, v, lambda x: x >= 1 and (max_output_len is None or x <= max_output_len), text)
     if "bias_words" in names:
         _check_bias_lists(names["bias_words"], get(names["bias_words"]), names["bias_weights"], get(names["bias_weights"]))
     if "embedding_bias" in names:
@@ -159,7 +159,7 @@ def _check_bias_lists(words_name: str, words, weights_name: str, weights) -> Non
     weight_rows = _rows(weights)
     if not any(len(row) for row in word_rows) and not any(len(row) for row in weight_rows):
         return
-    if len(word_rows) != len(weight_rows) or any(len(a) != len(b) for a, b in zip(word_rows, weight_rows)):
+    if len(word_rows) != len(weight_rows) or any(len(a) != len(b) for a, b in zip(word_rows, weight_rows, strict=False)):
         counts = f"{[len(r) for r in word_rows]} words and {[len(r) for r in weight_rows]} weights"
         raise InvalidInput(f"{words_name}/{weights_name}: {counts} per batch item; send one weight per word")
     flat = _numbers(weights_name, weights)

@@ -4,11 +4,10 @@ or a perf_analyzer / GenAI-Perf / AIPerf export (see exports)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 

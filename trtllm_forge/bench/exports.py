@@ -251,7 +251,7 @@ def _from_profile_csv(rows: list[list[str]], path: Path) -> dict:
             continue
         name = _name(row[0])
         if len(header) > 2 and name in _STAT_NAMES:
-            summary["metrics"][_STAT_NAMES[name]] = _stats(dict(zip(header[1:], row[1:])), _unit(row[0]))
+            summary["metrics"][_STAT_NAMES[name]] = _stats(dict(zip(header[1:], row[1:], strict=False)), _unit(row[0]))
         elif len(header) == 2 and len(row) > 1:
             value = _number(row[1])
             if name in _SYSTEM_NAMES:
@@ -296,7 +296,7 @@ def _from_analyze_csv(rows: list[list[str]], path: Path) -> list[ImportedPoint]:
             continue
         if header is None:
             continue
-        cells = dict(zip(header, row))
+        cells = dict(zip(header, row, strict=False))
         summary = empty_summary("genai-perf", path)
         summary["config_name"] = row[0].strip()
         for column, (metric, stat) in _ANALYZE_COLUMNS.items():
@@ -343,7 +343,7 @@ def _from_aiperf_jsonl(path: Path, text: str) -> dict:
         done += 1
         metrics = record.get("metrics") or {}
 
-        def value_of(tag):
+        def value_of(tag, metrics=metrics):
             metric = metrics.get(tag)
             return metric.get("value") if isinstance(metric, dict) else metric
 

@@ -16,6 +16,7 @@ Threads: one reader thread per connection runs `serve()` and calls the stream's 
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import sys
@@ -23,8 +24,8 @@ import threading
 import time
 import urllib.parse
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import grpc
 import hpack
@@ -224,28 +225,22 @@ class WireConnection:
             if stream.outbox:  # after the messages still waiting for the server's window
                 stream.closing = True
                 return
-            try:
+            with contextlib.suppress(OSError):  # the connection is going: the reader reports it
                 self._write(frame(DATA, END_STREAM, stream.id))
-            except OSError:  # the connection is going: the reader reports it
-                pass
 
     def cancel(self, stream: WireStream, message: str) -> None:
         """Reset `stream` (RST_STREAM CANCEL): the server stops; its end is reported as cancelled."""
         with self.lock:
             if stream.ended or self.is_closed:
                 return
-            try:
+            with contextlib.suppress(OSError):  # the connection is going: the stream ends here all the same
                 self._write(frame(RST_STREAM, 0, stream.id, _U32.pack(CANCEL)))
-            except OSError:  # the connection is going: the stream ends here all the same
-                pass
             self._end_stream(stream, ("grpc_cancelled", message))
 
     def shutdown(self) -> None:
         """Close the socket: the reader's next read ends it, and every stream still open ends as a connection failure."""
-        try:
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
     # reading
 

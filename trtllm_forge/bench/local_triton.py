@@ -18,8 +18,8 @@ import jinja2
 from trtllm_forge import third_party_env
 from trtllm_forge.deploy.discovery import find_tritonserver, prepare_backend_dir, server_environment
 from trtllm_forge.deploy.launch import free_port
-from trtllm_forge.deploy.server_argv import PORT_NAMES, tritonserver_argv
 from trtllm_forge.deploy.server import server_ready, stop_group
+from trtllm_forge.deploy.server_argv import PORT_NAMES, tritonserver_argv
 from trtllm_forge.deploy.state import ServerUrls
 from trtllm_forge.errors import StepError
 from trtllm_forge.processes import dying_with_parent

@@ -41,7 +41,7 @@ STEAL_WARN_SHARE = 0.05
 
 
 def _token_times(record: RequestRecord) -> list[tuple[int, int]]:
-    return [(t, n) for t, n in zip(record.recv_ns, record.tokens) if n > 0]
+    return [(t, n) for t, n in zip(record.recv_ns, record.tokens, strict=False) if n > 0]
 
 
 def _steady_window(result: RunResult, done: list[RequestRecord]) -> tuple[int, int] | None:
@@ -111,7 +111,7 @@ def summarize(result: RunResult, slo: dict[str, float] | None = None, context: d
             osl_mismatch += 1
         empty_responses += sum(r.empty)
         if r.server_send_ns and len(r.server_send_ns) == sum(1 for n in r.tokens if n > 0):
-            delivery.extend(((t - s) / MS) for (t, _), s in zip(times, r.server_send_ns))
+            delivery.extend(((t - s) / MS) for (t, _), s in zip(times, r.server_send_ns, strict=False))
         perf = r.server_perf or {}
         if "arrival_time_ns" in perf and "first_token_time_ns" in perf:
             s_ttft = (perf["first_token_time_ns"] - perf["arrival_time_ns"]) / MS

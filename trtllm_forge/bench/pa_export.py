@@ -94,7 +94,7 @@ def _record(request_id: str, request: dict, service_kind: str, tokenizer) -> Req
     stamps = request.get("response_timestamps") or []
     outputs = request.get("response_outputs") or [{} for _ in stamps]
     source = "responses"
-    for k, (stamp, output) in enumerate(zip(stamps, outputs)):
+    for k, (stamp, output) in enumerate(zip(stamps, outputs, strict=False)):
         tokens, source_k = _response_tokens(output or {}, tokenizer)
         source = source_k if tokens else source
         record.add_response(int(stamp), tokens, final=k == len(stamps) - 1)

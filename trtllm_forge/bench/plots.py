@@ -36,7 +36,7 @@ def point_plots(out: Path, records: list[RequestRecord], title: str) -> list[str
     token_times: list[int] = []
     token_counts: list[int] = []
     for r in measured:
-        times = [(t, n) for t, n in zip(r.recv_ns, r.tokens) if n > 0]
+        times = [(t, n) for t, n in zip(r.recv_ns, r.tokens, strict=False) if n > 0]
         if not times:
             continue
         ttft.append((times[0][0] - r.sent_ns) / 1e6)
@@ -79,7 +79,7 @@ def sweep_plot(out: Path, summaries: list[dict]) -> str:
     fig, ax = plt.subplots(figsize=(7, 4))
     for metric, label in (("ttft_ms", "TTFT p50"), ("e2e_ms", "E2E p50"), ("tpot_ms", "TPOT p50")):
         ax.plot(xs, [s["metrics"][metric]["p50"] for s in summaries], "o-", label=label)
-    for x, s in zip(xs, summaries):
+    for x, s in zip(xs, summaries, strict=False):
         load = s["load"]
         ax.annotate(
             f"c={int(load['value'])}" if load["mode"] == "concurrency" else f"r={load['value']:g}",

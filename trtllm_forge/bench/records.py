@@ -65,7 +65,8 @@ class RequestRecord:
             "intended_ns": self.intended_ns,
             "sent_ns": self.sent_ns,
             "responses": [
-                {"recv_ns": r, "tokens": t, "empty": e, "final": f} for r, t, e, f in zip(self.recv_ns, self.tokens, self.empty, self.final)
+                {"recv_ns": r, "tokens": t, "empty": e, "final": f}
+                for r, t, e, f in zip(self.recv_ns, self.tokens, self.empty, self.final, strict=False)
             ],
             "server_send_ns": self.server_send_ns or None,
             "input_tokens": self.input_tokens,
@@ -80,7 +81,7 @@ class RequestRecord:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "RequestRecord":
+    def from_dict(cls, data: dict) -> RequestRecord:
         responses = data.get("responses") or []
         error = data.get("error") or {}
         return cls(

@@ -14,7 +14,7 @@ def roofline_rows(config: ForgeConfig, documents: list[dict]) -> list[dict]:
     from trtllm_forge.plan.planner import Workload, make_plan
 
     rows = []
-    for workload, document in zip(config.bench.workloads, documents):
+    for workload, document in zip(config.bench.workloads, documents, strict=False):
         plan = make_plan(config, Workload(*mean_lengths(workload)))
         for point in document.get("points") or [document]:
             metrics = point.get("metrics", {})

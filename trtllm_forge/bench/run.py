@@ -14,8 +14,7 @@ from trtllm_forge.bench import plots, report, server_metrics
 from trtllm_forge.bench.metrics import summarize
 from trtllm_forge.bench.options import BenchOptions
 from trtllm_forge.bench.runner import LoadSpec, RunResult, run_load
-from trtllm_forge.bench.target import now_ns
-from trtllm_forge.bench.target import Target
+from trtllm_forge.bench.target import Target, now_ns
 from trtllm_forge.bench.workload import BenchRequest, from_dataset, load_tokenizer, synthetic, take
 from trtllm_forge.errors import ConfigError, StepError
 from trtllm_forge.ui import info, warn
@@ -140,7 +139,7 @@ def _shard_main(options: BenchOptions, load: LoadSpec, requests, warmup, shard: 
 
     try:
         results.put((shard, asyncio.run(main())))
-    except BaseException as exc:  # noqa: BLE001 - reported by the parent as one line
+    except BaseException as exc:
         ready.put(shard)
         results.put((shard, f"{type(exc).__name__}: {exc}"))
 
@@ -194,7 +193,7 @@ def _plots(make, out: Path) -> list[str]:
     try:
         out.mkdir(parents=True, exist_ok=True)
         return make()
-    except Exception as exc:  # noqa: BLE001 - a plot must never lose the measurements
+    except Exception as exc:
         warn(f"plots not written: {type(exc).__name__}: {exc}")
         return []
 
@@ -212,7 +211,12 @@ def run_bench(options: BenchOptions) -> dict:
         point_dir = out / load.label if multi else out
         summary["out_dir"] = str(point_dir)
         if options.plots:
-            summary["plots"] = _plots(lambda: plots.point_plots(point_dir, records, f"{options.model} {load.label}"), point_dir)
+            summary["plots"] = _plots(
+                lambda point_dir=point_dir, records=records, load=load: plots.point_plots(
+                    point_dir, records, f"{options.model} {load.label}"
+                ),
+                point_dir,
+            )
         report.write_point(point_dir, summary, records)
         report.print_point(summary, f"{options.target} {options.model} {load.label}")
         summaries.append(summary)

@@ -6,6 +6,7 @@ late a timer fires: the delay any response stamp can suffer), and the process CP
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -74,10 +75,8 @@ class _LagSampler:
     async def stop(self) -> None:
         if self.task:
             self.task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self.task
-            except asyncio.CancelledError:
-                pass
 
 
 async def _sleep_until(target_ns: int) -> None:

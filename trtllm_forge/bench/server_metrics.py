@@ -62,7 +62,7 @@ class Sampler:
             if data is not None:
                 self.samples.append((time.time(), data))
 
-    def __enter__(self) -> "Sampler":
+    def __enter__(self) -> Sampler:
         if self.url:
             self._thread.start()
         return self

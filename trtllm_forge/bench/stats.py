@@ -17,7 +17,7 @@ def describe(values, unit: str) -> dict:
         out.update({f"p{p}": None for p in PERCENTILES})
         return out
     out.update(avg=float(data.mean()), min=float(data.min()), max=float(data.max()), std=float(data.std()))
-    for p, v in zip(PERCENTILES, np.percentile(data, PERCENTILES)):
+    for p, v in zip(PERCENTILES, np.percentile(data, PERCENTILES), strict=False):
         out[f"p{p}"] = float(v)
     return out
 

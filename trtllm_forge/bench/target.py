@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -62,7 +63,7 @@ class Target(ABC):
     async def send(self, request: BenchRequest, record: RequestRecord) -> None:
         """Send one request, fill `record` (sent_ns, responses, error); return when it has ended."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 (an optional hook: most targets hold nothing to close)
         pass
 
     def count_client_tokens(self, records: list[RequestRecord]) -> None:
@@ -87,9 +88,9 @@ def cumulative_to_deltas(record: RequestRecord) -> None:
     running total and turned into per-response counts."""
     indexes = [i for i, n in enumerate(record.tokens) if n > 0]
     values = [record.tokens[i] for i in indexes]
-    if len(values) > 1 and all(b > a for a, b in zip(values, values[1:])):
+    if len(values) > 1 and all(b > a for a, b in itertools.pairwise(values)):
         previous = 0
-        for i, value in zip(indexes, values):
+        for i, value in zip(indexes, values, strict=False):
             record.tokens[i] = value - previous
             previous = value
         record.output_tokens_source = "server_count_cumulative"
@@ -102,5 +103,5 @@ def now_ns() -> int:
 async def wait_done(done: asyncio.Future, record: RequestRecord, timeout: float) -> None:
     try:
         await asyncio.wait_for(done, timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         record.error_kind, record.error_message = "timeout", f"no final response within {timeout:g} s"

@@ -7,11 +7,12 @@ each stamped response to its request and reads it there (see _Lane)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import grpc
 from google.protobuf.json_format import MessageToDict
@@ -69,7 +70,7 @@ def _resolve(done: asyncio.Future) -> None:
         done.set_result(None)
 
 
-def _close_all(lanes: list["_Lane"]) -> None:
+def _close_all(lanes: list[_Lane]) -> None:
     for lane in lanes:
         lane.close()
     deadline = time.monotonic() + 5
@@ -89,7 +90,7 @@ class _Layout:
     send: int | None
 
     @classmethod
-    def read(cls, outputs) -> "_Layout":
+    def read(cls, outputs) -> _Layout:
         index = {output.name: i for i, output in enumerate(outputs)}
         return cls(len(outputs), index.get("text_output"), index.get("num_output_tokens"), index.get("send_time_ns"))
 
@@ -103,7 +104,7 @@ class _Layout:
 
 def read_perf(response, record: RequestRecord) -> None:
     """The model's return_perf_metrics stamps in `response`, by name (later responses overwrite earlier ones)."""
-    for output, raw in zip(response.outputs, response.raw_output_contents):
+    for output, raw in zip(response.outputs, response.raw_output_contents, strict=False):
         if output.name in PERF_OUTPUTS and raw:
             if record.server_perf is None:
                 record.server_perf = {}
@@ -128,7 +129,7 @@ class _Lane:
     The process's GIL switch interval is left as it is: a lower one (0.2 ms, kept while the reader stamped) had
     waiting threads wake every 0.2 ms, and with the kernel's stamps it no longer bought accuracy."""
 
-    def __init__(self, target: "TritonGrpcTarget", loop: asyncio.AbstractEventLoop):
+    def __init__(self, target: TritonGrpcTarget, loop: asyncio.AbstractEventLoop):
         self.target = target
         self.loop = loop
         self.pending: dict[str, _Pending] = {}
@@ -212,7 +213,7 @@ class _Lane:
             record.recv_ns.append(stamp)
             try:
                 final = self.target.parse_response(response, record)
-            except Exception as exc:  # noqa: BLE001 - one unreadable response must not stop the stream's other requests
+            except Exception as exc:
                 record.error_kind, record.error_message = "client_error", f"cannot read a response: {type(exc).__name__}: {exc}"
                 final = True
             if self.target.perf:
@@ -249,10 +250,8 @@ class _Lane:
         # final response is often empty): read from the first and the last two responses, not from each
         for response in entry.perf_responses:
             read_perf(response, entry.record)
-        try:
+        with contextlib.suppress(RuntimeError):  # the event loop closed under a lane that was never closed
             self.loop.call_soon_threadsafe(_resolve, entry.done)
-        except RuntimeError:  # the event loop closed under a lane that was never closed
-            pass
 
     def cancel(self, record: RequestRecord) -> None:
         """`record`'s timeout passed: forget it; when it was the only request on the stream, end the stream so
@@ -349,7 +348,7 @@ class TritonGrpcTarget(Target):
         )
 
     # NVIDIA's llmapi model names the same inputs differently and streams the whole text so far in each response.
-    LLMAPI_NAMES = {
+    LLMAPI_NAMES: ClassVar[dict[str, str]] = {
         "max_tokens": "sampling_param_max_tokens",
         "stream": "streaming",
         "exclude_input_in_output": "sampling_param_exclude_input_from_output",
@@ -437,7 +436,7 @@ class TritonGrpcTarget(Target):
         record.add_content(tokens, text, final, server_ns)
         return final
 
-    def _layout(self, outputs) -> "_Layout":
+    def _layout(self, outputs) -> _Layout:
         count = len(outputs)
         layout = self.layouts.get(count)
         if layout is None or not layout.holds(outputs):
@@ -533,7 +532,7 @@ class TritonGrpcTokensTarget(TritonGrpcTarget):
     def parse_response(self, response, record: RequestRecord) -> bool:
         tokens = 0
         server_ns = None
-        for output, raw in zip(response.outputs, response.raw_output_contents):
+        for output, raw in zip(response.outputs, response.raw_output_contents, strict=False):
             if output.name == "output_ids":
                 tokens = output.shape[-1] if output.shape else len(raw) // 4
             elif output.name == "send_time_ns" and raw:

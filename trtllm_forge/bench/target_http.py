@@ -16,7 +16,6 @@ from trtllm_forge.bench.target import UNREACHABLE_END_ID, Target, TargetDown, no
 from trtllm_forge.bench.workload import BenchRequest
 from trtllm_forge.errors import StepError
 
-
 RETRIES_BEFORE_RESPONSE = 1  # resends of a request whose connection failed before any response byte
 
 

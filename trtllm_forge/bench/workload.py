@@ -23,7 +23,7 @@ class LengthSpec:
     high: int | None = None
 
     @classmethod
-    def parse(cls, text: str | int, flag: str) -> "LengthSpec":
+    def parse(cls, text: str | int, flag: str) -> LengthSpec:
         text = str(text).strip()
         try:
             if ".." in text:
@@ -43,7 +43,7 @@ class LengthSpec:
         if self.low is not None and self.high is not None:
             return rng.integers(self.low, self.high + 1, n).tolist()
         if self.std == 0:
-            return [int(round(self.mean))] * n
+            return [round(self.mean)] * n
         return np.maximum(1, np.round(rng.normal(self.mean, self.std, n))).astype(int).tolist()
 
     def describe(self) -> str:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from importlib import metadata
+from typing import Any
 
 import click
 

@@ -308,13 +308,12 @@ def reuse_needs_paged_context_fmha(ctx: CheckContext) -> Iterator[ConfigError]:
 @rule
 def paged_kv_required(ctx: CheckContext) -> Iterator[ConfigError]:
     cfg = ctx.config
-    if cfg.engine.kv_cache_type != "paged" and ctx.is_trtllm:
-        if cfg.runtime.batching_strategy == "inflight_fused_batching":
-            yield ConfigError(
-                "engine.kv_cache_type",
-                f"{cfg.engine.kv_cache_type} KV cache cannot serve in-flight batching",
-                "set paged, or runtime.batching_strategy: V1",
-            )
+    if cfg.engine.kv_cache_type != "paged" and ctx.is_trtllm and cfg.runtime.batching_strategy == "inflight_fused_batching":
+        yield ConfigError(
+            "engine.kv_cache_type",
+            f"{cfg.engine.kv_cache_type} KV cache cannot serve in-flight batching",
+            "set paged, or runtime.batching_strategy: V1",
+        )
 
 
 @rule

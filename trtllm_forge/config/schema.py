@@ -6,9 +6,9 @@ Cross-field rules that need more than one section live in `checks.py`.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
@@ -34,7 +34,7 @@ BUILTIN_MODELS = ("smollm2-135m",)
 CPU_BACKENDS = ("openvino", "onnxruntime")
 
 
-class ModelFamily(str, Enum):
+class ModelFamily(StrEnum):
     llama = "llama"
     mistral = "mistral"
     qwen2 = "qwen2"
@@ -69,7 +69,7 @@ class ModelConfig(Section):
     )
 
 
-class KVCacheType(str, Enum):
+class KVCacheType(StrEnum):
     paged = "paged"
     continuous = "continuous"
     disabled = "disabled"
@@ -115,7 +115,7 @@ class GatherLogits(Section):
     generation: bool = Field(default=False, description="Build with --gather_generation_logits.")
 
 
-class SpeculativeMode(str, Enum):
+class SpeculativeMode(StrEnum):
     none = "none"
     draft_target = "draft_target"
     eagle = "eagle"
@@ -194,7 +194,7 @@ class EngineConfig(Section):
         return self.max_num_tokens if self.max_num_tokens is not None else 8192
 
 
-class QuantAlgorithm(str, Enum):
+class QuantAlgorithm(StrEnum):
     none = "none"
     fp8 = "fp8"
     int4_awq = "int4_awq"
@@ -276,7 +276,7 @@ class TritonModelNames(Section):
     )
 
     @model_validator(mode="after")
-    def _distinct(self) -> "TritonModelNames":
+    def _distinct(self) -> TritonModelNames:
         names = list(self.model_dump().values())
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:

@@ -16,8 +16,8 @@ from trtllm_forge.config import ForgeConfig
 from trtllm_forge.deploy.discovery import (
     TritonInstall,
     backend_files,
-    find_tritonserver,
     check_stub_numpy,
+    find_tritonserver,
     server_environment,
 )
 from trtllm_forge.deploy.server_argv import EXIT_TIMEOUT_S as EXIT_TIMEOUT_S  # re-exported: its old home

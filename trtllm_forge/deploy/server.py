@@ -17,7 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from trtllm_forge import third_party_env
@@ -120,7 +120,7 @@ def leftover_processes(deployment: Deployment) -> list[int]:
 
 def _http_ok(url: str, timeout: float = 2.0) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - our own local server
+        with urllib.request.urlopen(url, timeout=timeout) as response:
             return response.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
@@ -395,10 +395,8 @@ def stop_server(target: Path | Deployment, *, grace_s: float = STOP_GRACE_S, qui
         _terminate(lambda: our_processes(deployment), deployment.pid, grace_s, True, f"the server (pid {deployment.pid})")
         child = _CHILDREN.pop(deployment.pid or -1, None)
         if child is not None:
-            try:
+            with suppress(subprocess.TimeoutExpired):
                 child.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
         recorded = read_state(Path(deployment.workdir))
         if recorded is not None and recorded.run_id != deployment.run_id:
             return deployment  # a newer deployment was recorded since: leave its state alone

@@ -60,7 +60,7 @@ class Deployment(ServerUrls):
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Deployment":
+    def from_dict(cls, data: dict) -> Deployment:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 

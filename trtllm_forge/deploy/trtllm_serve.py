@@ -10,6 +10,7 @@ The command follows trtllm-serve's 1.2 CLI (NVIDIA/TensorRT-LLM:tensorrt_llm/com
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -86,7 +87,7 @@ def docker_argv(config: ForgeConfig, model: str, options: str) -> list[str]:
     ]
     for path in sorted({str(Path(model)), str(Path(options).parent)}):
         argv += ["-v", f"{path}:{path}:ro"]
-    return argv + [image_for(config), *inside]
+    return [*argv, image_for(config), *inside]
 
 
 def kubernetes_manifest(config: ForgeConfig, model: str, options: str) -> str:
@@ -260,10 +261,8 @@ def stop(workdir: Path) -> dict | None:
         survivors = terminate(lambda: group_members(pid), STOP_GRACE_S)
         if survivors:
             raise StepError("deploy stop", f"trtllm-serve processes {survivors} survived SIGKILL", "check them with ps")
-    try:  # started by this process (`run`): reap it, or it stays a zombie until we exit
+    with contextlib.suppress(ChildProcessError):  # started by this process (`run`): reap it, or it stays a zombie
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
     path.unlink()
     return state
 

@@ -118,7 +118,7 @@ def open_reader(path: Path):
 
     try:
         return GGUFReader(str(path))
-    except Exception as exc:  # noqa: BLE001 - any parse failure means "not a usable GGUF"
+    except Exception as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ConfigError("model.source", f"{str(path)!r} is not a readable GGUF file ({first})", "give a valid .gguf file") from None
 

@@ -107,9 +107,9 @@ def _update_tokenizer_config(out: Path, **values) -> None:
 
 def check_tokenizer(out: Path, info: GGUFInfo, in_memory, native: bool) -> dict:
     """Re-load the saved tokenizer as serving will, and hold it to the GGUF's rules."""
-    from trtllm_forge.importer.hf_checkpoint import tokenizer_facts
-
     from transformers import AutoTokenizer
+
+    from trtllm_forge.importer.hf_checkpoint import tokenizer_facts
 
     facts = tokenizer_facts(out)
     problems = []
@@ -181,13 +181,13 @@ def parsed_once(reader, gguf_path: Path) -> Iterator[None]:
             return reader
         return make_reader(path, *args, **kwargs)
 
-    setattr(gguf, "GGUFReader", reader_for)  # setattr: mypy refuses assigning to a class name
-    setattr(gguf, "get_tensor_name_map", functools.lru_cache(maxsize=None)(name_map))
+    gguf.GGUFReader = reader_for  # setattr: mypy refuses assigning to a class name
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
     try:
         yield
     finally:
-        setattr(gguf, "GGUFReader", make_reader)
-        setattr(gguf, "get_tensor_name_map", name_map)
+        gguf.GGUFReader = make_reader
+        gguf.get_tensor_name_map = name_map
 
 
 def convert(gguf_path: Path, out: Path, dtype: str) -> dict:

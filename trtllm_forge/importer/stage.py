@@ -185,7 +185,7 @@ def _hf_body(plan: ImportPlan, config: ForgeConfig):
         tokenizer_dir = plan.tokenizer_dir or plan.source.path
         try:
             facts = tokenizer_facts(tokenizer_dir, config.model.trust_remote_code)
-        except Exception as exc:  # noqa: BLE001 - any load failure is the checkpoint's problem
+        except Exception as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise StepError(
                 "import.tokenizer",

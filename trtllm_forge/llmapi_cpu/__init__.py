@@ -19,4 +19,4 @@ from trtllm_forge.llmapi_cpu.sampling import SamplingParams
 
 STAND_IN = True  # lets callers (and tests) tell the stand-in from the real tensorrt_llm
 
-__all__ = ["LLM", "CompletionOutput", "RequestError", "RequestOutput", "SamplingParams", "STAND_IN"]
+__all__ = ["LLM", "STAND_IN", "CompletionOutput", "RequestError", "RequestOutput", "SamplingParams"]

@@ -4,6 +4,7 @@ publishes snapshots to the request's RequestOutput. Everything else talks to it 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -18,7 +19,6 @@ from typing import Any
 from trtllm_forge.llmapi_args import describe, unknown_keys
 from trtllm_forge.llmapi_cpu.outputs import RequestOutput
 from trtllm_forge.llmapi_cpu.sampling import SamplingParams
-from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.kv_pool import warm_up_and_commit
 from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.genai_settings import (
     CPU_KV_BLOCK_SIZE,
     IDLE_WAIT_S,
@@ -30,6 +30,7 @@ from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.genai_settings import (
     set_penalties,
     set_sampling,
 )
+from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.kv_pool import warm_up_and_commit
 
 # When set, the engine's counters are written to this JSON file after every change (tests read them from outside
 # the Triton stub process to see that a vanished client really stopped the generation).
@@ -217,7 +218,7 @@ class LLM:
                 continue
             try:
                 self.pipeline.step()
-            except Exception as exc:  # noqa: BLE001 - fail the requests in flight, keep serving
+            except Exception as exc:
                 for request in list(self._active.values()):
                     self._fail(request, RuntimeError(f"engine step failed: {exc}"))
                 time.sleep(IDLE_WAIT_S)
@@ -225,7 +226,7 @@ class LLM:
             for request in list(self._active.values()):
                 try:
                     self._collect(request)
-                except Exception as exc:  # noqa: BLE001 - fail this request, not the loop
+                except Exception as exc:
                     self._fail(request, exc)
         for _ in range(100):  # let GenAI drop stopped requests before the pipeline goes away
             if not self.pipeline.has_non_finished_requests():
@@ -247,7 +248,7 @@ class LLM:
                     request.first_scheduled_ns = time.time_ns()
                     self._active[request.output.request_id] = request
                     self._count("submitted")
-                except Exception as exc:  # noqa: BLE001 - refused by GenAI: this request only
+                except Exception as exc:
                     request.output._publish("", [], None, None, RequestError(f"the engine refused the request: {exc}".splitlines()[0]))
             elif kind == "abort" and payload in self._active:
                 self._end(self._active[payload], "cancelled", None)
@@ -336,7 +337,7 @@ class LLM:
         try:
             if request.handle.get_status() == self.ov_genai.GenerationStatus.RUNNING:
                 request.handle.stop()
-        except Exception:  # noqa: BLE001 - already gone
+        except Exception:
             pass
         self._count("aborted" if finish_reason == "cancelled" else "finished")
         self._publish(request, self._decode(request.tokens, request.params) if text is None else text, finish_reason, stop_reason)
@@ -344,9 +345,7 @@ class LLM:
     def _fail(self, request: _Request, error: BaseException) -> None:
         if self._active.pop(request.output.request_id, None) is None:
             return
-        try:
+        with contextlib.suppress(Exception):
             request.handle.stop()
-        except Exception:  # noqa: BLE001
-            pass
         self._count("failed")
         request.output._publish("", list(request.tokens), None, None, error)

@@ -95,7 +95,7 @@ class RequestOutput:
     def __aiter__(self):
         return self
 
-    async def __anext__(self) -> "RequestOutput":
+    async def __anext__(self) -> RequestOutput:
         if self._queue is None:
             raise TypeError("generate_async was not called from a running event loop; use result()")
         while True:
@@ -107,7 +107,7 @@ class RequestOutput:
             if self.streaming or self.finished:
                 return self
 
-    async def aresult(self) -> "RequestOutput":
+    async def aresult(self) -> RequestOutput:
         if self._queue is None:
             raise TypeError("generate_async was not called from a running event loop; use result()")
         while not self.finished:
@@ -119,7 +119,7 @@ class RequestOutput:
     def __await__(self):
         return self.aresult().__await__()
 
-    def result(self, timeout: float | None = None) -> "RequestOutput":
+    def result(self, timeout: float | None = None) -> RequestOutput:
         if self._loop is not None:
             raise RuntimeError("this request belongs to an event loop; await it instead")
         if not self._done.wait(timeout):

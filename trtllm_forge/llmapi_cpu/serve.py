@@ -150,7 +150,7 @@ class OpenAIServer:
         if not stream:
             try:
                 done = await result
-            except Exception as exc:  # noqa: BLE001 - this request only
+            except Exception as exc:
                 return self._error(400, str(exc))
             out = done.outputs[0]
             choice = {"index": 0, "finish_reason": out.finish_reason, "stop_reason": out.stop_reason}
@@ -194,7 +194,7 @@ class OpenAIServer:
         except (ConnectionResetError, asyncio.CancelledError):
             result.abort()  # the client went away: stop generating for it
             raise
-        except Exception as exc:  # noqa: BLE001 - report in the stream, keep serving the others
+        except Exception as exc:
             await self._send(response, {"object": "error", "message": str(exc)})
         return response
 

@@ -7,7 +7,7 @@ import os
 import platform
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from trtllm_forge.hardware import hardware_table, host_profile_path
@@ -60,7 +60,7 @@ def measure_matmul(budget_s: float = BUDGET_S) -> float:
         b = rng.standard_normal((n, n), dtype=np.float32)
         out = np.empty_like(a)
         np.matmul(a, b, out=out)
-        best = max(best, 2 * n**3 / _best_time(lambda: np.matmul(a, b, out=out), budget_s / len(MATMUL_SIZES)))
+        best = max(best, 2 * n**3 / _best_time(lambda a=a, b=b, out=out: np.matmul(a, b, out=out), budget_s / len(MATMUL_SIZES)))
     return best
 
 
@@ -74,7 +74,7 @@ def measure_host(budget_s: float = BUDGET_S) -> dict:
         "memory_gb": round(total_memory_bytes() / 1024**3, 2),  # binary, like the GPU entries
         "bandwidth_gb_s": round(bandwidth / 1e9, 2),
         "fp32_tflops": round(flops / 1e12, 4),
-        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "source": f"measured by `trtllm-forge plan --measure-host` on {platform.node()} "
         f"({threads} threads, numpy {np.__version__}: {COPY_BYTES >> 20} MiB copy, best of {'/'.join(map(str, MATMUL_SIZES))}-square fp32 matmuls)",
     }

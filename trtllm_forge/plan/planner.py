@@ -10,6 +10,7 @@ from trtllm_forge.dtypes import resolve_model_dtype
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.hardware import Device, find_device
 from trtllm_forge.model_shape import ModelShape
+from trtllm_forge.plan.draft import DraftMemory, draft_shape, engine_draft, engine_draft_kv_settings, openvino_draft
 from trtllm_forge.plan.memory import (
     CPU_RUNTIME_OVERHEAD_BYTES,
     DEVICE_MEMORY_UNIT,
@@ -22,7 +23,6 @@ from trtllm_forge.plan.memory import (
     kv_cache,
     rank_memory,
 )
-from trtllm_forge.plan.draft import DraftMemory, draft_shape, engine_draft, engine_draft_kv_settings, openvino_draft
 from trtllm_forge.plan.roofline import Machine, ModelCost, StepTime
 from trtllm_forge.plan.weights import DTYPE_BYTES, Mapping, RankWeights, parameter_count, rank_weights
 
@@ -205,7 +205,7 @@ def make_plan(config: ForgeConfig, workload: Workload | None = None, shape: Mode
             draft=draft.held(r.stage) if draft else 0.0,
             draft_kv_per_token=draft.kv_bytes_per_token[r.stage] if draft and not draft.own_pool else 0,
         )
-        for r, bpt in zip(weights, per_token)
+        for r, bpt in zip(weights, per_token, strict=False)
     ]
     kv = kv_cache(memory, eng.tokens_per_block, cap)
     if draft is not None and not draft.own_pool:
@@ -272,7 +272,7 @@ def plan_draft(
     fraction, cap = engine_draft_kv_settings(config)
     own = [
         rank_memory(stage, device_bytes, weights, draft.activations, overhead, bpt, fraction, eng.tokens_per_block)
-        for stage, (weights, bpt) in enumerate(zip(draft.weights, draft.kv_bytes_per_token))
+        for stage, (weights, bpt) in enumerate(zip(draft.weights, draft.kv_bytes_per_token, strict=False))
     ]
     pool = kv_cache(own, eng.tokens_per_block, cap)
     return replace(draft, kv_tokens=pool.max_tokens)

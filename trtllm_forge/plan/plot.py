@@ -14,10 +14,10 @@ def plot_roofline(plan: Plan, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     top = max(plan.config.engine.max_batch_size, plan.max_concurrent_sequences, 2)
-    batches = sorted({int(round(top ** (i / 63))) for i in range(64)} | {1, top})
+    batches = sorted({round(top ** (i / 63)) for i in range(64)} | {1, top})
     points = [p for b in batches if (p := plan.point(b)) is not None]
-    memory = [b / (p.decode.memory_s + p.decode.comm_s) for b, p in zip(batches, points)]
-    compute = [b / (p.decode.compute_s + p.decode.comm_s) for b, p in zip(batches, points)]
+    memory = [b / (p.decode.memory_s + p.decode.comm_s) for b, p in zip(batches, points, strict=False)]
+    compute = [b / (p.decode.compute_s + p.decode.comm_s) for b, p in zip(batches, points, strict=False)]
     best = [p.tokens_per_s for p in points]
 
     fig, ax = plt.subplots(figsize=(8, 5), dpi=100)

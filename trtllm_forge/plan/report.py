@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from dataclasses import asdict
+from typing import Any
 
 from rich.table import Table
 
@@ -57,7 +56,7 @@ def plan_to_dict(plan: Plan) -> dict:
                     "kv_bytes_per_token": r.kv_bytes_per_token,
                     "kv_blocks_from_memory": r.blocks_from_memory,
                 }
-                for r, wt in zip(plan.memory, plan.weights)
+                for r, wt in zip(plan.memory, plan.weights, strict=False)
             ],
         },
         "kv_cache": {

@@ -31,7 +31,7 @@ class Machine:
     compute_precision: str
 
     @classmethod
-    def for_device(cls, device: Device, algorithm: str, dtype: str) -> "Machine | None":
+    def for_device(cls, device: Device, algorithm: str, dtype: str) -> Machine | None:
         """None when the device's numbers are unknown (an unmeasured cpu)."""
         if not device.bandwidth_gb_s:
             return None
@@ -123,7 +123,7 @@ class ModelCost:
 
     def _step(self, machine: Machine, tokens: int, logits_rows: int, pairs: float, kv_tokens: float) -> StepTime:
         memory = compute = total = 0.0
-        for rank, kv_per_token in zip(self.ranks, self.kv_bytes_per_token):
+        for rank, kv_per_token in zip(self.ranks, self.kv_bytes_per_token, strict=False):
             m = (self._weights_read(rank, tokens) + kv_tokens * kv_per_token) / machine.bandwidth
             c = self._flops(rank, tokens, logits_rows, pairs) / machine.peak_flops
             memory, compute, total = memory + m, compute + c, total + max(m, c)

@@ -64,7 +64,7 @@ class Mapping:
     moe_tp: int = 1
 
     @classmethod
-    def create(cls, tp: int, pp: int, moe_ep: int | None, moe_tp: int | None) -> "Mapping":
+    def create(cls, tp: int, pp: int, moe_ep: int | None, moe_tp: int | None) -> Mapping:
         ep = moe_ep or 1
         return cls(tp=tp, pp=pp, moe_ep=ep, moe_tp=moe_tp or max(1, tp // ep))
 

@@ -3,4 +3,4 @@
 from trtllm_forge.render.repository import render_repository, render_to_directory
 from trtllm_forge.render.validate import Problem, check_repository
 
-__all__ = ["render_repository", "render_to_directory", "check_repository", "Problem"]
+__all__ = ["Problem", "check_repository", "render_repository", "render_to_directory"]

@@ -65,7 +65,7 @@ def plan_launch(
     """`install` is the local server to name (None: the container's); its environment is given as additions,
     which the script prepends to the caller's search paths."""
     tr = config.triton
-    port_map = dict(zip(PORT_NAMES, ports or (tr.http_port, tr.grpc_port, tr.metrics_port)))
+    port_map = dict(zip(PORT_NAMES, ports or (tr.http_port, tr.grpc_port, tr.metrics_port), strict=False))
     local = config.deploy.target == "local"
     if local and install is not None:
         binary, env = str(install.binary), server_environment(install, base={})

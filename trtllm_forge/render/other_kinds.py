@@ -116,6 +116,7 @@ def write_vllm_repository(config: ForgeConfig, workdir: Path, out: Path) -> tupl
     config_path = out / name / "config.pbtxt"
     config_path.write_text(render_template("vllm/model/config.pbtxt.j2", {"name": name, "decoupled": config.triton.decoupled}))
     (version / "model.json").write_text(json.dumps(vllm_engine_args(config, model), indent=2) + "\n")
-    return [config_path, version / "model.json"], warnings + [
-        "the vllm kind needs Triton's vLLM backend (e.g. the nvcr.io/nvidia/tritonserver:<yy.mm>-vllm-python-py3 image)"
+    return [config_path, version / "model.json"], [
+        *warnings,
+        "the vllm kind needs Triton's vLLM backend (e.g. the nvcr.io/nvidia/tritonserver:<yy.mm>-vllm-python-py3 image)",
     ]

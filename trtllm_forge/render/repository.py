@@ -8,9 +8,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trtllm_forge.builders.tensorrt_llm.images import check_engine_for_config
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.deploy.discovery import TritonInstall, prepare_backend_dir, pytriton_install
-from trtllm_forge.builders.tensorrt_llm.images import check_engine_for_config
 from trtllm_forge.engine_config import EngineInfo, read_engine_config
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.render import launch as launch_mod

@@ -104,7 +104,7 @@ def known_dtype(value: int) -> bool:
 def dtype_choices() -> str:
     from tritonclient.grpc import model_config_pb2
 
-    return ", ".join(name for name in model_config_pb2.DataType.keys() if name != "TYPE_INVALID")
+    return ", ".join(name for name in model_config_pb2.DataType if name != "TYPE_INVALID")
 
 
 def bad_dims(dims: list[int]) -> list[int]:
@@ -113,7 +113,7 @@ def bad_dims(dims: list[int]) -> list[int]:
 
 
 def dims_compatible(a: list[int], b: list[int]) -> bool:
-    return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b))
+    return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b, strict=False))
 
 
 class Validator:

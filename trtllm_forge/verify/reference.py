@@ -16,10 +16,10 @@ Agreement between a reference sequence `ref` and a served sequence `got` is repo
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Sequence
 
 DEFAULT_TEXT = "data/perplexity_en.txt"
 
@@ -41,7 +41,7 @@ class Agreement:
 
 
 def first_divergence(ref: Sequence[int], got: Sequence[int]) -> int | None:
-    for index, (a, b) in enumerate(zip(ref, got)):
+    for index, (a, b) in enumerate(zip(ref, got, strict=False)):
         if a != b:
             return index
     return None if len(ref) == len(got) else min(len(ref), len(got))
@@ -61,7 +61,7 @@ def positionwise_agreement(ref: Sequence[int], got: Sequence[int]) -> float:
     longest = max(len(ref), len(got))
     if longest == 0:
         return 1.0
-    return sum(1 for a, b in zip(ref, got) if a == b) / longest
+    return sum(1 for a, b in zip(ref, got, strict=False) if a == b) / longest
 
 
 def compare_tokens(ref: Sequence[int], got: Sequence[int]) -> Agreement:

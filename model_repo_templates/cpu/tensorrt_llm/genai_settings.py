@@ -98,6 +98,6 @@ def sampling_problem(config: Any) -> str | None:
     """GenAI's own check of a GenerationConfig: None when valid, else its first line."""
     try:
         config.validate()
-    except Exception as exc:  # noqa: BLE001 - GenAI raises its own exception types
+    except Exception as exc:
         return f"sampling parameters: {exc}".splitlines()[0]
     return None

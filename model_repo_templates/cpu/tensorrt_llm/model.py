@@ -35,6 +35,7 @@ draft-target speculative decoding, whose output is the target model's own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -43,12 +44,12 @@ import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from request_checks import InvalidInput, check_request  # copied next to this file: range checks of the inputs
 
 # Copied next to this file too: the GenAI settings this model shares with the LLM-API stand-in, and the KV pool commit.
 from genai_settings import (
@@ -65,6 +66,7 @@ from genai_settings import (
     set_sampling,
 )
 from kv_pool import warm_up_and_commit
+from request_checks import InvalidInput, check_request  # copied next to this file: range checks of the inputs
 
 # A send that has not returned after this long is taken as a consumer that will never read (a dead BLS stub):
 # its request is dropped so it cannot hold back every other stream.
@@ -134,7 +136,7 @@ def _input(request, name: str):
     if _NUMPY2:
         try:
             return np.from_dlpack(tensor)
-        except Exception:  # noqa: BLE001 - e.g. BOOL has no DLPack type here; fall back
+        except Exception:
             pass
     return tensor.as_numpy()
 
@@ -271,7 +273,7 @@ class Outbox:
                     job.sender.send(flags=flags)
                 else:
                     job.sender.send(response, flags=flags)
-            except Exception as exc:  # noqa: BLE001 - a vanished client must not stop the others
+            except Exception as exc:
                 self.warn(f"{self.name}: could not send a response: {exc}")
             with self.cond:
                 if generation != self.generation:
@@ -431,7 +433,7 @@ class TritonPythonModel:
             except RequestError as exc:
                 self._reject(request, sender, str(exc), jobs)
                 continue
-            except Exception as exc:  # noqa: BLE001 - a malformed request must not take the model down
+            except Exception as exc:
                 self._reject(request, sender, f"invalid request: {type(exc).__name__}: {exc}", jobs)
                 continue
             if job is None:  # a `stop` request, already answered
@@ -618,18 +620,18 @@ class TritonPythonModel:
                     continue
                 try:
                     self.pipeline.step()
-                except Exception as exc:  # noqa: BLE001 - fail the requests in flight, keep serving
+                except Exception as exc:
                     pb_utils.Logger.log_error(f"{self.instance}: step failed: {exc}\n{traceback.format_exc()}")
-                    for job, item in list(self.active.values()):
+                    for job, _item in list(self.active.values()):
                         self._fail(job, f"engine step failed: {exc}")
                     time.sleep(IDLE_WAIT_S)
                     continue
                 now = time.time_ns()
                 running = len(self.active)
-                for engine_id, (job, item) in list(self.active.items()):
+                for _engine_id, (job, item) in list(self.active.items()):
                     try:
                         self._collect(job, item, now, status)
-                    except Exception as exc:  # noqa: BLE001 - fail this request, not the loop
+                    except Exception as exc:
                         pb_utils.Logger.log_error(f"{self.instance}: request failed: {exc}\n{traceback.format_exc()}")
                         self._fail(job, f"internal error: {type(exc).__name__}: {exc}")
                 self._flush_outbox()
@@ -637,16 +639,16 @@ class TritonPythonModel:
                 if ended >= 2 and self.arrival_window_s > 0:  # one successor alone has no other arrival to join
                     self.awaited = ended
                     self.awaited_until = time.monotonic() + self.arrival_window_s
-            except Exception as exc:  # noqa: BLE001 - the loop must survive anything one request does
+            except Exception as exc:
                 pb_utils.Logger.log_error(f"{self.instance}: engine loop error: {exc}\n{traceback.format_exc()}")
-        for job, item in list(self.active.values()):
+        for job, _item in list(self.active.values()):
             self._fail(job, "the model is shutting down")
         for _ in range(100):  # let GenAI drop the stopped requests before the pipeline is destroyed
             if not self.pipeline.has_non_finished_requests():
                 break
             try:
                 self.pipeline.step()
-            except Exception:  # noqa: BLE001 - shutting down anyway
+            except Exception:
                 break
 
     def _after_idle(self, ov) -> None:
@@ -700,7 +702,7 @@ class TritonPythonModel:
                         self.awaited -= 1
                         if time.monotonic() < self.burst_until:
                             self.burst_admitted += 1
-                except Exception as exc:  # noqa: BLE001 - refused by GenAI: answer this request only
+                except Exception as exc:
                     self._fail(entry, f"the engine refused the request: {exc}".splitlines()[0])
             try:
                 entry = self.incoming.get_nowait()
@@ -749,7 +751,7 @@ class TritonPythonModel:
     def _is_cancelled(job: Job) -> bool:
         try:
             return bool(job.sender.is_cancelled())
-        except Exception:  # noqa: BLE001 - a released request counts as gone
+        except Exception:
             return True
 
     def _collect(self, job: Job, item: Item, now: int, status) -> None:
@@ -798,10 +800,8 @@ class TritonPythonModel:
     def _fail(self, job: Job, message: str) -> None:
         for item in job.items:
             if item.engine_id in self.active:
-                try:
+                with contextlib.suppress(Exception):
                     item.handle.stop()
-                except Exception:  # noqa: BLE001
-                    pass
                 self.active.pop(item.engine_id, None)
         if job.closed:
             return

@@ -88,7 +88,7 @@ class TritonPythonModel:
                 asyncio.run_coroutine_threadsafe(self._serve(request, request.get_response_sender()), self.loop)
             return None
         collectors = [_Collector() for _ in requests]
-        for request, collector in zip(requests, collectors):
+        for request, collector in zip(requests, collectors, strict=False):
             asyncio.run_coroutine_threadsafe(self._serve(request, collector), self.loop)
         return [collector.wait() for collector in collectors]
 
@@ -125,7 +125,7 @@ class TritonPythonModel:
     @staticmethod
     def _perf_tensors(metrics) -> list:
         kv, timing, spec = metrics.kv_cache_metrics, metrics.timing_metrics, metrics.speculative_decoding
-        ns = lambda t: int(round(t.total_seconds() * 1e9)) if hasattr(t, "total_seconds") else int(t)  # noqa: E731
+        ns = lambda t: round(t.total_seconds() * 1e9) if hasattr(t, "total_seconds") else int(t)  # noqa: E731
         values = [
             ("kv_cache_reused_block", np.int32, kv.num_reused_blocks),
             ("kv_cache_missed_block", np.int32, kv.num_missed_blocks),
@@ -203,7 +203,7 @@ class TritonPythonModel:
                 sender.send(self._response(last, request), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             elif last is None or not last.finished:
                 sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        except Exception as exc:  # noqa: BLE001 - one bad request must not affect the others
+        except Exception as exc:
             with self.lock:
                 self.in_flight.pop(key, None)
             pb_utils.Logger.log_error(f"llmapi model: error generating request: {exc}")
@@ -227,7 +227,7 @@ class TritonPythonModel:
                                 ),
                                 flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
                             )
-                        except Exception as exc:  # noqa: BLE001 - ended meanwhile; this loop must outlive any one request
+                        except Exception as exc:
                             pb_utils.Logger.log_warn(f"llmapi model: cancelled request already answered: {exc}")
 
     def finalize(self):

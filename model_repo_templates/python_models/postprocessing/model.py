@@ -17,7 +17,6 @@ import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-
 from forge_detokenize import anchored_decode
 from tokenizer_loading import as_bool, load_tokenizer, model_parameters
 

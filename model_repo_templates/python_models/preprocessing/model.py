@@ -11,7 +11,6 @@ import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-
 from request_checks import check_request, triton_error
 from tokenizer_loading import as_bool, load_tokenizer, model_parameters, single_token_id
 
@@ -140,7 +139,7 @@ class TritonPythonModel:
         bias = np.zeros((batch, self.vocab_size), dtype=np.float32)
         for index, words in enumerate(words_per_item):
             item_weights = np.asarray(weights[index]).reshape(-1)
-            for word, weight in zip(words, item_weights):
+            for word, weight in zip(words, item_weights, strict=False):
                 text = word.decode("utf-8") if isinstance(word, bytes) else str(word)
                 ids = self.tokenizer.encode(text, add_special_tokens=False)
                 if ids:

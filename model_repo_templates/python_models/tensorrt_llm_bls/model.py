@@ -33,11 +33,11 @@ binary in nvidia-pytriton 0.7.0 was checked with gdb for the same calls.
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-
 from forge_detokenize import IncrementalDetokenizer
 from request_checks import InvalidInput, check_request, reraise, triton_error
 from tokenizer_loading import as_bool, load_tokenizer, model_parameters
@@ -156,7 +156,7 @@ class TritonPythonModel:
         stream: dict = {}
         try:
             response = self._collect(request, stream)
-        except Exception as exc:  # noqa: BLE001 - reported to the client, never crashes the stub
+        except Exception as exc:
             response = pb_utils.InferenceResponse(error=triton_error(pb_utils, exc, "tensorrt_llm_bls"))
         self._release_engine_stream(request, stream)
         return response
@@ -172,7 +172,7 @@ class TritonPythonModel:
                         sender.send(self._response(text, tensors))
             else:
                 last = self._collect(request, stream)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             last = pb_utils.InferenceResponse(error=triton_error(pb_utils, exc, "tensorrt_llm_bls"))
         # Before the final flag: after it the request may be released, and the release needs the request.
         self._release_engine_stream(request, stream)
@@ -199,7 +199,7 @@ class TritonPythonModel:
             try:
                 for _ in iterator:  # after a stop word or an error: the engine still ends the stream
                     pass
-            except Exception as exc:  # noqa: BLE001 - the stream stays referenced; never crashes the stub
+            except Exception as exc:
                 pb_utils.Logger.log_warn(f"tensorrt_llm_bls: engine stream not drained: {exc}")
         self.retired_streams.append(iterator)
         del iterator
@@ -207,7 +207,7 @@ class TritonPythonModel:
             # A cancelled request answers from its cache without the round trip: keep the streams for the next call.
             if not request.is_cancelled():
                 self.retired_streams.clear()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             pb_utils.Logger.log_warn(f"tensorrt_llm_bls: is_cancelled failed, engine streams kept: {exc}")
 
     def _response(self, text: str, tensors: dict):
@@ -283,10 +283,8 @@ class TritonPythonModel:
     def _cancel(stream: dict) -> None:
         iterator = stream.get("iterator")
         if iterator is not None and hasattr(iterator, "cancel"):
-            try:
+            with contextlib.suppress(Exception):
                 iterator.cancel()
-            except Exception:  # noqa: BLE001 - best effort; the engine finishes on its own
-                pass
 
     # --- calls to the other models -------------------------------------------------------------------
 

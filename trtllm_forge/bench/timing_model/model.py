@@ -32,18 +32,18 @@ def _optional(request, name, default):
 
 class _Stream:
     __slots__ = (
-        "sender",
-        "total",
-        "sent",
-        "first_ns",
-        "gap_ns",
-        "stream",
-        "count_tokens",
-        "batched",
-        "tokens",
-        "perf",
         "arrival_ns",
+        "batched",
+        "count_tokens",
+        "first_ns",
         "first_token_ns",
+        "gap_ns",
+        "perf",
+        "sender",
+        "sent",
+        "stream",
+        "tokens",
+        "total",
     )
 
     def __init__(self, sender, total, first_ns, gap_ns, stream, count_tokens, batched, tokens):
@@ -166,7 +166,7 @@ class TritonPythonModel:
                 heapq.heappop(self.heap)
             try:
                 next_due = self._emit(state)
-            except Exception as exc:  # noqa: BLE001 - a broken stream must not stop the others
+            except Exception as exc:
                 pb_utils.Logger.log_error(f"timing model: {exc}")
                 next_due = None
             if next_due is not None:
