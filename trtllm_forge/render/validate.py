@@ -104,7 +104,8 @@ def known_dtype(value: int) -> bool:
 def dtype_choices() -> str:
     from tritonclient.grpc import model_config_pb2
 
-    return ", ".join(name for name in model_config_pb2.DataType if name != "TYPE_INVALID")
+    # protobuf's EnumTypeWrapper has keys() but is not iterable
+    return ", ".join(name for name in model_config_pb2.DataType.keys() if name != "TYPE_INVALID")  # noqa: SIM118
 
 
 def bad_dims(dims: list[int]) -> list[int]:
