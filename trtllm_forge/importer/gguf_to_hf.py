@@ -181,13 +181,14 @@ def parsed_once(reader, gguf_path: Path) -> Iterator[None]:
             return reader
         return make_reader(path, *args, **kwargs)
 
-    gguf.GGUFReader = reader_for  # setattr: mypy refuses assigning to a class name
-    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
+    # setattr: mypy refuses assigning to a class name
+    setattr(gguf, "GGUFReader", reader_for)  # noqa: B010
+    setattr(gguf, "get_tensor_name_map", functools.lru_cache(maxsize=None)(name_map))  # noqa: B010
     try:
         yield
     finally:
-        gguf.GGUFReader = make_reader
-        gguf.get_tensor_name_map = name_map
+        setattr(gguf, "GGUFReader", make_reader)  # noqa: B010
+        setattr(gguf, "get_tensor_name_map", name_map)  # noqa: B010
 
 
 def convert(gguf_path: Path, out: Path, dtype: str) -> dict:
