@@ -81,17 +81,14 @@ TABLES: dict[str, TableSource] = {
         "bench_fidelity.py",
         "render_tables",
         "results/bench_fidelity/timing.json",
-        remeasure=".venv/bin/python scripts/bench_fidelity.py --json results/bench_fidelity/timing.json (on a quiet machine)",
+        remeasure=".venv/bin/python scripts/bench_fidelity.py",
     ),
     "bench-fidelity-table": TableSource("bench_tools_fidelity.py", "readme_table", "results/bench_fidelity/tools.json"),
     "cpu-streaming-table": TableSource(
         "bench_cpu_streaming.py",
         "render_table",
         "results/bench_cpu_streaming/streaming.json",
-        remeasure=(
-            ".venv/bin/python scripts/bench_cpu_streaming.py bls1=WORKDIR1 bls16=WORKDIR2 "
-            "--json-out results/bench_cpu_streaming/streaming.json (the two deployments as described above)"
-        ),
+        remeasure=".venv/bin/python scripts/bench_cpu_streaming.py bls1=WORKDIR1 bls16=WORKDIR2",
     ),
     "cpu-arrival-window-table": TableSource("bench_cpu_streaming.py", "render_table", "results/bench_cpu_streaming/arrival_window.json"),
     "cpu-kv-pool-table": TableSource("bench_cpu_streaming.py", "render_table", "results/bench_cpu_streaming/kv_pool_commit.json"),
@@ -123,8 +120,6 @@ class FactSource:
 
 
 FACTS: dict[str, FactSource] = {
-    "concurrency-runs": FactSource("results/bench_cpu_engine/concurrency.json", "workload.repeats"),
-    "speculative-served-ratio": FactSource("results/bench_cpu_speculative/batch1.json", "ratio", "{:.2f}×"),
     "fidelity-repeats": FactSource("results/bench_fidelity/tools.json", "repeats"),
 }
 
@@ -186,8 +181,8 @@ def render(name: str, repo: Path = REPO) -> str:
     document = json.loads(cited.read_text())
     if dirty_tree(document):
         return (
-            f"_Not shown: `{cited.relative_to(repo)}` was measured on a tree that differed from its commit "
-            f"({_commit(document)}). Awaiting re-measurement: run `scripts/{source.script}` on a clean tree, commit the "
+            f"_Not shown: `{cited.relative_to(repo)}` was measured on a dirty tree (files differed from its commit "
+            f"{_commit(document)}). Awaiting re-measurement: run `scripts/{source.script}` on a clean tree, commit the "
             "result, then `scripts/readme_tables.py`._\n"
         )
     text = function(document if source.load_json else result)
@@ -195,8 +190,7 @@ def render(name: str, repo: Path = REPO) -> str:
     if source.remeasure:
         text = (
             f"_Awaiting re-measurement on today's code: these numbers were measured at git {_commit(document)}, and the "
-            f"code they measure has changed since. Re-measure with `{source.remeasure}`, then `scripts/readme_tables.py`._\n\n"
-            + text
+            f"code they measure has changed since. Re-measure with `{source.remeasure}`, then `scripts/readme_tables.py`._\n\n" + text
         )
     return text
 
