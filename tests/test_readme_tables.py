@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -176,3 +177,11 @@ def test_cpu_engine_identity_is_judged_against_the_reference() -> None:
         if row["key"] != "a":
             assert row["identical"] is not None and 0 <= row["identical"] <= row["total"], row
         assert row["tokens"] > 0 and row["tok_s"] == pytest.approx(row["tokens"] / row["seconds"]), row
+
+
+@pytest.mark.parametrize("doc", sorted(DOCS))
+def test_relative_links_resolve(doc: str) -> None:
+    text = tables.CODE_FENCE.sub("", DOCS[doc])
+    targets = [t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", text) if "://" not in t and not t.startswith("#")]
+    missing = [t for t in targets if not (REPO / doc).parent.joinpath(t).exists()]
+    assert not missing, f"{doc}: links to files that do not exist: {missing}"
