@@ -41,7 +41,7 @@ from trtllm_forge.bench.provenance import git_commit, machine, measured_where, u
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "results" / "llmapi_cpu"
-README = REPO / "README.md"
+README = REPO / "docs" / "benchmarks" / "llmapi-cpu.md"  # the page holding the block (scripts/readme_tables.py regenerates all)
 MARKERS = ("<!-- llmapi-cpu-table:start -->", "<!-- llmapi-cpu-table:end -->")
 SCHEMA = "trtllm-forge.bench-llmapi-cpu/1"
 PATHS = ("engine", "llmapi", "serve")

@@ -14,8 +14,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 
 
-# Pathspecs git status leaves out of the dirty check: what benchmark runs write, not code they run.
-UNMEASURED_PATHS = (":(exclude)results", ":(exclude)README.md")
+# Pathspecs git status leaves out of the dirty check: what benchmark runs write (results, the generated docs), not code they run.
+UNMEASURED_PATHS = (":(exclude)results", ":(exclude)README.md", ":(exclude)docs")
 
 
 def git_commit(repo: Path = REPO) -> str:
