@@ -123,7 +123,7 @@ def _set(data: dict, path: tuple, value) -> None:
         node[int(path[-1]) if str(path[-1]).isdigit() else path[-1]] = value
 
 
-TEXT_EDITS = ("none", "none", "duplicate_line", "truncate", "alias_bomb", "deep", "non_utf8", "tab", "anchor")
+TEXT_EDITS = ("none", "none", "duplicate_line", "truncate", "alias_bomb", "deep", "non_utf8", "tab", "anchor", "control_char")
 
 
 def _edit_text(text: str, edit: str, position: int) -> bytes:
@@ -148,6 +148,10 @@ def _edit_text(text: str, edit: str, position: int) -> bytes:
         lines[at] = "\t" + lines[at]
     elif edit == "anchor" and lines:
         lines.append("y: &r {a: *r}\n")
+    elif edit == "control_char":  # YAML's reader refuses these before any parsing (issue #35.1)
+        text = "".join(lines)
+        cut = position % max(len(text), 1)
+        return (text[:cut] + chr(position % 0x20 or 1) + text[cut:]).encode()
     return "".join(lines).encode()
 
 
@@ -257,3 +261,23 @@ def test_render_check_never_crashes_and_names_file_and_line(
     # Every problem is `error: <file in the repository>:<line>: <what>; <fix>`.
     line = re.compile(r"^error: model_repository(/[^:]+)?:\d+: .+; .+$", re.S)
     _assert_outcome(outcome, line, time.process_time() - started, allowed=(0, 2))
+
+
+def test_a_control_character_in_a_config_is_a_config_error_naming_file_and_line(tmp_path):
+    """Issue #35.1: PyYAML's reader refuses control characters when the loader is made; that is bad input (exit 2)."""
+    config = tmp_path / "c.yaml"
+    config.write_bytes(b'model: {source: smollm2-135m}\nname: "a\x01b"\n')
+    outcome = run_in_process("config", "validate", str(config))
+    assert outcome.exception is None and outcome.returncode == 2, outcome.stderr
+    assert outcome.stderr.startswith(f"error: {config}:2: (file): holds a character YAML does not allow (#x0001"), outcome.stderr
+    assert "internal" not in outcome.stderr
+
+
+def test_a_file_name_with_a_newline_stays_on_the_error_line(tmp_path):
+    """Issue #35.2: the file name is escaped like the rest of the message, so the error is one line."""
+    config = tmp_path / "a\nb.yaml"
+    config.write_text("model: {source: nope}\n")
+    outcome = run_in_process("config", "validate", str(config))
+    assert outcome.returncode == 2, outcome.stderr
+    errors = outcome.stderr.strip().splitlines()
+    assert len(errors) == 1 and errors[0].startswith(f"error: {tmp_path}/a\\x0ab.yaml: "), outcome.stderr

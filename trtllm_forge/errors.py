@@ -37,6 +37,7 @@ class ForgeError(click.ClickException):
         # Never echo a megabyte of hostile input, nor a newline that would split the error line.
         where, problem = _capped(_one_line(where), 160), _capped(_one_line(problem), 400)
         valid = _one_line(valid) if valid else valid
+        source = _one_line(source) if source else source  # a file name may hold a newline too
         self.where = where  # the field, flag or step
         self.problem = problem
         self.valid = valid

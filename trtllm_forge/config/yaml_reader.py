@@ -169,7 +169,18 @@ def read_yaml_document(path: Path) -> YamlDocument:
     if size > MAX_FILE_BYTES:
         raise ConfigError("(file)", f"is {size:,} bytes", f"a config is at most {MAX_FILE_BYTES:,} bytes", source=where)
     text = _decode(path.read_bytes(), where)
-    loader = _Loader(text)
+    try:  # the reader checks the whole text for characters YAML does not allow (control characters) as it starts
+        loader = _Loader(text)
+    except yaml.reader.ReaderError as exc:
+        line = text[: exc.position].count("\n") + 1
+        raise ConfigError(
+            "(file)",
+            f"holds a character YAML does not allow (#x{exc.character:04x} at offset {exc.position})"
+            if isinstance(exc.character, int)
+            else f"holds a character YAML does not allow (at offset {exc.position})",
+            "remove control characters; write them as escapes inside double quotes (\"\\x01\")",
+            source=f"{where}:{line}",
+        ) from None
     try:
         node = loader.get_single_node()
         if node is None:
