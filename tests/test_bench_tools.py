@@ -578,3 +578,60 @@ def test_fidelity_script_refuses_a_tokenizer_that_miscounts_the_timing_models_to
     PreTrainedTokenizerFast(tokenizer_object=bytes_only).save_pretrained(tmp_path / "bytes")
     with pytest.raises(SystemExit, match=f"counts {4 * script.OSL} tokens in the timing model's {script.OSL} responses"):
         script.check_tokenizer(tmp_path / "bytes")
+
+
+# ---- bench --tool genai-perf / aiperf: our side of the run, with a stand-in for the tool's process ---------------
+
+_STAND_IN = """#!{python}
+# Stands in for {tool}'s process only (neither is installed here): records how it was called and leaves an export
+# in the documented layout in --artifact-dir, as the real tool does after measuring.
+import json, os, pathlib, sys
+artifacts = pathlib.Path(sys.argv[sys.argv.index("--artifact-dir") + 1])
+artifacts.mkdir(parents=True, exist_ok=True)
+pathlib.Path({called!r}).write_text(json.dumps({{"argv": sys.argv, "path": os.environ.get("PATH", ""), "cwd": os.getcwd()}}))
+export = {{"time_to_first_token": {{"unit": "ms", "avg": 41.0, "p50": 40.5}}, "request_count": {{"avg": 6}}}}
+(artifacts / {export!r}).write_text(json.dumps(export))
+"""
+
+
+@pytest.mark.parametrize(
+    ("tool", "env_var", "target", "export"),
+    [
+        ("genai-perf", "FORGE_GENAI_PERF", "triton-grpc", "profile_export_genai_perf.json"),
+        ("aiperf", "FORGE_AIPERF", "triton-http", "profile_export_aiperf.json"),
+    ],
+)
+def test_bench_tool_runs_genai_perf_and_aiperf_as_emitted_and_imports_their_export(
+    timing_triton, tmp_path, monkeypatch, tool, env_var, target, export
+):
+    """`bench --tool` for the two tools installed in their own venvs: the executable from its environment variable,
+    run in its log's folder with the same inputs and command line `--emit` writes (only the file places differ), its
+    export found in its artifact folder and read into our summary; GenAI-Perf finds our perf_analyzer first on PATH."""
+    import sys
+
+    called = tmp_path / "called.json"
+    stand_in = tmp_path / tool
+    stand_in.write_text(_STAND_IN.format(python=sys.executable, tool=tool, called=str(called), export=export))
+    stand_in.chmod(0o755)
+    monkeypatch.setenv(env_var, str(stand_in))
+    url = timing_triton.http_url if target == "triton-http" else timing_triton.grpc_url
+    proc, doc = bench_run(url, target=target, concurrency=2, num_requests=6, input_len=5, output_len=4, tool=tool, out=tmp_path / "run")
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(called.read_text())
+    work = tmp_path / "run" / tool.replace("-", "_")
+    assert doc["source"] == tool and doc["tool_run"]["argv"] == [str(stand_in), *seen["argv"][1:]]
+    assert seen["cwd"] == str(work) and doc["tool_run"]["log"] == str(work / f"{tool}.log")
+    assert doc["tool_run"]["export"] == str(work / "artifacts") and doc["metrics"]["ttft_ms"]["p50"] == 40.5
+    assert doc["requests"] == {"sent": 6, "completed": 6, "failed": 0, "errors_by_kind": {}}
+    argv = seen["argv"]
+    assert len((work / "prompts.jsonl").read_text().splitlines()) == 6 and argv[argv.index("--input-file") + 1] == str(
+        work / "prompts.jsonl"
+    )
+    assert argv[argv.index("--concurrency") + 1] == "2" and argv[argv.index("--request-count") + 1] == "6"
+    if tool == "genai-perf":
+        assert argv[argv.index("--warmup-request-count") + 1] == "2" and "min_tokens:4" in argv  # 2 warm-up requests: one per slot
+        if PA_PROBLEM is None:
+            assert seen["path"].split(os.pathsep)[0] == str(Path(sys.prefix) / "bin")
+    else:
+        assert argv[argv.index("--url") + 1] == timing_triton.http_url
+        assert '"min_tokens": {{ max_tokens }}' in (work / "prompts_payload.jinja").read_text()
