@@ -252,13 +252,14 @@ def emitted_run(tool: str, bench_options: dict[str, Any], out: Path) -> tuple[di
     """`bench --emit TOOL` (nothing sent but a config read), its one printed command run as printed with the
     configured executable in place of the bare name, the export read by `bench import`: (summary, command)."""
     from trtllm_forge.bench.cli_argv import bench_argv
-    from trtllm_forge.bench.tool_runs import executable
+    from trtllm_forge.bench.tools.registry import tool as bench_tool
 
     emitted = json.loads(_checked(bench_argv(**bench_options, out=out / "emit", extra=("--emit", tool))).stdout)
     (command,) = emitted["emitted"][0]["commands"]
     argv = shlex.split(command)
     assert argv[0] == tool, command
-    binary, env = executable(tool)
+    found = bench_tool(tool).executable()
+    binary, env = found.path, found.env
     out.mkdir(parents=True, exist_ok=True)
     _checked([binary, *argv[1:]], env=env, cwd=out)
     export = argv[argv.index("--artifact-dir") + 1]

@@ -216,7 +216,7 @@ def test_tools_run_without_the_grpc_settings_trtllm_forge_defaulted_for_itself()
     """Our processes default GRPC_ENABLE_FORK_SUPPORT and grpc's client poller (see trtllm_forge/__init__.py);
     perf_analyzer, GenAI-Perf and AIPerf get the user's environment: a value the user set is passed on, ours is not."""
     import trtllm_forge
-    from trtllm_forge.bench.tool_runs import executable
+    from trtllm_forge.bench.tools.registry import tool
 
     names = trtllm_forge._DEFAULTED
     if not names:
@@ -227,8 +227,7 @@ def test_tools_run_without_the_grpc_settings_trtllm_forge_defaulted_for_itself()
         assert trtllm_forge.third_party_env({name: "user's", "A": "1"}) == {name: "user's", "A": "1"}
         if PA_PROBLEM is None:
             assert name not in find_perf_analyzer().env()
-            _, env = executable("perf_analyzer")
-            assert name not in env
+            assert name not in tool("perf_analyzer").executable().env
 
 
 def test_a_child_that_inherits_our_whole_environment_still_knows_our_grpc_defaults_from_the_users():
@@ -288,13 +287,13 @@ def test_perf_analyzers_statistics_race_reruns_a_measured_point_and_passes_a_war
     """perf_analyzer 2.51's "failed to find the requested model version" (its server-statistics race, seen in CI at
     concurrency 2 on a busy machine): the warm-up goes on, a measured point runs again with the failed log kept;
     any other failure is raised at once."""
-    from trtllm_forge.bench.tool_runs import PA_ATTEMPTS, PA_STATS_RACE, _run_perf_analyzer
+    from trtllm_forge.bench.tools.perf_analyzer import PA_ATTEMPTS, PA_STATS_RACE, run_perf_analyzer
     from trtllm_forge.errors import StepError
 
     race = (99, f"Request concurrency: 2\n{PA_STATS_RACE}")
     argv = _scripted_tool(tmp_path, [race, race, (0, "ok")])
     log = tmp_path / "run" / "perf_analyzer.log"
-    _run_perf_analyzer(argv, dict(os.environ), log, 60, warmup=False)
+    run_perf_analyzer(argv, dict(os.environ), log, 60, warmup=False)
     assert (tmp_path / "calls").read_text() == "3"
     assert "ok" in log.read_text()
     assert PA_STATS_RACE in (log.parent / "perf_analyzer.attempt1.log").read_text()
@@ -303,30 +302,30 @@ def test_perf_analyzers_statistics_race_reruns_a_measured_point_and_passes_a_war
     other = tmp_path / "other"
     other.mkdir()
     with pytest.raises(StepError, match="exited with 99: error: model not found"):
-        _run_perf_analyzer(_scripted_tool(other, [(99, "error: model not found")]), dict(os.environ), other / "pa.log", 60, warmup=False)
+        run_perf_analyzer(_scripted_tool(other, [(99, "error: model not found")]), dict(os.environ), other / "pa.log", 60, warmup=False)
 
     warm = tmp_path / "warm"
     warm.mkdir()
-    _run_perf_analyzer(_scripted_tool(warm, [race]), dict(os.environ), warm / "warmup.log", 60, warmup=True)
+    run_perf_analyzer(_scripted_tool(warm, [race]), dict(os.environ), warm / "warmup.log", 60, warmup=True)
     assert (warm / "calls").read_text() == "1"
 
     endless = tmp_path / "endless"
     endless.mkdir()
     with pytest.raises(StepError, match="exited with 99"):
-        _run_perf_analyzer(_scripted_tool(endless, [race] * PA_ATTEMPTS), dict(os.environ), endless / "pa.log", 60, warmup=False)
+        run_perf_analyzer(_scripted_tool(endless, [race] * PA_ATTEMPTS), dict(os.environ), endless / "pa.log", 60, warmup=False)
 
 
 def test_an_empty_profile_export_after_exit_0_runs_the_point_again_and_then_says_so(tmp_path):
     """perf_analyzer 2.51 once exited 0 with its console report complete and an empty profile export (full test run,
     2026-12-03): the point runs again with the empty attempt's log kept; empty every time, one line says what
     happened instead of the importer's "not a format I know"."""
-    from trtllm_forge.bench.tool_runs import PA_ATTEMPTS, PA_EMPTY_EXPORT, _run_perf_analyzer
+    from trtllm_forge.bench.tools.perf_analyzer import PA_ATTEMPTS, PA_EMPTY_EXPORT, run_perf_analyzer
     from trtllm_forge.errors import StepError
 
     export = tmp_path / "profile_export.json"
     argv = _scripted_tool(tmp_path, [(0, "report one", ""), (0, "report two", '{"experiments": []}')], export)
     log = tmp_path / "run" / "perf_analyzer.log"
-    _run_perf_analyzer(argv, dict(os.environ), log, 60, warmup=False, export=export)
+    run_perf_analyzer(argv, dict(os.environ), log, 60, warmup=False, export=export)
     assert (tmp_path / "calls").read_text() == "2"
     assert json.loads(export.read_text()) == {"experiments": []}
     assert "report two" in log.read_text()
@@ -338,7 +337,7 @@ def test_an_empty_profile_export_after_exit_0_runs_the_point_again_and_then_says
     empty = always / "profile_export.json"
     argv = _scripted_tool(always, [(0, "report", "")] * PA_ATTEMPTS, empty)
     with pytest.raises(StepError, match=f"{PA_EMPTY_EXPORT} .*{PA_ATTEMPTS} times"):
-        _run_perf_analyzer(argv, dict(os.environ), always / "pa.log", 60, warmup=False, export=empty)
+        run_perf_analyzer(argv, dict(os.environ), always / "pa.log", 60, warmup=False, export=empty)
     assert (always / "calls").read_text() == str(PA_ATTEMPTS)
 
 
@@ -457,14 +456,14 @@ def _small_run(url: str, tokenizer: Path, out: Path, **options):
 
 def _run_emitted(tool: str, exe: str, url: str, tokenizer: Path, tmp_path: Path, target: str | None = None) -> None:
     """Run the command `--emit TOOL` prints, as printed (only the executable's path filled in), and import its export."""
-    from trtllm_forge.bench.tool_runs import executable
+    from trtllm_forge.bench.tools.registry import tool as bench_tool
 
     proc, doc = _small_run(url, tokenizer, tmp_path / "emit", target=target, num_requests=4, output_len=4, extra=("--emit", tool))
     assert proc.returncode == 0, proc.stderr
     (command,) = doc["emitted"][0]["commands"]
     argv = shlex.split(command)
     assert argv[0] == tool
-    _, env = executable(tool)
+    env = bench_tool(tool).executable().env
     result = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (point,) = _import(Path(argv[argv.index("--artifact-dir") + 1]), out=tmp_path / "emit-imported")[0]
@@ -579,3 +578,60 @@ def test_fidelity_script_refuses_a_tokenizer_that_miscounts_the_timing_models_to
     PreTrainedTokenizerFast(tokenizer_object=bytes_only).save_pretrained(tmp_path / "bytes")
     with pytest.raises(SystemExit, match=f"counts {4 * script.OSL} tokens in the timing model's {script.OSL} responses"):
         script.check_tokenizer(tmp_path / "bytes")
+
+
+# ---- bench --tool genai-perf / aiperf: our side of the run, with a stand-in for the tool's process ---------------
+
+_STAND_IN = """#!{python}
+# Stands in for {tool}'s process only (neither is installed here): records how it was called and leaves an export
+# in the documented layout in --artifact-dir, as the real tool does after measuring.
+import json, os, pathlib, sys
+artifacts = pathlib.Path(sys.argv[sys.argv.index("--artifact-dir") + 1])
+artifacts.mkdir(parents=True, exist_ok=True)
+pathlib.Path({called!r}).write_text(json.dumps({{"argv": sys.argv, "path": os.environ.get("PATH", ""), "cwd": os.getcwd()}}))
+export = {{"time_to_first_token": {{"unit": "ms", "avg": 41.0, "p50": 40.5}}, "request_count": {{"avg": 6}}}}
+(artifacts / {export!r}).write_text(json.dumps(export))
+"""
+
+
+@pytest.mark.parametrize(
+    ("tool", "env_var", "target", "export"),
+    [
+        ("genai-perf", "FORGE_GENAI_PERF", "triton-grpc", "profile_export_genai_perf.json"),
+        ("aiperf", "FORGE_AIPERF", "triton-http", "profile_export_aiperf.json"),
+    ],
+)
+def test_bench_tool_runs_genai_perf_and_aiperf_as_emitted_and_imports_their_export(
+    timing_triton, tmp_path, monkeypatch, tool, env_var, target, export
+):
+    """`bench --tool` for the two tools installed in their own venvs: the executable from its environment variable,
+    run in its log's folder with the same inputs and command line `--emit` writes (only the file places differ), its
+    export found in its artifact folder and read into our summary; GenAI-Perf finds our perf_analyzer first on PATH."""
+    import sys
+
+    called = tmp_path / "called.json"
+    stand_in = tmp_path / tool
+    stand_in.write_text(_STAND_IN.format(python=sys.executable, tool=tool, called=str(called), export=export))
+    stand_in.chmod(0o755)
+    monkeypatch.setenv(env_var, str(stand_in))
+    url = timing_triton.http_url if target == "triton-http" else timing_triton.grpc_url
+    proc, doc = bench_run(url, target=target, concurrency=2, num_requests=6, input_len=5, output_len=4, tool=tool, out=tmp_path / "run")
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(called.read_text())
+    work = tmp_path / "run" / tool.replace("-", "_")
+    assert doc["source"] == tool and doc["tool_run"]["argv"] == [str(stand_in), *seen["argv"][1:]]
+    assert seen["cwd"] == str(work) and doc["tool_run"]["log"] == str(work / f"{tool}.log")
+    assert doc["tool_run"]["export"] == str(work / "artifacts") and doc["metrics"]["ttft_ms"]["p50"] == 40.5
+    assert doc["requests"] == {"sent": 6, "completed": 6, "failed": 0, "errors_by_kind": {}}
+    argv = seen["argv"]
+    assert len((work / "prompts.jsonl").read_text().splitlines()) == 6 and argv[argv.index("--input-file") + 1] == str(
+        work / "prompts.jsonl"
+    )
+    assert argv[argv.index("--concurrency") + 1] == "2" and argv[argv.index("--request-count") + 1] == "6"
+    if tool == "genai-perf":
+        assert argv[argv.index("--warmup-request-count") + 1] == "2" and "min_tokens:4" in argv  # 2 warm-up requests: one per slot
+        if PA_PROBLEM is None:
+            assert seen["path"].split(os.pathsep)[0] == str(Path(sys.prefix) / "bin")
+    else:
+        assert argv[argv.index("--url") + 1] == timing_triton.http_url
+        assert '"min_tokens": {{ max_tokens }}' in (work / "prompts_payload.jinja").read_text()

@@ -29,7 +29,6 @@ Arrival = Literal["constant", "poisson", "gamma"]
 OpenAIEndpoint = Literal["completions", "chat"]
 SloKind = Literal["ttft", "tpot", "e2e"]
 TARGETS, ARRIVALS, OPENAI_ENDPOINTS, SLO_KINDS = (get_args(kind) for kind in (Target, Arrival, OpenAIEndpoint, SloKind))
-TOOLS = ("perf_analyzer", "genai-perf", "aiperf")  # other load generators: `bench --tool` runs one, `--emit` writes its command
 SAME = object()  # Option.config_default: the same as BenchOptions'
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -13,11 +16,15 @@ from trtllm_forge import __version__
 from trtllm_forge.bench import plots, report, server_metrics
 from trtllm_forge.bench.metrics import summarize
 from trtllm_forge.bench.options import BenchOptions
+from trtllm_forge.bench.records import RequestRecord
 from trtllm_forge.bench.runner import LoadSpec, RunResult, run_load
 from trtllm_forge.bench.target import Target, now_ns
 from trtllm_forge.bench.workload import BenchRequest, from_dataset, load_tokenizer, synthetic, take
 from trtllm_forge.errors import ConfigError, StepError
 from trtllm_forge.ui import info, warn
+
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
 
 # gRPC streams (a connection and a reader thread each) when --streams is not given. At concurrency 64 on 2 cores, 64
 # client threads left responses unread for 40-320 ms at p99 when the client stamped them itself (grpcio; TTFT error vs
@@ -35,8 +42,8 @@ def auto_streams(options: BenchOptions) -> int:
     return max(1, min(MAX_AUTO_STREAMS, per_worker))
 
 
-def make_target(options: BenchOptions, tokenizer) -> Target:
-    kwargs = dict(tokenizer=tokenizer, force_output_len=options.force_output_len, request_timeout=options.request_timeout_s)
+def make_target(options: BenchOptions, tokenizer: Any) -> Target:
+    kwargs: dict[str, Any] = dict(tokenizer=tokenizer, force_output_len=options.force_output_len, request_timeout=options.request_timeout_s)
     if options.target in ("triton-grpc", "triton-grpc-tokens"):
         from trtllm_forge.bench.target_grpc import TritonGrpcTarget, TritonGrpcTokensTarget
 
@@ -52,7 +59,7 @@ def make_target(options: BenchOptions, tokenizer) -> Target:
 MAX_UNIQUE_PROMPTS = 4096  # duration-bound points cycle through at most this many synthetic prompts
 
 
-def build_requests(options: BenchOptions, tokenizer, n: int, rng: np.random.Generator) -> list[BenchRequest]:
+def build_requests(options: BenchOptions, tokenizer: Any, n: int, rng: np.random.Generator) -> list[BenchRequest]:
     if options.dataset is not None:
         pool = from_dataset(options.dataset, tokenizer, options.output_len if options.output_len_given else None, rng)
         return take(pool, n, rng)
@@ -60,7 +67,7 @@ def build_requests(options: BenchOptions, tokenizer, n: int, rng: np.random.Gene
     return [requests[i % len(requests)] for i in range(n)]
 
 
-def _versions() -> dict:
+def _versions() -> dict[str, str]:
     from importlib.metadata import version
 
     import grpc
@@ -74,7 +81,7 @@ def _versions() -> dict:
     }
 
 
-async def _run_all(options: BenchOptions, tokenizer) -> list[tuple[LoadSpec, dict, list]]:
+async def _run_all(options: BenchOptions, tokenizer: Any) -> list[tuple[LoadSpec, dict[str, Any], list[RequestRecord]]]:
     target = make_target(options, tokenizer)
     await target.open()
     results = []
@@ -119,10 +126,19 @@ async def _run_all(options: BenchOptions, tokenizer) -> list[tuple[LoadSpec, dic
     return results
 
 
-def _shard_main(options: BenchOptions, load: LoadSpec, requests, warmup, shard: int, ready, start_queue, results) -> None:
+def _shard_main(
+    options: BenchOptions,
+    load: LoadSpec,
+    requests: list[BenchRequest],
+    warmup: list[BenchRequest],
+    shard: int,
+    ready: Queue[int],
+    start_queue: Queue[int],
+    results: Queue[tuple[int, RunResult | str]],
+) -> None:
     """One client process of a sharded run (multiprocessing target)."""
 
-    async def main():
+    async def main() -> RunResult:
         target = make_target(options, load_tokenizer(options.tokenizer))
         await target.open()
         loop = asyncio.get_running_loop()
@@ -144,7 +160,7 @@ def _shard_main(options: BenchOptions, load: LoadSpec, requests, warmup, shard: 
         results.put((shard, f"{type(exc).__name__}: {exc}"))
 
 
-def run_sharded(options: BenchOptions, load: LoadSpec, requests, warmup) -> RunResult:
+def run_sharded(options: BenchOptions, load: LoadSpec, requests: list[BenchRequest], warmup: list[BenchRequest]) -> RunResult:
     """Spread one sweep point over `options.workers` processes that start together; merge their records."""
     import multiprocessing as mp
 
@@ -182,14 +198,7 @@ def run_sharded(options: BenchOptions, load: LoadSpec, requests, warmup) -> RunR
     )
 
 
-def emit_workload(options: BenchOptions, kind: str) -> dict:
-    """Write the workload of `options` for another tool (see tool_runs)."""
-    from trtllm_forge.bench.tool_runs import emit_workload as emit_for_tool
-
-    return emit_for_tool(options, kind)
-
-
-def _plots(make, out: Path) -> list[str]:
+def _plots(make: Callable[[], list[str]], out: Path) -> list[str]:
     try:
         out.mkdir(parents=True, exist_ok=True)
         return make()
@@ -198,7 +207,7 @@ def _plots(make, out: Path) -> list[str]:
         return []
 
 
-def run_bench(options: BenchOptions) -> dict:
+def run_bench(options: BenchOptions) -> dict[str, Any]:
     """Run every sweep point; return the document `--json` prints (one point's summary, or a sweep)."""
     tokenizer = load_tokenizer(options.tokenizer)
     if options.target == "triton-grpc-tokens" and tokenizer is None and options.dataset is None:
@@ -211,12 +220,7 @@ def run_bench(options: BenchOptions) -> dict:
         point_dir = out / load.label if multi else out
         summary["out_dir"] = str(point_dir)
         if options.plots:
-            summary["plots"] = _plots(
-                lambda point_dir=point_dir, records=records, load=load: plots.point_plots(
-                    point_dir, records, f"{options.model} {load.label}"
-                ),
-                point_dir,
-            )
+            summary["plots"] = _plots(partial(plots.point_plots, point_dir, records, f"{options.model} {load.label}"), point_dir)
         report.write_point(point_dir, summary, records)
         report.print_point(summary, f"{options.target} {options.model} {load.label}")
         summaries.append(summary)

@@ -1,11 +1,11 @@
-"""`bench --tool perf_analyzer|genai-perf|aiperf`: run NVIDIA's tool on our workload, import its export, write
-our summary format (summary.json / summary.csv / requests.jsonl per point, sweep.json) so `bench compare`
-shows forge and the tool side by side.
+"""`bench --tool NAME`: run another load generator on our workload, import its export, write our summary format
+(summary.json / summary.csv / requests.jsonl per point, sweep.json) so `bench compare` shows forge and the tool
+side by side; `bench --emit NAME`: write that workload's input file and exact command lines instead (nothing is
+sent, except a config read). What differs per tool is its module under bench/tools/ (registry.py lists them).
 
 The workload is ours exactly: the same seeded prompts and output lengths as `bench` with the same options
 (`run.build_requests`), the same inputs per request (the target's `request_inputs`, read from the model's
-config), streaming over gRPC. Each tool run has its own log; a run that fails keeps its log and exits 1.
-perf_analyzer 2.51 has no warm-up option: warm-up requests go in a separate, unexported PA run first.
+config), streaming. Each tool run has its own log; a run that fails keeps its log and exits 1.
 """
 
 from __future__ import annotations
@@ -14,38 +14,26 @@ import asyncio
 import json
 import os
 import shlex
-import shutil
-import signal
-import subprocess
-import sys
-from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from trtllm_forge import third_party_env
-from trtllm_forge.bench import report
-from trtllm_forge.bench.exports import import_export
-from trtllm_forge.bench.interop import (
-    ToolWorkload,
-    aiperf_argv,
-    emit,
-    genai_perf_argv,
-    perf_analyzer_argv,
-    write_aiperf_inputs,
-    write_perf_analyzer_inputs,
-    write_prompts_jsonl,
-)
+from trtllm_forge.bench.exports import import_export, print_imported, write_point
+from trtllm_forge.bench.options import BenchOptions
+from trtllm_forge.bench.run import build_requests, make_target
 from trtllm_forge.bench.runner import LoadSpec
 from trtllm_forge.bench.target import output_length_plan
-from trtllm_forge.bench.workload import load_tokenizer
+from trtllm_forge.bench.target_grpc import TritonGrpcTarget
+from trtllm_forge.bench.target_http import TritonHttpTarget
+from trtllm_forge.bench.tools import registry
+from trtllm_forge.bench.tools.protocol import BenchTool, ImportedPoint, PointRun, ToolWorkload
+from trtllm_forge.bench.workload import BenchRequest, load_tokenizer
 from trtllm_forge.errors import ConfigError, StepError
-from trtllm_forge.ui import info, warn
+from trtllm_forge.ui import info
 
-TOOLS = ("perf_analyzer", "genai-perf", "aiperf")
-GRPC_TARGETS = ("triton-grpc", "triton-grpc-tokens")
-TOOL_TARGETS = {"perf_analyzer": GRPC_TARGETS, "genai-perf": ("triton-grpc",), "aiperf": ("triton-http",)}  # what each can drive
-TOOL_ENV = {"genai-perf": "FORGE_GENAI_PERF", "aiperf": "FORGE_AIPERF"}  # path of the tool's executable
+ToolTarget = TritonGrpcTarget | TritonHttpTarget  # what the tools drive: Triton's text or token-id contract
+
 # What the rendered ensemble / tensorrt_llm model declare: the inputs --emit assumes when no server answers.
 ASSUMED_INPUTS = {
     "triton-grpc": (
@@ -59,21 +47,22 @@ ASSUMED_INPUTS = {
 }
 
 
-def _tool_target(options, tokenizer, tool: str):
-    from trtllm_forge.bench.run import make_target
+def _tool_target(options: BenchOptions, tokenizer: Any, tool: BenchTool) -> ToolTarget:
+    if options.target not in tool.targets:
+        raise ConfigError(
+            "--target", f"{tool.name} drives {' or '.join(tool.targets)} here, not {options.target}", f"use --target {tool.targets[0]}"
+        )
+    target = make_target(options, tokenizer)
+    assert isinstance(target, ToolTarget)  # every tool's targets are Triton's
+    return target
 
-    allowed = TOOL_TARGETS[tool]
-    if options.target not in allowed:
-        raise ConfigError("--target", f"{tool} drives {' or '.join(allowed)} here, not {options.target}", f"use --target {allowed[0]}")
-    return make_target(options, tokenizer)
 
-
-async def _probe(target) -> None:
+async def _probe(target: ToolTarget) -> None:
     await target.open()
     await target.close()
 
 
-def probed_target(options, tokenizer, tool: str, assume_if_down: bool = False):
+def probed_target(options: BenchOptions, tokenizer: Any, tool: BenchTool, assume_if_down: bool = False) -> tuple[ToolTarget, str | None]:
     """Our target after reading the model's config (its `request_inputs` are what the tools send). With
     assume_if_down, a server that does not answer gives the rendered model's declared inputs instead."""
     target = _tool_target(options, tokenizer, tool)
@@ -84,7 +73,7 @@ def probed_target(options, tokenizer, tool: str, assume_if_down: bool = False):
         if not assume_if_down:
             raise
     inputs, outputs = ASSUMED_INPUTS["triton-grpc-tokens" if options.target == "triton-grpc-tokens" else "triton-grpc"]
-    if options.target == "triton-http":
+    if isinstance(target, TritonHttpTarget):
         target.inputs, target.count_server, target.perf = inputs, "num_output_tokens" in outputs, False
         target.length_input, target.end_id, target.info.forced_output_len = output_length_plan(inputs, options.force_output_len)
     else:
@@ -93,7 +82,7 @@ def probed_target(options, tokenizer, tool: str, assume_if_down: bool = False):
     return target, f"{options.url} did not answer: inputs assumed from the rendered {options.model} model ({', '.join(sorted(inputs))})"
 
 
-def tool_workload(options, target, requests) -> ToolWorkload:
+def tool_workload(options: BenchOptions, target: ToolTarget, requests: list[BenchRequest]) -> ToolWorkload:
     grpc_url = options.url
     http_url = options.http_url or (options.url if options.url.startswith("http") else None)
     notes = [f"output length forced by {target.info.forced_output_len}" if target.info.forced_output_len else "output length not forced"]
@@ -102,9 +91,7 @@ def tool_workload(options, target, requests) -> ToolWorkload:
     )
 
 
-def _requests(options, tokenizer, index: int):
-    from trtllm_forge.bench.run import build_requests
-
+def _requests(options: BenchOptions, tokenizer: Any, index: int) -> tuple[list[BenchRequest], list[BenchRequest]]:
     requests = build_requests(options, tokenizer, options.num_requests, np.random.default_rng([options.seed, index]))
     warmup = (
         build_requests(options, tokenizer, options.warmup_requests, np.random.default_rng([options.seed, index, 1]))
@@ -114,151 +101,61 @@ def _requests(options, tokenizer, index: int):
     return requests, warmup
 
 
-def emit_workload(options, kind: str) -> dict:
-    """`bench --emit KIND`: write the workload for another tool (nothing is sent, except a config read)."""
+def emit_workload(options: BenchOptions, name: str) -> dict[str, Any]:
+    """`bench --emit NAME`: write the workload for another tool (nothing is sent, except a config read)."""
+    tool = registry.tool(name)
     tokenizer = load_tokenizer(options.tokenizer)
-    if kind == "aiperf" and options.target.startswith("triton-grpc"):  # AIPerf speaks HTTP: the deployment's HTTP URL
-        from dataclasses import replace as copy
-
-        options = copy(options, target="triton-http", url=options.http_url or "http://127.0.0.1:8000")
-    if kind == "genai-perf" and options.target == "triton-grpc-tokens":
-        raise ConfigError("--emit genai-perf", "GenAI-Perf drives the text contract (ensemble) here", "use --target triton-grpc")
-    target, note = probed_target(options, tokenizer, kind, assume_if_down=True)
+    options = tool.emit_options(options)
+    target, note = probed_target(options, tokenizer, tool, assume_if_down=True)
     requests, _ = _requests(options, tokenizer, 0)
     workload = tool_workload(options, target, requests)
     if note:
         workload.notes.append(note)
-    result = emit(kind, workload, options.loads(), options.num_requests, options.out / "emit")
-    info(f"{kind}: wrote {', '.join(result['files'])}")
+    result = write_emitted(tool, workload, options.loads(), options.num_requests, options.out / "emit")
+    info(f"{name}: wrote {', '.join(result['files'])}")
     for command in result["commands"]:
         info(f"  {command}")
     return result
 
 
-def executable(tool: str) -> tuple[str, dict]:
-    """(the tool's executable, the environment to run it in)."""
-    from trtllm_forge.bench.perf_analyzer import find_perf_analyzer, problem
-
-    pa = find_perf_analyzer()
-    if tool == "perf_analyzer":
-        why = problem()
-        if why:
-            raise StepError("perf_analyzer", why)
-        assert pa is not None  # problem() is None only for a perf_analyzer it found
-        return str(pa.binary), pa.env()
-    path = os.environ.get(TOOL_ENV[tool]) or shutil.which(tool)
-    if not path:
-        raise StepError(
-            tool, f"{tool} is not installed", f"install it in its own venv and set {TOOL_ENV[tool]}=/path/to/{tool} (see README)"
-        )
-    env = pa.env() if pa else third_party_env()
-    if pa:  # GenAI-Perf runs `perf_analyzer` from PATH: ours (the wrapper in this venv's bin) goes first
-        env["PATH"] = os.pathsep.join([str(Path(sys.prefix) / "bin"), env.get("PATH", "")])
-    return path, env
+def write_emitted(tool: BenchTool, workload: ToolWorkload, loads: list[LoadSpec], count: int, out: Path) -> dict[str, Any]:
+    """Write the input file and a script of the exact command lines for `tool`; return {tool, files, commands, argv}."""
+    out.mkdir(parents=True, exist_ok=True)
+    inputs = tool.write_inputs(workload, out / tool.emitted_inputs)
+    commands = [tool.argv(tool.name, workload, inputs, load, count, out / tool.emitted_export(load.label)) for load in loads]
+    script = out / f"run_{tool.name.replace('-', '_')}.sh"
+    notes = "".join(f"# {note}\n" for note in workload.notes)
+    header = f"#!/bin/sh\n# Same workload as trtllm-forge bench (`bench --tool` runs these and imports the exports).\n{notes}set -e\n"
+    script.write_text(header + "".join(shlex.join(c) + "\n" for c in commands))
+    script.chmod(0o755)
+    return {"tool": tool.name, "files": [str(inputs), str(script)], "commands": [shlex.join(c) for c in commands], "argv": commands}
 
 
-def run_logged(argv: list[str], env: dict, log: Path, timeout_s: float) -> None:
-    """Run one tool process in its own process group with its output in `log`; StepError if it fails."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    info(f"$ {shlex.join(argv)}  (log: {log})")
-    with open(log, "wb") as handle:
-        handle.write(f"$ {shlex.join(argv)}\n".encode())
-        handle.flush()
-        process = subprocess.Popen(
-            argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=log.parent, start_new_session=True
-        )
-        try:
-            code = process.wait(timeout_s)
-        except BaseException:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            raise
-    if code != 0:
-        lines = [line.strip() for line in log.read_text(errors="replace").splitlines()[1:] if line.strip()]
-        said = next((line for line in lines if "error" in line.lower()), lines[-1] if lines else "no output")
-        raise StepError(Path(argv[0]).name, f"exited with {code}: {said}", f"see {log}")
-
-
-# perf_analyzer 2.51 ends with this error (exit 99) when the server's statistics of the model did not move between
-# its two snapshots around the measurement: a race on a busy server with few requests, after every request was
-# answered (InferenceProfiler::DetermineStatsModelVersion; triton-inference-server/client PR #437 proposed making
-# it a warning). The warm-up's requests are done by then; a measured run is run again.
-PA_STATS_RACE = "failed to find the requested model version"
-# Seen twice in full test runs (2026-12-03, the token-id point at concurrency 2 on a server's first requests, a busy
-# machine): exit 0, its console report complete, the profile export empty. Its exporter (triton-inference-server/
-# client, src/profile_data_exporter.cc, OutputToFile) truncates the file, then writes through rapidjson's 64 KiB
-# FileWriteStream, flushed when the document ends: a document that stops short leaves an empty file and no error.
-# What stopped it was not found (not reproduced in 66 runs outside the suite, 45 beside three busy loops, 11 on a
-# fresh server); a measured point is run again.
-PA_EMPTY_EXPORT = "an empty profile export after exiting 0"
-PA_ATTEMPTS = 3
-
-
-def _run_perf_analyzer(argv: list[str], env: dict, log: Path, timeout_s: float, *, warmup: bool, export: Path | None = None) -> None:
-    """Run perf_analyzer once more (up to PA_ATTEMPTS in all, each failed attempt's log kept) after its statistics
-    race or an empty `export`; a warm-up (no export) goes on after the race."""
-    for attempt in range(1, PA_ATTEMPTS + 1):
-        try:
-            run_logged(argv, env, log, timeout_s)
-        except StepError:
-            if PA_STATS_RACE not in log.read_text(errors="replace"):
-                raise
-            if warmup:
-                info(f"perf_analyzer's warm-up: {PA_STATS_RACE!r} after its requests were answered; going on")
-                return
-            if attempt == PA_ATTEMPTS:
-                raise
-            problem = f"{PA_STATS_RACE!r} (its statistics race)"
-        else:
-            if export is None or (export.is_file() and export.stat().st_size > 0):
-                return
-            if attempt == PA_ATTEMPTS:
-                raise StepError("perf_analyzer", f"{PA_EMPTY_EXPORT} ({export}), {attempt} times", f"see {log}")
-            problem = PA_EMPTY_EXPORT
-        kept = log.with_name(f"{log.stem}.attempt{attempt}{log.suffix}")
-        log.replace(kept)
-        if export is not None and export.exists():  # perf_analyzer refuses an export path that exists
-            export.replace(export.with_name(f"{export.stem}.attempt{attempt}{export.suffix}"))
-        info(f"perf_analyzer: {problem}, log kept in {kept}; running the point again")
-
-
-def _run_point(tool: str, options, workload: ToolWorkload, warmup: ToolWorkload | None, load: LoadSpec, work: Path, tokenizer):
-    binary, env = executable(tool)
+def _run_point(
+    tool: BenchTool,
+    options: BenchOptions,
+    workload: ToolWorkload,
+    warmup: ToolWorkload | None,
+    load: LoadSpec,
+    work: Path,
+    tokenizer: Any,
+) -> ImportedPoint:
+    executable = tool.executable()
     # a stuck tool must not hang the run: each request may take request_timeout_s, slots run in parallel
     slots = int(load.value) if load.mode == "concurrency" else max(1, int(load.value))
     timeout = options.request_timeout_s * (-(-options.num_requests // max(1, slots)) + 1) + 120
-    if tool == "perf_analyzer":
-        if warmup is not None:
-            inputs = write_perf_analyzer_inputs(warmup, work / "warmup_inputs.json")
-            warm_load = replace(load, value=min(load.value, len(warmup.requests))) if load.mode == "concurrency" else load
-            warm_argv = perf_analyzer_argv(binary, warmup, inputs, warm_load, len(warmup.requests), None)
-            _run_perf_analyzer(warm_argv, env, work / "warmup.log", timeout, warmup=True)
-        inputs = write_perf_analyzer_inputs(workload, work / "inputs.json")
-        export = work / "profile_export.json"
-        argv = perf_analyzer_argv(binary, workload, inputs, load, options.num_requests, export)
-    elif tool == "genai-perf":
-        prompts = write_prompts_jsonl(workload, work / "prompts.jsonl")
-        argv = genai_perf_argv(
-            binary, workload, prompts, load, options.num_requests, work / "artifacts", len(warmup.requests) if warmup else 0
-        )
-        export = work / "artifacts"
-    else:
-        prompts = write_aiperf_inputs(workload, work / "prompts.jsonl")
-        argv = aiperf_argv(binary, workload, prompts, load, options.num_requests, work / "artifacts")
-        export = work / "artifacts"
-    if tool == "perf_analyzer":
-        _run_perf_analyzer(argv, env, work / f"{tool}.log", timeout, warmup=False, export=export)
-    else:
-        run_logged(argv, env, work / f"{tool}.log", timeout)
-    point = import_export(export, tokenizer)[0]
-    point.summary["tool_run"] = {"tool": tool, "argv": argv, "log": str(work / f"{tool}.log"), "export": str(export)}
+    log = work / f"{tool.name}.log"
+    measured = tool.measure(PointRun(executable, workload, warmup, load, options.num_requests, work, log, timeout))
+    point = import_export(measured.export, tokenizer)[0]
+    point.summary["tool_run"] = {"tool": tool.name, "argv": measured.argv, "log": str(log), "export": str(measured.export)}
     return point
 
 
-def run_tool(options, tool: str) -> dict:
-    """Run `tool` at every sweep point of `options`; return the document `--json` prints."""
+def run_tool(options: BenchOptions, name: str) -> dict[str, Any]:
+    """Run the tool `name` at every sweep point of `options`; return the document `--json` prints."""
     if options.duration_s is not None:
         raise ConfigError("--duration", "not supported with --tool (the tools run a request count here)", "use --num-requests")
+    tool = registry.tool(name)
     tokenizer = load_tokenizer(options.tokenizer)
     target, _ = probed_target(options, tokenizer, tool)
     loads = options.loads()
@@ -269,10 +166,10 @@ def run_tool(options, tool: str) -> dict:
         point_dir = options.out / load.label if multi else options.out
         workload = tool_workload(options, target, requests)
         warm = tool_workload(options, target, warmup) if warmup else None
-        point = _run_point(tool, options, workload, warm, load, point_dir / tool.replace("-", "_"), tokenizer)
+        point = _run_point(tool, options, workload, warm, load, point_dir / name.replace("-", "_"), tokenizer)
         summary = point.summary
         summary.update(
-            source=tool,
+            source=name,
             out_dir=str(point_dir),
             config=options.describe(),
             load={**(summary.get("load") or {}), "mode": load.mode, "value": load.value, "num_requests": load.num_requests},
@@ -285,43 +182,12 @@ def run_tool(options, tool: str) -> dict:
             errors_by_kind=requests_seen.get("errors_by_kind") or {},
         )
         write_point(point_dir, summary, point.records)
-        print_imported(summary, f"{tool} {options.model} {load.label}")
+        print_imported(summary, f"{name} {options.model} {load.label}")
         summaries.append(summary)
     if not multi:
         return summaries[0]
-    document = {"schema": "trtllm-forge.bench-sweep/1", "points": summaries, "out_dir": str(options.out), "source": tool}
+    document = {"schema": "trtllm-forge.bench-sweep/1", "points": summaries, "out_dir": str(options.out), "source": name}
     tmp = options.out / "sweep.json.tmp"
     tmp.write_text(json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")
     os.replace(tmp, options.out / "sweep.json")
     return document
-
-
-def write_point(point_dir: Path, summary: dict, records) -> None:
-    """Our point files for an imported run: the full set when the export had per-request records."""
-    if records is not None and "self_checks" in summary:
-        report.write_point(point_dir, summary, records)
-        return
-    point_dir.mkdir(parents=True, exist_ok=True)
-    tmp = point_dir / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, point_dir / "summary.json")
-
-
-def print_imported(summary: dict, title: str) -> None:
-    if "self_checks" in summary:
-        report.print_point(summary, title)
-        return
-    from rich.table import Table
-
-    from trtllm_forge.ui import console
-
-    table = Table(title=title, title_justify="left")
-    for column in ("metric", "avg", "p50", "p90", "p99"):
-        table.add_column(column, justify="right" if column != "metric" else "left")
-    for name, stats in summary["metrics"].items():
-        if stats.get("count"):
-            table.add_row(name, *("-" if stats.get(s) is None else f"{stats[s]:,.2f}" for s in ("avg", "p50", "p90", "p99")))
-    console.print(table)
-    if summary.get("warnings"):
-        for message in summary["warnings"]:
-            warn(message)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from trtllm_forge.bench import options as bench_options
+from trtllm_forge.bench.tools.registry import NAMES as TOOL_NAMES
 from trtllm_forge.commands.deploy_cmd import DefaultCommandGroup
 from trtllm_forge.commands.options import directory_option, dry_run_option, json_option, load, optional_config_argument, workdir_option
 from trtllm_forge.errors import ConfigError
@@ -40,13 +42,13 @@ def bench_group() -> None:
         "plots": [
             click.option(
                 "--emit",
-                type=click.Choice(bench_options.TOOLS),
+                type=click.Choice(TOOL_NAMES),
                 multiple=True,
                 help="Instead of running: write this workload's input file and exact command lines for another tool (repeatable).",
             ),
             click.option(
                 "--tool",
-                type=click.Choice(bench_options.TOOLS),
+                type=click.Choice(TOOL_NAMES),
                 default=None,
                 help="Run this tool instead of our client on the same workload (gRPC streaming), import its export and "
                 "write our summary files, for `bench compare`. perf_analyzer is installed by `make setup`; "
@@ -58,7 +60,15 @@ def bench_group() -> None:
 @workdir_option
 @dry_run_option
 @json_option
-def bench_run(config_file, emit, tool, workdir, dry_run, as_json, **flags) -> None:
+def bench_run(
+    config_file: Path | None,
+    emit: tuple[str, ...],
+    tool: str | None,
+    workdir: Path | None,
+    dry_run: bool,
+    as_json: bool,
+    **flags: Any,
+) -> None:
     """Run a benchmark (the default subcommand)."""
     from trtllm_forge.bench.config_runs import fail_on_errors, merge_options, options_from_config
     from trtllm_forge.bench.run import BenchOptions, run_bench
@@ -91,7 +101,7 @@ def bench_run(config_file, emit, tool, workdir, dry_run, as_json, **flags) -> No
             emit_json({"schema": "trtllm-forge.bench-plan/1", "dry_run": True, "runs": plan})
         return
     if emit:
-        from trtllm_forge.bench.run import emit_workload
+        from trtllm_forge.bench.tool_runs import emit_workload
 
         document = {"schema": "trtllm-forge.bench-emit/1", "emitted": [emit_workload(options, kind) for options in runs for kind in emit]}
         if as_json:
@@ -118,7 +128,7 @@ def bench_run(config_file, emit, tool, workdir, dry_run, as_json, **flags) -> No
 @directory_option("--out", help="Write one run directory per export under here.", required=True)
 @directory_option("--tokenizer", help="HF tokenizer directory: counts the tokens of text responses in a perf_analyzer export.")
 @json_option
-def bench_import(exports, out, tokenizer, as_json) -> None:
+def bench_import(exports: tuple[Path, ...], out: Path, tokenizer: Path | None, as_json: bool) -> None:
     """Convert other tools' exports into our summary files, so `bench compare` shows them beside our runs:
     perf_analyzer's profile_export.json, AIPerf's profile_export_aiperf.json/.csv (both schemas) and
     profile_export.jsonl, GenAI-Perf's profile_export_genai_perf.json/.csv and analyze_export_genai_perf.csv
@@ -126,8 +136,7 @@ def bench_import(exports, out, tokenizer, as_json) -> None:
     import json
     import os
 
-    from trtllm_forge.bench.exports import import_export
-    from trtllm_forge.bench.tool_runs import write_point
+    from trtllm_forge.bench.exports import import_export, write_point
     from trtllm_forge.bench.workload import load_tokenizer
     from trtllm_forge.ui import info
 
@@ -166,7 +175,7 @@ def bench_import(exports, out, tokenizer, as_json) -> None:
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @directory_option("--out", help="Write compare.json, compare.csv and pareto.png here.")
 @json_option
-def bench_compare(run_dirs, out, as_json) -> None:
+def bench_compare(run_dirs: tuple[Path, ...], out: Path | None, as_json: bool) -> None:
     """Put several runs side by side: ours, `bench --tool` runs, `bench import` outputs or raw tool exports."""
     from trtllm_forge.bench.compare import compare_runs
 

@@ -3,7 +3,7 @@
 The export (`--profile-export-file`; PA's `src/profile_data_exporter.cc`) holds, per experiment
 (`{mode, value}`), every request's send timestamp, the receive timestamp of each response and each response's
 outputs. The metrics are then ours (`metrics.summarize`) on PA's timestamps: the same definitions GenAI-Perf
-applies to this file, except that a response carrying no token is not a timing point (see exports.py).
+applies to this file, except that a response carrying no token is not a timing point (see bench/exports.py).
 
 Tokens per response, best source first: `output_ids` (the tensorrt_llm model), `num_output_tokens` (requested
 with return_num_output_tokens; a running total is turned into per-response counts), the client tokenizer on
@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from trtllm_forge.bench.metrics import summarize
 from trtllm_forge.bench.records import RequestRecord
 from trtllm_forge.bench.runner import LoadSpec, RunResult
 from trtllm_forge.bench.target import cumulative_to_deltas
+from trtllm_forge.bench.tools.protocol import ExportProblem, ImportedPoint
 
 
-def points_from_profile_export(data: dict, path: Path, tokenizer=None) -> list:
-    from trtllm_forge.bench.exports import ImportedPoint, UnknownExport
-
+def points_from_profile_export(data: dict[str, Any], path: Path, tokenizer: Any = None) -> list[ImportedPoint]:
     points = []
     for index, experiment in enumerate(data["experiments"]):
         spec = experiment.get("experiment") or {}
@@ -39,7 +39,7 @@ def points_from_profile_export(data: dict, path: Path, tokenizer=None) -> list:
         try:
             records = [_record(f"{index}-{k}", request, data.get("service_kind", ""), tokenizer) for k, request in enumerate(requests)]
         except (KeyError, TypeError, ValueError) as exc:
-            raise UnknownExport(path, f"experiment {index}: a request lacks perf_analyzer's fields ({type(exc).__name__}: {exc})") from None
+            raise ExportProblem(f"experiment {index}: a request lacks perf_analyzer's fields ({type(exc).__name__}: {exc})") from None
         stamps = [r.sent_ns for r in records] + [t for r in records for t in r.recv_ns]
         result = RunResult(load, records, min(stamps), max(stamps), min(stamps), 0.0)
         context = {
@@ -59,7 +59,7 @@ def points_from_profile_export(data: dict, path: Path, tokenizer=None) -> list:
         )
         points.append(ImportedPoint(summary, records))
     if not points:
-        raise UnknownExport(path, "has no experiment with requests")
+        raise ExportProblem("has no experiment with requests")
     return points
 
 
@@ -68,7 +68,7 @@ def _sources(records: list[RequestRecord]) -> str:
     return kinds[0] if len(kinds) == 1 else ",".join(kinds)
 
 
-def _first(value):
+def _first(value: Any) -> Any:
     while isinstance(value, list):
         if not value:
             return None
@@ -76,13 +76,13 @@ def _first(value):
     return value
 
 
-def _flat_len(value) -> int:
+def _flat_len(value: Any) -> int:
     if isinstance(value, list):
         return sum(_flat_len(v) for v in value)
     return 0 if value is None else 1
 
 
-def _record(request_id: str, request: dict, service_kind: str, tokenizer) -> RequestRecord:
+def _record(request_id: str, request: dict[str, Any], service_kind: str, tokenizer: Any) -> RequestRecord:
     inputs = request.get("request_inputs") or {}
     payload = _payload(inputs)
     prompt = _prompt(inputs, payload)
@@ -148,7 +148,7 @@ def _prompt(inputs: dict, payload: dict) -> str | None:
     return None
 
 
-def _input_tokens(inputs: dict, prompt: str | None, tokenizer) -> tuple[int, str]:
+def _input_tokens(inputs: dict[str, Any], prompt: str | None, tokenizer: Any) -> tuple[int, str]:
     if inputs.get("input_lengths") is not None:
         return int(_first(inputs["input_lengths"])), "request_inputs"
     if inputs.get("input_ids") is not None:
@@ -172,7 +172,7 @@ def _requested_output(inputs: dict, payload: dict) -> int | None:
     return None
 
 
-def _response_tokens(output: dict, tokenizer) -> tuple[int, str]:
+def _response_tokens(output: dict[str, Any], tokenizer: Any) -> tuple[int, str]:
     """(tokens in one response, where the count came from)."""
     if "output_ids" in output:
         return _flat_len(output["output_ids"]), "server_ids"
@@ -189,7 +189,7 @@ def _response_tokens(output: dict, tokenizer) -> tuple[int, str]:
     return 0, "responses"
 
 
-def _text_tokens(text: str, tokenizer) -> tuple[int, str]:
+def _text_tokens(text: str, tokenizer: Any) -> tuple[int, str]:
     if not text:
         return 0, "responses"
     if tokenizer is not None:
