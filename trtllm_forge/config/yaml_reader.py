@@ -178,7 +178,7 @@ def read_yaml_document(path: Path) -> YamlDocument:
             f"holds a character YAML does not allow (#x{exc.character:04x} at offset {exc.position})"
             if isinstance(exc.character, int)
             else f"holds a character YAML does not allow (at offset {exc.position})",
-            "remove control characters; write them as escapes inside double quotes (\"\\x01\")",
+            'remove control characters; write them as escapes inside double quotes ("\\x01")',
             source=f"{where}:{line}",
         ) from None
     try:
