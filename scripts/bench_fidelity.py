@@ -27,9 +27,9 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from bench_support.local_triton import render_timing_model, start_triton
 
 from trtllm_forge.bench import provenance
-from trtllm_forge.bench.local_triton import render_timing_model, start_triton
 from trtllm_forge.bench.records import read_jsonl
 from trtllm_forge.bench.run import BenchOptions, run_bench
 from trtllm_forge.bench.workload import LengthSpec

@@ -16,6 +16,7 @@ run still left (a grandchild, its temporary directory) the next run of the stage
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -241,7 +242,7 @@ def remove_stale(workdir: Path, name: str) -> list[Path]:
     for path in stale:
         if TMP_INFIX in path.name:
             run_id = path.name.split(TMP_INFIX, 1)[1]
-            left = terminate(lambda run_id=run_id: marked_processes(run_id), CHILD_STOP_GRACE_S)
+            left = terminate(functools.partial(marked_processes, run_id), CHILD_STOP_GRACE_S)
             if left:
                 raise StepError(name, f"processes {left} of a killed earlier run survived SIGKILL", "check them with ps")
         shutil.rmtree(path, ignore_errors=True)

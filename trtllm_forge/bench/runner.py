@@ -18,27 +18,12 @@ import numpy as np
 from trtllm_forge.bench.provenance import machine_cpu_ticks, steal_share
 from trtllm_forge.bench.records import RequestRecord
 from trtllm_forge.bench.schedule import arrival_offsets
+from trtllm_forge.bench.specs import LoadSpec
 from trtllm_forge.bench.target import Target, TargetDown, now_ns
 from trtllm_forge.bench.workload import BenchRequest
 
 LAG_PERIOD_S = 0.005
 SPIN_S = 0.002  # the last stretch before a scheduled send is waited by yielding, not by a coarse timer
-
-
-@dataclass
-class LoadSpec:
-    mode: str  # "concurrency" or "rate"
-    value: float  # the concurrency, or the rate in requests/s
-    arrival: str = "poisson"
-    burstiness: float = 1.0
-    max_concurrency: int | None = None  # cap for open loop
-    num_requests: int = 32
-    duration_s: float | None = None
-    warmup_requests: int = 0
-
-    @property
-    def label(self) -> str:
-        return f"c{int(self.value)}" if self.mode == "concurrency" else f"r{self.value:g}"
 
 
 @dataclass

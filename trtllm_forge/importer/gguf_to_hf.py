@@ -181,12 +181,12 @@ def parsed_once(reader, gguf_path: Path) -> Iterator[None]:
             return reader
         return make_reader(path, *args, **kwargs)
 
-    gguf.GGUFReader = reader_for  # setattr: mypy refuses assigning to a class name
+    setattr(gguf, "GGUFReader", reader_for)  # noqa: B010 - mypy refuses assigning a function to a class name
     gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
     try:
         yield
     finally:
-        gguf.GGUFReader = make_reader
+        setattr(gguf, "GGUFReader", make_reader)  # noqa: B010 - as above
         gguf.get_tensor_name_map = name_map
 
 
