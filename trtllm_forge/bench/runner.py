@@ -43,7 +43,7 @@ class _LagSampler:
     """Every LAG_PERIOD_S, queue a callback and measure how long it waits to run: the delay a response that
     is ready on the socket waits before it is stamped (timer granularity is not counted)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.samples: list[int] = []
         self.task: asyncio.Task | None = None
 
@@ -87,7 +87,7 @@ async def _warmup(target: Target, warmup: list[BenchRequest], concurrency: int) 
     records: list[RequestRecord] = []
     queue = list(enumerate(warmup))
 
-    async def worker():
+    async def worker() -> None:
         while queue:
             i, request = queue.pop(0)
             record = _record(request, i, "warmup", now_ns())
@@ -191,7 +191,7 @@ async def run_load(
     if load.mode == "concurrency":
         counter = iter(range(k, len(requests), n_shards))
 
-        async def worker():
+        async def worker() -> None:
             free_since = start  # a slot's next request is due when its previous one ended
             while True:
                 index = next(counter, None)
@@ -208,7 +208,7 @@ async def run_load(
         cap = asyncio.Semaphore(max(1, shard_share(load.max_concurrency, k, n_shards))) if load.max_concurrency else None
         tasks = []
 
-        async def capped(request, index, intended):
+        async def capped(request: BenchRequest, index: int, intended: int) -> None:
             assert cap is not None  # used only with a cap
             async with cap:
                 await send(request, index, intended)
