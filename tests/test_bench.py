@@ -22,10 +22,10 @@ from cli_inprocess import run_in_process
 from trtllm_forge.bench.metrics import LATE_WARN_SHARE, STEAL_WARN_SHARE, summarize
 from trtllm_forge.bench.records import RequestRecord
 from trtllm_forge.bench.report import to_csv
-from trtllm_forge.bench.runner import LoadSpec, RunResult
+from trtllm_forge.bench.runner import RunResult
 from trtllm_forge.bench.schedule import arrival_offsets
+from trtllm_forge.bench.specs import LengthSpec, LoadSpec
 from trtllm_forge.bench.stats import describe
-from trtllm_forge.bench.workload import LengthSpec
 from trtllm_forge.errors import ConfigError
 
 MS = 1_000_000

@@ -65,10 +65,6 @@ class StreamResult:
     total_s: float = 0.0
     error: str | None = None
 
-    @property
-    def first_response_s(self) -> float | None:
-        return self.arrival_s[0] if self.arrival_s else None
-
 
 @dataclass
 class Generation:
