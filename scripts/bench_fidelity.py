@@ -27,12 +27,12 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from bench_support.local_triton import render_timing_model, start_triton
 
 from trtllm_forge.bench import provenance
-from trtllm_forge.bench.local_triton import render_timing_model, start_triton
 from trtllm_forge.bench.records import read_jsonl
 from trtllm_forge.bench.run import BenchOptions, run_bench
-from trtllm_forge.bench.workload import LengthSpec
+from trtllm_forge.bench.specs import LengthSpec
 
 TTFT_MS, GAP_MS, TOKENS = 50.0, 25.0, 16
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "bench_fidelity" / "timing.json"

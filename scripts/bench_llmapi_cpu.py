@@ -129,7 +129,7 @@ def start_endpoints(stack: ExitStack, workdir: Path, engine_cfg: Any, llmapi_cfg
 def measure(endpoint: Endpoint, concurrency: int, args: argparse.Namespace, checkpoint: Path, out: Path) -> dict[str, Any]:
     """One bench run (our load generator, in this process) and the numbers the table needs."""
     from trtllm_forge.bench.run import BenchOptions, run_bench
-    from trtllm_forge.bench.workload import LengthSpec
+    from trtllm_forge.bench.specs import LengthSpec
 
     options = BenchOptions(
         target=endpoint.target,

@@ -251,7 +251,8 @@ def _checked(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
 def emitted_run(tool: str, bench_options: dict[str, Any], out: Path) -> tuple[dict[str, Any], str]:
     """`bench --emit TOOL` (nothing sent but a config read), its one printed command run as printed with the
     configured executable in place of the bare name, the export read by `bench import`: (summary, command)."""
-    from trtllm_forge.bench.cli_argv import bench_argv
+    from bench_support.cli_argv import bench_argv
+
     from trtllm_forge.bench.tools.registry import tool as bench_tool
 
     emitted = json.loads(_checked(bench_argv(**bench_options, out=out / "emit", extra=("--emit", tool))).stdout)
@@ -289,7 +290,7 @@ def aiperf_http_stats(artifacts: Path) -> dict[str, float | None]:
 def one_run(tool: str, urls: dict[str, str], model: str, concurrency: int, n: int, osl: int, out: Path, tokenizer: Path | None) -> Row:
     """One run, each tool in its own process, as a user runs it: ours and perf_analyzer through `bench`
     (`--tool perf_analyzer`), GenAI-Perf and AIPerf as `bench --emit` prints them."""
-    from trtllm_forge.bench.cli_argv import bench_argv
+    from bench_support.cli_argv import bench_argv
 
     http = tool == "aiperf"
     if http and "http" not in urls:
@@ -422,7 +423,8 @@ def run(
     partial_out: Path | None = None,
     only: list[str] | None = None,
 ) -> dict[str, Any]:
-    from trtllm_forge.bench.local_triton import render_timing_model, start_triton
+    from bench_support.local_triton import render_timing_model, start_triton
+
     from trtllm_forge.bench.perf_analyzer import problem
 
     tools = ["trtllm-forge"]

@@ -1,6 +1,6 @@
 """What the bench tests (test_bench*.py, test_nvidia_clients.py) share: running `bench` through the CLI (a real
 process, or in this one when nothing is measured), reading its JSON document and records, and driving a run
-that a test interrupts. The options come from trtllm_forge.bench.cli_argv, which the fidelity script uses.
+that a test interrupts. The options come from bench_support.cli_argv, which the fidelity script uses.
 The shared timing-model server is conftest's `timing_triton` (its schedule: TTFT_MS, GAP_MS)."""
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from bench_support.cli_argv import bench_argv, bench_options
 from cli_inprocess import run_in_process
 from conftest import TIMING_GAP_MS, TIMING_TTFT_MS, run_cli
-
-from trtllm_forge.bench.cli_argv import bench_argv, bench_options
 
 TTFT_MS, GAP_MS = TIMING_TTFT_MS, TIMING_GAP_MS
 

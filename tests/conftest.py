@@ -302,8 +302,8 @@ TIMING_TTFT_MS, TIMING_GAP_MS = 30.0, 8.0  # first token after TTFT, then one to
 def timing_triton(tmp_path_factory):
     """One tritonserver for the session serving trtllm_forge.bench's timing model: `ensemble` (text contract),
     `tensorrt_llm` (token ids) and `silent` (never answers within a test). Shared: send it requests, never stop it
-    (a test that kills its server starts its own with bench.local_triton.start_triton)."""
-    from trtllm_forge.bench.local_triton import render_timing_model, start_triton
+    (a test that kills its server starts its own with bench_support.local_triton.start_triton, scripts/bench_support/)."""
+    from bench_support.local_triton import render_timing_model, start_triton
 
     root = tmp_path_factory.mktemp("timing-triton")
     render_timing_model(root / "repo", "ensemble", ttft_ms=TIMING_TTFT_MS, gap_ms=TIMING_GAP_MS)

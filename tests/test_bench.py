@@ -22,10 +22,10 @@ from cli_inprocess import run_in_process
 from trtllm_forge.bench.metrics import LATE_WARN_SHARE, STEAL_WARN_SHARE, summarize
 from trtllm_forge.bench.records import RequestRecord
 from trtllm_forge.bench.report import to_csv
-from trtllm_forge.bench.runner import LoadSpec, RunResult
+from trtllm_forge.bench.runner import RunResult
 from trtllm_forge.bench.schedule import arrival_offsets
+from trtllm_forge.bench.specs import LengthSpec, LoadSpec
 from trtllm_forge.bench.stats import describe
-from trtllm_forge.bench.workload import LengthSpec
 from trtllm_forge.errors import ConfigError
 
 MS = 1_000_000
@@ -324,7 +324,8 @@ def test_http_targets_triton_generate_stream_and_openai(timing_triton, tmp_path)
 @pytest.mark.slow
 def test_bench_config_uses_the_deployment_and_compare_lists_runs(timing_triton, tmp_path):
     """`bench CONFIG` against a deployment made by trtllm_forge.deploy (serving the timing model)."""
-    from trtllm_forge.bench.local_triton import render_timing_model
+    from bench_support.local_triton import render_timing_model
+
     from trtllm_forge.config import load_config
     from trtllm_forge.deploy.server import start_server, stop_server
 
@@ -361,7 +362,7 @@ def test_bench_config_uses_the_deployment_and_compare_lists_runs(timing_triton, 
 
 @pytest.mark.slow
 def test_killing_the_server_mid_run_keeps_records_and_exits_1(tmp_path):
-    from trtllm_forge.bench.local_triton import render_timing_model, start_triton
+    from bench_support.local_triton import render_timing_model, start_triton
 
     render_timing_model(tmp_path / "repo", "ensemble", ttft_ms=10.0, gap_ms=20.0)
     server = start_triton(tmp_path / "repo", tmp_path)

@@ -40,7 +40,7 @@ SHUFFLED_TTFT_NS = 1_000_000  # the `shuffled` timing model's TTFT
 
 @pytest.fixture(scope="module")
 def timing_server(tmp_path_factory):
-    from trtllm_forge.bench.local_triton import render_timing_model, start_triton
+    from bench_support.local_triton import render_timing_model, start_triton
 
     root = tmp_path_factory.mktemp("client-timing")
     render_timing_model(root / "repo", "ensemble", ttft_ms=20.0, gap_ms=5.0)
@@ -287,7 +287,8 @@ def test_after_the_server_restarts_a_lane_connects_again(tmp_path):
     """Triton stopped under an open target: the lane sees its connection close, and the next request finds the
     server down (TargetDown: the runner stops sending); with Triton started again on the same ports, the lane opens
     a new connection once the server answers and the request after that succeeds."""
-    from trtllm_forge.bench.local_triton import render_timing_model, start_triton
+    from bench_support.local_triton import render_timing_model, start_triton
+
     from trtllm_forge.bench.target import TargetDown
 
     render_timing_model(tmp_path / "repo", "ensemble", ttft_ms=20.0, gap_ms=5.0)

@@ -10,8 +10,8 @@ import yaml
 from cli_inprocess import run_in_process
 from conftest import CONFIGS
 
-from trtllm_forge.build_result import BuildResult
 from trtllm_forge.llmapi_args import TOP_LEVEL, unknown_keys
+from trtllm_forge.stage_results import BuildResult
 from trtllm_forge.stages import StageResult
 
 SHIPPED = sorted(CONFIGS.glob("*.yaml"))

@@ -114,7 +114,7 @@ def test_stand_in_serves_openai_endpoints(deployed):
 @pytest.mark.slow
 def test_bench_openai_target_measures_the_stand_in(deployed, smollm2_checkpoint):
     from trtllm_forge.bench.run import BenchOptions, run_bench
-    from trtllm_forge.bench.workload import LengthSpec
+    from trtllm_forge.bench.specs import LengthSpec
 
     described, workdir, _ = deployed
     for endpoint in ("completions", "chat"):

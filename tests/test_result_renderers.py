@@ -75,7 +75,8 @@ def test_peer_points_never_repeat_a_prompt() -> None:
     """llama-server answers a prompt it has seen from its prompt cache: no point may reuse another's prompts."""
     import numpy as np
 
-    from trtllm_forge.bench.workload import LengthSpec, synthetic
+    from trtllm_forge.bench.specs import LengthSpec
+    from trtllm_forge.bench.workload import synthetic
 
     peer = _script("bench_llamacpp_peer")
     points = [(repeat, concurrency) for repeat in range(3) for concurrency in (1, 8, 16)]

@@ -8,8 +8,8 @@ import shlex
 from pathlib import Path
 
 import pytest
+from bench_support.local_triton import server_argv as bench_argv
 
-from trtllm_forge.bench.local_triton import server_argv as bench_argv
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.deploy import launch as deploy_launch
 from trtllm_forge.deploy import targets

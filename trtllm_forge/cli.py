@@ -52,7 +52,7 @@ for module_name, attribute in COMMANDS:
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", None)  # click >= 8.2
 
 
-def _one_line_unraisable(unraisable) -> None:
+def _one_line_unraisable(unraisable: sys.UnraisableHookArgs) -> None:
     """An exception Python cannot raise (a destructor's, e.g. of a client half-built when SIGTERM interrupted it)
     in one line instead of a traceback; --debug keeps Python's default."""
     exc = unraisable.exc_value

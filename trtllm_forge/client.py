@@ -49,7 +49,7 @@ def grpc_url_of(target: Any) -> str:
     return str(target)
 
 
-def connect(target: Any):
+def connect(target: Any) -> Any:
     """A `tritonclient.grpc.InferenceServerClient` for a Deployment, workdir or host:port."""
     import tritonclient.grpc as grpcclient
 
@@ -65,10 +65,6 @@ class StreamResult:
     total_s: float = 0.0
     error: str | None = None
 
-    @property
-    def first_response_s(self) -> float | None:
-        return self.arrival_s[0] if self.arrival_s else None
-
 
 @dataclass
 class Generation:
@@ -82,7 +78,7 @@ class Generation:
     error: str | None = None
 
 
-def _input_specs(client, model: str) -> tuple[int, dict[str, dict]]:
+def _input_specs(client: Any, model: str) -> tuple[int, dict[str, dict]]:
     config = client.get_model_config(model, as_json=True)["config"]
     return int(config.get("max_batch_size", 0)), {i["name"]: i for i in config.get("input", [])}
 
@@ -127,7 +123,7 @@ def stream_request(
     result = StreamResult()
     responses: queue.Queue = queue.Queue()
 
-    def on_response(result=None, error=None):  # tritonclient calls callback(result=..., error=...)
+    def on_response(result: Any = None, error: Any = None) -> None:  # tritonclient calls callback(result=..., error=...)
         responses.put((time.perf_counter(), result, error))
 
     try:

@@ -6,7 +6,7 @@ Messages are one line: `[<file>[:<line>]: ]<where>: <what is wrong>; <what would
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import click
 
@@ -53,7 +53,7 @@ class ForgeError(click.ClickException):
         """The same error, naming the file (and line) its field was read from."""
         return type(self)(self.where, self.problem, self.valid, source=source)
 
-    def show(self, file=None) -> None:
+    def show(self, file: IO[str] | None = None) -> None:
         click.echo(f"error: {self.format_message()}", err=True, file=file)
 
 
@@ -99,6 +99,6 @@ class ConfigErrors(ConfigError):
         first = errors[0]
         super().__init__(first.where, first.problem, first.valid, source=first.source)
 
-    def show(self, file=None) -> None:
+    def show(self, file: IO[str] | None = None) -> None:
         for err in self.errors:
             err.show(file=file)

@@ -18,7 +18,7 @@ could block a valid config).
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 REPOSITORY = "NVIDIA/TensorRT-LLM"
@@ -248,7 +248,7 @@ NESTED: dict[str, frozenset[str]] = {
 MODEL_YAML_ONLY = frozenset(("triton_config", "logits_post_processors"))
 
 
-def nearest(key: str, valid) -> str | None:
+def nearest(key: str, valid: Iterable[str]) -> str | None:
     match = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=0.6)
     return match[0] if match else None
 

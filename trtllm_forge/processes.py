@@ -125,7 +125,7 @@ def _wait_empty(find: Callable[[], list[int]], seconds: float) -> bool:
     return True
 
 
-def _load_prctl():
+def _load_prctl() -> Callable[..., int] | None:
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):  # not Linux: no parent-death signal, the SIGTERM/SIGINT paths still apply

@@ -28,10 +28,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, NoReturn, TextIO
 
 from trtllm_forge import __version__, third_party_env
 from trtllm_forge.errors import StepError
@@ -102,7 +103,7 @@ def rotate_log(path: Path, keep: int = KEEP_LOGS) -> None:
     os.replace(path, numbered(1))
 
 
-def open_new_log(path: Path):
+def open_new_log(path: Path) -> TextIO:
     """Open a fresh log at `path` for writing, rotating the previous one away first."""
     path.parent.mkdir(parents=True, exist_ok=True)
     rotate_log(path)
@@ -221,7 +222,7 @@ def terminate_as_error(stage: str, workdir: Path) -> Iterator[None]:
         yield
         return
 
-    def interrupt(signum, frame):
+    def interrupt(signum: int, frame: FrameType | None) -> NoReturn:
         raise StepError(stage, "terminated by SIGTERM; the partial output was discarded", f"logs are kept in {workdir / 'logs'}")
 
     previous = signal.signal(signal.SIGTERM, interrupt)
@@ -249,7 +250,7 @@ def remove_stale(workdir: Path, name: str) -> list[Path]:
     return stale
 
 
-def stage_lock(workdir: Path, name: str):
+def stage_lock(workdir: Path, name: str) -> AbstractContextManager[None]:
     """One run of a stage per workdir at a time; a second one fails at once with the holder's pid."""
 
     def busy(holder: int | None) -> StepError:

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.errors import StyleSyntaxError
 from rich.markup import escape
 from rich.style import Style
+from rich.text import Text
 
 # rich.markup's tag pattern: a run of backslashes (an odd count escapes the tag), then [tag].
 _TAG = re.compile(r"(\\*)\[([a-z#/@][^[]*?)]")
@@ -66,7 +67,7 @@ def plain(text: object) -> str:
 
 
 class _Console(Console):
-    def render_str(self, text: str, *args, markup: bool | None = None, **kwargs):
+    def render_str(self, text: str, *args: Any, markup: bool | None = None, **kwargs: Any) -> Text:
         if markup is not False and self._markup:
             text = protect(text)
         return super().render_str(text, *args, markup=markup, **kwargs)

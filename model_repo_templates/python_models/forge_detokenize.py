@@ -11,11 +11,14 @@ Self-contained on purpose: it runs inside the Triton python stub, which cannot i
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import Any
+
 REPLACEMENT = "\ufffd"
 
 
 class IncrementalDetokenizer:
-    def __init__(self, tokenizer, skip_special_tokens: bool = True):
+    def __init__(self, tokenizer: Any, skip_special_tokens: bool = True) -> None:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
         self.ids: list[int] = []
@@ -25,7 +28,7 @@ class IncrementalDetokenizer:
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
-    def push(self, new_ids) -> str:
+    def push(self, new_ids: Iterable[int]) -> str:
         """Add ids; return the text that became final (possibly '')."""
         self.ids.extend(int(i) for i in new_ids)
         prefix_text = self._decode(self.ids[self.prefix_offset : self.read_offset])
@@ -45,7 +48,9 @@ class IncrementalDetokenizer:
         return full_text[len(prefix_text) :]
 
 
-def anchored_decode(tokenizer, ids, anchor_ids, skip_special_tokens: bool = True, anchor_text: str | None = None) -> str:
+def anchored_decode(
+    tokenizer: Any, ids: Sequence[int], anchor_ids: Sequence[int], skip_special_tokens: bool = True, anchor_text: str | None = None
+) -> str:
     """Decode a delta of ids as it reads after earlier text, keeping its leading space.
 
     Used where no per-request state is available (the ensemble's stateless postprocessing): the

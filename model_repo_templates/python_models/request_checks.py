@@ -13,6 +13,9 @@ Ranges follow TensorRT-LLM's sampling semantics: temperature >= 0 (0 = greedy), 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -73,7 +76,7 @@ def _shown(name: str) -> str:
     return f"{name} ({alias} at the ensemble)" if alias else name
 
 
-def _numbers(name: str, array) -> np.ndarray | None:
+def _numbers(name: str, array: np.ndarray | None) -> np.ndarray | None:
     if array is None:
         return None
     values = np.asarray(array).reshape(-1)
@@ -84,7 +87,7 @@ def _numbers(name: str, array) -> np.ndarray | None:
     return values
 
 
-def _each(name: str, values: np.ndarray, valid, range_text: str) -> None:
+def _each(name: str, values: np.ndarray, valid: Callable[[Any], bool], range_text: str) -> None:
     for value in values.tolist():
         if (isinstance(value, float) and not math.isfinite(value)) or not valid(value):
             raise InvalidInput(f"{_shown(name)}: {value!r} is outside the valid range; {range_text}")
@@ -95,7 +98,9 @@ def _whole(name: str, values: np.ndarray, range_text: str) -> None:
         _each(name, values, lambda v: float(v).is_integer(), range_text)
 
 
-def check_request(get, model: str, vocab_size: int | None = None, max_output_len: int | None = None) -> None:
+def check_request(
+    get: Callable[[str], np.ndarray | None], model: str, vocab_size: int | None = None, max_output_len: int | None = None
+) -> None:
     """Raise InvalidInput for the first input of this request outside its range.
 
     get(name) -> the input's numpy array or None; model: a key of INPUT_NAMES; vocab_size: ids must be
@@ -154,7 +159,7 @@ def check_request(get, model: str, vocab_size: int | None = None, max_output_len
             _each(name, v, lambda x: True, "finite numbers")
 
 
-def _check_bias_lists(words_name: str, words, weights_name: str, weights) -> None:
+def _check_bias_lists(words_name: str, words: np.ndarray | None, weights_name: str, weights: np.ndarray | None) -> None:
     word_rows = _rows(words)
     weight_rows = _rows(weights)
     if not any(len(row) for row in word_rows) and not any(len(row) for row in weight_rows):
@@ -167,7 +172,7 @@ def _check_bias_lists(words_name: str, words, weights_name: str, weights) -> Non
         _each(weights_name, flat, lambda x: True, "finite numbers")
 
 
-def _rows(array) -> list[list]:
+def _rows(array: np.ndarray | None) -> list[list]:
     if array is None:
         return []
     array = np.asarray(array)
@@ -176,7 +181,7 @@ def _rows(array) -> list[list]:
     return [np.asarray(row).reshape(-1).tolist() for row in array]
 
 
-def triton_error(pb_utils, exc: BaseException, model: str):
+def triton_error(pb_utils: ModuleType, exc: BaseException, model: str) -> Any:  # a pb_utils.TritonError
     """The TritonError a client gets for `exc`: INVALID_ARG (HTTP 400) for an invalid input, else INTERNAL."""
     message = f"{model}: {exc}"
     if isinstance(exc, InvalidInput):
@@ -184,7 +189,7 @@ def triton_error(pb_utils, exc: BaseException, model: str):
     return pb_utils.TritonError(message)
 
 
-def reraise(pb_utils, error, model: str) -> None:
+def reraise(pb_utils: ModuleType, error: Any, model: str) -> None:
     """Raise the error another model answered with, keeping an invalid input an invalid input."""
     if error.code() == pb_utils.TritonError.INVALID_ARG:
         raise InvalidInput(error.message())

@@ -13,7 +13,9 @@ remains the fallback (slow tokenizers, trust_remote_code).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 TRUE_WORDS = {"1", "true", "t", "yes", "y", "on"}
 FALSE_WORDS = {"0", "false", "f", "no", "n", "off"}
@@ -56,7 +58,7 @@ def clean_up_spaces(text: str) -> str:
     return text
 
 
-def _token_text(value) -> str | None:
+def _token_text(value: str | dict[str, str] | None) -> str | None:
     if isinstance(value, dict):
         return value.get("content")
     return value
@@ -103,19 +105,19 @@ class FastTokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
-    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         text = self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
         return clean_up_spaces(text) if self.clean_up else text
 
 
-def load_tokenizer(params: dict[str, str]):
+def load_tokenizer(params: dict[str, str]) -> Any:  # a transformers tokenizer or a FastTokenizer
     tokenizer_dir = params.get("tokenizer_dir")
     if not tokenizer_dir:
         raise ValueError("parameter tokenizer_dir is not set; re-render the repository with trtllm-forge render")
     return tokenizer_from_dir(Path(tokenizer_dir), as_bool(params, "trust_remote_code", False))
 
 
-def tokenizer_from_dir(directory: Path, trust_remote_code: bool = False):
+def tokenizer_from_dir(directory: Path, trust_remote_code: bool = False) -> Any:
     """FastTokenizer when the directory has a tokenizer.json (and no remote code is trusted), else transformers'
     AutoTokenizer. Also what the bench and verify outside the server load (no transformers import: ~7 s)."""
     if (directory / "tokenizer.json").is_file() and not trust_remote_code:
@@ -128,7 +130,7 @@ def tokenizer_from_dir(directory: Path, trust_remote_code: bool = False):
     return tokenizer
 
 
-def single_token_id(tokenizer, token: str | None) -> int | None:
+def single_token_id(tokenizer: Any, token: str | None) -> int | None:
     """Id of a special token given as text (encoding it without special tokens)."""
     if token is None:
         return None

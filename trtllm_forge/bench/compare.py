@@ -47,7 +47,7 @@ def load_points(run_dir: Path) -> list[dict]:
 def _row(run_dir: Path, point: dict) -> dict:
     m = point["metrics"]
 
-    def get(name, stat):
+    def get(name: str, stat: str) -> float | None:
         return (m.get(name) or {}).get(stat)
 
     load = point.get("load") or {}

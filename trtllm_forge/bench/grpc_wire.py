@@ -164,7 +164,7 @@ class WireConnection:
     def _write(self, data: bytes) -> None:
         self.sock.sendall(data)
 
-    def open_stream(self, path: bytes, on_message, on_end) -> WireStream:
+    def open_stream(self, path: bytes, on_message: Callable[[int, bytes], None], on_end: Callable[[StreamStatus], None]) -> WireStream:
         """Send a new stream's headers (POST `path`, application/grpc)."""
         headers = [
             (":method", "POST"),

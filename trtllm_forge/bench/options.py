@@ -2,8 +2,8 @@
 
 From this one definition come the `bench run` flags (`click_options`), the config schema's `bench.workloads[]`
 entries (`workload_fields`, used by config/schema.py) and the mapping of a workload or of the command line to
-`BenchOptions` (`from_workload`, `from_command_line`). Kept light: config/schema.py imports it, and `--help` must
-not load numpy or tritonclient (LengthSpec is imported when a length is made).
+`BenchOptions` (`from_workload`, `from_command_line`). It sits below the config (config/schema.py imports it), so it
+imports only bench/specs.py and errors of ours; kept light: `--help` must not load numpy or tritonclient.
 """
 
 from __future__ import annotations
@@ -14,15 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, Field
+from pydantic import Field
 
+from trtllm_forge.bench.specs import LengthSpec, LoadSpec
 from trtllm_forge.errors import ConfigError
-
-if TYPE_CHECKING:
-    from trtllm_forge.bench.runner import LoadSpec
-    from trtllm_forge.bench.workload import LengthSpec
 
 Target = Literal["triton-grpc", "triton-grpc-tokens", "triton-http", "openai"]
 Arrival = Literal["constant", "poisson", "gamma"]
@@ -58,21 +55,11 @@ def _slo(items: tuple[str, ...], flag: str) -> dict[str, float]:
 
 
 def _length(text: str | int | None, where: str) -> LengthSpec | None:
-    from trtllm_forge.bench.workload import LengthSpec
-
     return None if text is None else LengthSpec.parse(text, where)
-
-
-def _local_path(value: str) -> str:
-    from trtllm_forge.config.names import check_local_path  # not at the top: config/schema.py imports this module
-
-    return check_local_path(value)
 
 
 def _default_length(tokens: int) -> Callable[[], LengthSpec]:
     def make() -> LengthSpec:
-        from trtllm_forge.bench.workload import LengthSpec
-
         return LengthSpec(tokens)
 
     return make
@@ -86,7 +73,7 @@ class Option:
     flag: str | None = None  # `bench run` flag; None: not on the command line
     key: str | None = None  # key in bench.workloads[]; None: not in the config
     description: str | None = None  # the config schema's text, where it differs from `help`
-    config_type: Any = None  # the YAML value's type
+    config_type: Any = None  # the YAML value's type (a `path` option's: the schema's LocalPath, see workload_fields)
     config_default: Any = SAME  # the config's default where it differs from BenchOptions'
     show_default: bool = False  # say the default at the end of --help (the flag itself defaults to "not given")
     flag_default: bool = False  # the flag defaults to the field's default (click's show_default) instead of "not given"
@@ -212,7 +199,7 @@ class BenchOptions:
         path=dict(dir_okay=False),
         help="JSONL {prompt|input_ids, output_tokens} or ShareGPT JSON.",
         key="dataset",
-        config_type=Annotated[str, AfterValidator(_local_path)] | None,
+        # config_type: a path option's is the schema's LocalPath (workload_fields)
         from_config=lambda value, where: Path(value) if value else None,
         description="JSONL {prompt|input_ids, output_tokens} or ShareGPT file instead of synthetic prompts.",
     )
@@ -276,8 +263,6 @@ class BenchOptions:
     http_url: str | None = None  # the deployment's HTTP URL (for emitted AIPerf commands)
 
     def loads(self) -> list[LoadSpec]:
-        from trtllm_forge.bench.runner import LoadSpec
-
         common: dict[str, Any] = dict(num_requests=self.num_requests, duration_s=self.duration_s, warmup_requests=self.warmup_requests)
         points = [LoadSpec("concurrency", c, **common) for c in self.concurrency]
         points += [LoadSpec("rate", r, self.arrival, self.burstiness, self.max_concurrency, **common) for r in self.request_rate]
@@ -386,20 +371,25 @@ def from_command_line(values: dict[str, Any]) -> dict[str, Any]:
 # ---- the config's bench.workloads[] --------------------------------------------------------------------------------
 
 
-def workload_fields() -> dict[str, Any]:
-    """pydantic field definitions {key: (type, Field)} of bench.workloads[], for config/schema.py's create_model."""
+def workload_fields(local_path: Any) -> dict[str, Any]:
+    """pydantic field definitions {key: (type, Field)} of bench.workloads[], for config/schema.py's create_model.
+    `local_path` is the schema's type of a path on this machine: the options that name a file (`path`) take it in place
+    of `str` (the schema checks its paths; this module sits below it and cannot import it)."""
     fields: dict[str, Any] = {}
     for name, spec in OPTIONS.items():
         if spec.key is None:
             continue
         default = spec.config_default if spec.config_default is not SAME else _default(name)
+        config_type = spec.config_type
+        if spec.path is not None:
+            config_type = local_path if default is not None else local_path | None
         kwargs: dict[str, Any] = {"description": spec.description or spec.help}
         kwargs.update({bound: value for bound, value in (("ge", spec.ge), ("gt", spec.gt)) if value is not None})
         if isinstance(default, (list, dict)):
             kwargs["default_factory"] = partial(copy.copy, default)
         else:
             kwargs["default"] = default
-        fields[spec.key] = (spec.config_type, Field(**kwargs))
+        fields[spec.key] = (config_type, Field(**kwargs))
     return fields
 
 

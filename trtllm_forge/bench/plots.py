@@ -4,13 +4,14 @@ over a sweep."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from trtllm_forge.bench.records import RequestRecord
 
 
-def _pyplot():
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -19,7 +20,7 @@ def _pyplot():
     return plt
 
 
-def _cdf(ax, values: list[float], label: str, xlabel: str) -> None:
+def _cdf(ax: Any, values: list[float], label: str, xlabel: str) -> None:
     if not values:
         return
     data = np.sort(values)

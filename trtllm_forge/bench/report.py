@@ -58,11 +58,11 @@ def to_csv(summary: dict) -> str:
     return buffer.getvalue()
 
 
-def _fmt(value) -> str:
+def _fmt(value: float | None) -> str:
     return "" if value is None else f"{value:.4f}"
 
 
-def _num(value, digits: int = 2) -> str:
+def _num(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 

@@ -18,27 +18,12 @@ import numpy as np
 from trtllm_forge.bench.provenance import machine_cpu_ticks, steal_share
 from trtllm_forge.bench.records import RequestRecord
 from trtllm_forge.bench.schedule import arrival_offsets
+from trtllm_forge.bench.specs import LoadSpec
 from trtllm_forge.bench.target import Target, TargetDown, now_ns
 from trtllm_forge.bench.workload import BenchRequest
 
 LAG_PERIOD_S = 0.005
 SPIN_S = 0.002  # the last stretch before a scheduled send is waited by yielding, not by a coarse timer
-
-
-@dataclass
-class LoadSpec:
-    mode: str  # "concurrency" or "rate"
-    value: float  # the concurrency, or the rate in requests/s
-    arrival: str = "poisson"
-    burstiness: float = 1.0
-    max_concurrency: int | None = None  # cap for open loop
-    num_requests: int = 32
-    duration_s: float | None = None
-    warmup_requests: int = 0
-
-    @property
-    def label(self) -> str:
-        return f"c{int(self.value)}" if self.mode == "concurrency" else f"r{self.value:g}"
 
 
 @dataclass
@@ -58,7 +43,7 @@ class _LagSampler:
     """Every LAG_PERIOD_S, queue a callback and measure how long it waits to run: the delay a response that
     is ready on the socket waits before it is stamped (timer granularity is not counted)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.samples: list[int] = []
         self.task: asyncio.Task | None = None
 
@@ -102,7 +87,7 @@ async def _warmup(target: Target, warmup: list[BenchRequest], concurrency: int) 
     records: list[RequestRecord] = []
     queue = list(enumerate(warmup))
 
-    async def worker():
+    async def worker() -> None:
         while queue:
             i, request = queue.pop(0)
             record = _record(request, i, "warmup", now_ns())
@@ -206,7 +191,7 @@ async def run_load(
     if load.mode == "concurrency":
         counter = iter(range(k, len(requests), n_shards))
 
-        async def worker():
+        async def worker() -> None:
             free_since = start  # a slot's next request is due when its previous one ended
             while True:
                 index = next(counter, None)
@@ -223,7 +208,7 @@ async def run_load(
         cap = asyncio.Semaphore(max(1, shard_share(load.max_concurrency, k, n_shards))) if load.max_concurrency else None
         tasks = []
 
-        async def capped(request, index, intended):
+        async def capped(request: BenchRequest, index: int, intended: int) -> None:
             assert cap is not None  # used only with a cap
             async with cap:
                 await send(request, index, intended)

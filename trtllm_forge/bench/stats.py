@@ -3,12 +3,14 @@ GenAI-Perf, AIPerf and vLLM); std is the population standard deviation."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 
 
-def describe(values, unit: str) -> dict:
+def describe(values: Iterable[float], unit: str) -> dict:
     """`{unit, count, avg, min, max, std, p1 ... p99}`; statistics are None when there are no values."""
     data = np.asarray(list(values), dtype=np.float64)
     out: dict = {"unit": unit, "count": int(data.size)}

@@ -6,7 +6,9 @@ import asyncio
 import itertools
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from trtllm_forge.bench.records import RequestRecord
 from trtllm_forge.bench.workload import BenchRequest
@@ -14,7 +16,7 @@ from trtllm_forge.bench.workload import BenchRequest
 UNREACHABLE_END_ID = 1048576  # outside any vocabulary: generation runs to the requested length
 
 
-def output_length_plan(inputs, force: bool, length_name: str = "max_tokens") -> tuple[str | None, bool, str | None]:
+def output_length_plan(inputs: Iterable[str], force: bool, length_name: str = "max_tokens") -> tuple[str | None, bool, str | None]:
     """How to force the output length with the inputs a model declares: (min-length input, send an
     unreachable end_id, description). min_tokens (or min_length) = the requested length is enough on its
     own and is preferred; an out-of-vocabulary end_id is only the fallback, because an engine that indexes
@@ -47,7 +49,7 @@ class TargetDown(Exception):
 class Target(ABC):
     kind = ""
 
-    def __init__(self, url: str, model: str, tokenizer=None, force_output_len: bool = True, request_timeout: float = 600.0):
+    def __init__(self, url: str, model: str, tokenizer: Any = None, force_output_len: bool = True, request_timeout: float = 600.0):
         self.url = url
         self.model = model
         self.tokenizer = tokenizer

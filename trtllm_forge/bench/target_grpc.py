@@ -11,6 +11,7 @@ import contextlib
 import struct
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -90,11 +91,11 @@ class _Layout:
     send: int | None
 
     @classmethod
-    def read(cls, outputs) -> _Layout:
+    def read(cls, outputs: Sequence[Any]) -> _Layout:
         index = {output.name: i for i, output in enumerate(outputs)}
         return cls(len(outputs), index.get("text_output"), index.get("num_output_tokens"), index.get("send_time_ns"))
 
-    def holds(self, outputs) -> bool:
+    def holds(self, outputs: Sequence[Any]) -> bool:
         return (
             (self.tokens is None or outputs[self.tokens].name == "num_output_tokens")
             and (self.send is None or outputs[self.send].name == "send_time_ns")
@@ -102,7 +103,7 @@ class _Layout:
         )
 
 
-def read_perf(response, record: RequestRecord) -> None:
+def read_perf(response: Any, record: RequestRecord) -> None:
     """The model's return_perf_metrics stamps in `response`, by name (later responses overwrite earlier ones)."""
     for output, raw in zip(response.outputs, response.raw_output_contents, strict=False):
         if output.name in PERF_OUTPUTS and raw:
@@ -286,7 +287,7 @@ class TritonGrpcTarget(Target):
 
     kind = "triton-grpc"
 
-    def __init__(self, *args, streams: int = 1, **kwargs):
+    def __init__(self, *args: Any, streams: int = 1, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.n_streams = max(1, streams)
         self.channel: grpc.Channel | None = None  # grpcio, for the unary calls (config, metadata, readiness)
@@ -406,7 +407,7 @@ class TritonGrpcTarget(Target):
             message.raw_input_contents.append(_pack(datatype, values))
         return message
 
-    def parse_response(self, response, record: RequestRecord) -> bool:
+    def parse_response(self, response: Any, record: RequestRecord) -> bool:
         """Record what one response carried (its stamp is already in `record.recv_ns`); return whether it was the final one.
         Only the outputs used are read, by position (_Layout); the text only when it is counted or kept."""
         outputs = response.outputs
@@ -436,7 +437,7 @@ class TritonGrpcTarget(Target):
         record.add_content(tokens, text, final, server_ns)
         return final
 
-    def _layout(self, outputs) -> _Layout:
+    def _layout(self, outputs: Sequence[Any]) -> _Layout:
         count = len(outputs)
         layout = self.layouts.get(count)
         if layout is None or not layout.holds(outputs):
@@ -529,7 +530,7 @@ class TritonGrpcTokensTarget(TritonGrpcTarget):
         # output_ids are counted directly: no return_num_output_tokens
         return [item for item in spec + self._common_inputs(n) if item[0] in self.inputs and item[0] != "return_num_output_tokens"]
 
-    def parse_response(self, response, record: RequestRecord) -> bool:
+    def parse_response(self, response: Any, record: RequestRecord) -> bool:
         tokens = 0
         server_ns = None
         for output, raw in zip(response.outputs, response.raw_output_contents, strict=False):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import aiohttp
 
@@ -20,7 +21,7 @@ RETRIES_BEFORE_RESPONSE = 1  # resends of a request whose connection failed befo
 
 
 class _SseTarget(Target):
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.url = self.url.rstrip("/")
         if not self.url.startswith(("http://", "https://")):
@@ -220,7 +221,7 @@ class OpenAITarget(_SseTarget):
 
     kind = "openai"
 
-    def __init__(self, *args, endpoint: str = "completions", **kwargs):
+    def __init__(self, *args: Any, endpoint: str = "completions", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.chat = endpoint == "chat"
         if self.url.endswith("/v1"):

@@ -7,49 +7,12 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from trtllm_forge.bench.specs import LengthSpec
 from trtllm_forge.errors import ConfigError
-
-
-@dataclass(frozen=True, slots=True)
-class LengthSpec:
-    """`MEAN`, `MEAN:STD` (normal, at least 1) or `LO..HI` (uniform integers, inclusive)."""
-
-    mean: float
-    std: float = 0.0
-    low: int | None = None
-    high: int | None = None
-
-    @classmethod
-    def parse(cls, text: str | int, flag: str) -> LengthSpec:
-        text = str(text).strip()
-        try:
-            if ".." in text:
-                lo, hi = (int(x) for x in text.split("..", 1))
-                if not 1 <= lo <= hi:
-                    raise ValueError
-                return cls(mean=(lo + hi) / 2, low=lo, high=hi)
-            mean, _, std = text.partition(":")
-            spec = cls(mean=float(mean), std=float(std or 0))
-            if spec.mean < 1 or spec.std < 0:
-                raise ValueError
-            return spec
-        except ValueError:
-            raise ConfigError(flag, f"{text!r} is not a length", "use MEAN, MEAN:STD or LO..HI with lengths >= 1") from None
-
-    def sample(self, n: int, rng: np.random.Generator) -> list[int]:
-        if self.low is not None and self.high is not None:
-            return rng.integers(self.low, self.high + 1, n).tolist()
-        if self.std == 0:
-            return [round(self.mean)] * n
-        return np.maximum(1, np.round(rng.normal(self.mean, self.std, n))).astype(int).tolist()
-
-    def describe(self) -> str:
-        if self.low is not None:
-            return f"{self.low}..{self.high}"
-        return f"{self.mean:g}" + (f":{self.std:g}" if self.std else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +24,7 @@ class BenchRequest:
     output_tokens: int
 
 
-def load_tokenizer(path: Path | None):
+def load_tokenizer(path: Path | None) -> Any:
     if path is None:
         return None
     if not Path(path).is_dir():
@@ -72,7 +35,7 @@ def load_tokenizer(path: Path | None):
     return tokenizer_from_dir(Path(path))
 
 
-def _exact_prompt(tokenizer, length: int, rng: np.random.Generator, special: set[int]) -> tuple[str, tuple[int, ...]]:
+def _exact_prompt(tokenizer: Any, length: int, rng: np.random.Generator, special: set[int]) -> tuple[str, tuple[int, ...]]:
     """Random token ids → text → ids again, trimmed or extended until the text encodes to `length` tokens."""
     vocab = len(tokenizer)
     ids = [int(i) for i in rng.integers(0, vocab, length + 8) if int(i) not in special][:length]
@@ -87,7 +50,7 @@ def _exact_prompt(tokenizer, length: int, rng: np.random.Generator, special: set
     return text, tuple(encoded)  # closest found; the record carries the true count
 
 
-def synthetic(n: int, input_len: LengthSpec, output_len: LengthSpec, rng: np.random.Generator, tokenizer=None) -> list[BenchRequest]:
+def synthetic(n: int, input_len: LengthSpec, output_len: LengthSpec, rng: np.random.Generator, tokenizer: Any = None) -> list[BenchRequest]:
     isl = input_len.sample(n, rng)
     osl = output_len.sample(n, rng)
     requests = []
@@ -103,14 +66,14 @@ def synthetic(n: int, input_len: LengthSpec, output_len: LengthSpec, rng: np.ran
     return requests
 
 
-def _count(tokenizer, text: str) -> tuple[int, str]:
+def _count(tokenizer: Any, text: str) -> tuple[int, str]:
     if tokenizer is None:
         return len(re.findall(r"\S+", text)), "requested"
     return len(tokenizer.encode(text, add_special_tokens=False)), "client_tokenizer"
 
 
 def from_dataset(
-    path: Path, tokenizer=None, output_len: LengthSpec | None = None, rng: np.random.Generator | None = None
+    path: Path, tokenizer: Any = None, output_len: LengthSpec | None = None, rng: np.random.Generator | None = None
 ) -> list[BenchRequest]:
     """A JSONL file of `{"prompt"|"input_ids", "output_tokens"}` lines, or a ShareGPT JSON file."""
     if not path.is_file():
@@ -145,7 +108,7 @@ def from_dataset(
     return requests
 
 
-def _sharegpt(data: list, tokenizer, output_len: LengthSpec | None, rng: np.random.Generator) -> list[BenchRequest]:
+def _sharegpt(data: list, tokenizer: Any, output_len: LengthSpec | None, rng: np.random.Generator) -> list[BenchRequest]:
     requests = []
     for item in data:
         turns = item.get("conversations") or item.get("conversation") or []

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from trtllm_forge.commands.options import dry_run_option, json_option, load, optional_config_argument, workdir_option
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.ui import emit_json, info, warn
+
+if TYPE_CHECKING:
+    from trtllm_forge.config.schema import ForgeConfig
+    from trtllm_forge.plan.planner import Workload
 
 
 @click.command("plan")
@@ -107,7 +112,7 @@ def plan(
         emit_json(data)
 
 
-def _workload(config, default, input_len: int | None, output_len: int | None):
+def _workload(config: ForgeConfig, default: Workload, input_len: int | None, output_len: int | None) -> Workload:
     from trtllm_forge.plan.planner import Workload
 
     workload = Workload(input_len or default.input_len, output_len or default.output_len)

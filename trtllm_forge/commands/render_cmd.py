@@ -36,7 +36,17 @@ KIND_CHOICES = ("inflight_batcher_llm", "cpu", "llmapi", "vllm")
 @dry_run_option
 @json_option
 @force_option
-def render(config_file, engine_dir, kind, out, check_dir, workdir, dry_run, as_json, force) -> None:
+def render(
+    config_file: Path | None,
+    engine_dir: Path | None,
+    kind: str | None,
+    out: Path | None,
+    check_dir: Path | None,
+    workdir: Path | None,
+    dry_run: bool,
+    as_json: bool,
+    force: bool,
+) -> None:
     """Render a complete, validated Triton model repository from CONFIG and the engine's config.json.
 
     \b

@@ -345,7 +345,7 @@ class WorkloadName(Section):
 if TYPE_CHECKING:
     BenchWorkload = WorkloadName
 else:
-    BenchWorkload = create_model("BenchWorkload", __base__=WorkloadName, __module__=__name__, **workload_fields())
+    BenchWorkload = create_model("BenchWorkload", __base__=WorkloadName, __module__=__name__, **workload_fields(local_path=LocalPath))
 
 
 class BenchConfig(Section):

@@ -9,8 +9,10 @@ depth and integers are bounded, every key is a name (kept as written) and is uni
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -55,11 +57,11 @@ def _preview(value: dict | list) -> str:
 class _Loader(yaml.SafeLoader):
     """SafeLoader whose composer stops at MAX_DEPTH and whose mapping keys are the text as written."""
 
-    def __init__(self, stream):
+    def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self.depth = 0
 
-    def compose_node(self, parent, index):
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
         self.depth += 1
         try:
             if self.depth > MAX_DEPTH:
@@ -69,7 +71,7 @@ class _Loader(yaml.SafeLoader):
         finally:
             self.depth -= 1
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Hashable, Any]:
         self.flatten_mapping(node)  # YAML merge keys (<<: *base); later keys win, as in YAML
         return {str(key.value): self.construct_object(value, deep=deep) for key, value in node.value}
 

@@ -1,6 +1,6 @@
 """The tritonserver command line, built once for every way trtllm-forge starts a server: the local deploy
 (deploy/launch.py), the rendered launch.sh and MPI leader-mode command (render/launch.py), the docker and
-Kubernetes renderings (deploy/targets.py) and the benchmark's own servers (bench/local_triton.py).
+Kubernetes renderings (deploy/targets.py) and the benchmark's own servers (scripts/bench_support/local_triton.py).
 
 They all get the same flags; what differs between them is a parameter: the binary, the repository path, the
 ports, the address the server binds, a backend directory (wheel installs only) and the MPI rank.

@@ -13,9 +13,12 @@ import os
 import struct
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from trtllm_forge.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader
 
 
 @dataclass(frozen=True)
@@ -105,15 +108,15 @@ def read_metadata(path: Path) -> dict[str, Any]:
         raise ConfigError("model.source", f"{str(path)!r} is not a readable GGUF file ({first})", "give a valid .gguf file") from None
 
 
-def _int(value) -> int | None:
+def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _bool(value) -> bool | None:
+def _bool(value: Any) -> bool | None:
     return None if value is None else bool(value)
 
 
-def open_reader(path: Path):
+def open_reader(path: Path) -> GGUFReader:
     from gguf import GGUFReader
 
     try:

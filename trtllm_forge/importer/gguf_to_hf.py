@@ -17,7 +17,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from gguf import GGUFReader
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trtllm_forge.importer.gguf_meta import GGUFInfo, open_reader, read_gguf_info
 from trtllm_forge.importer.gguf_tokenizer import (
@@ -38,13 +43,13 @@ class ConversionError(Exception):
     pass
 
 
-def _torch_dtype(name: str):
+def _torch_dtype(name: str) -> torch.dtype:
     import torch
 
     return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
 
 
-def convert_model(gguf_path: Path, out: Path, dtype: str, info: GGUFInfo):
+def convert_model(gguf_path: Path, out: Path, dtype: str, info: GGUFInfo) -> PreTrainedModel:
     """Save the GGUF's weights as a safetensors checkpoint; return the GGUF-loaded model (for checking)."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -75,7 +80,7 @@ def convert_model(gguf_path: Path, out: Path, dtype: str, info: GGUFInfo):
     return loaded, load_s
 
 
-def convert_tokenizer(reader, gguf_path: Path, out: Path, info: GGUFInfo) -> tuple[str, Any]:
+def convert_tokenizer(reader: GGUFReader, gguf_path: Path, out: Path, info: GGUFInfo) -> tuple[str, Any]:
     if builds_natively(info):
         tokenizer = build_bpe_tokenizer(reader, info)
         mode = "built from GGUF vocabulary"
@@ -98,14 +103,14 @@ def convert_tokenizer(reader, gguf_path: Path, out: Path, info: GGUFInfo) -> tup
     return mode, tokenizer
 
 
-def _update_tokenizer_config(out: Path, **values) -> None:
+def _update_tokenizer_config(out: Path, **values: object) -> None:
     path = out / "tokenizer_config.json"
     config = json.loads(path.read_text())
     config.update(values)
     path.write_text(json.dumps(config, ensure_ascii=False, indent=2) + "\n")
 
 
-def check_tokenizer(out: Path, info: GGUFInfo, in_memory, native: bool) -> dict:
+def check_tokenizer(out: Path, info: GGUFInfo, in_memory: PreTrainedTokenizerBase, native: bool) -> dict:
     """Re-load the saved tokenizer as serving will, and hold it to the GGUF's rules."""
     from transformers import AutoTokenizer
 
@@ -133,7 +138,7 @@ def check_tokenizer(out: Path, info: GGUFInfo, in_memory, native: bool) -> dict:
     return facts.to_json()
 
 
-def check_model(out: Path, loaded, probe_ids: list[int], dtype: str) -> dict:
+def check_model(out: Path, loaded: PreTrainedModel, probe_ids: list[int], dtype: str) -> dict:
     """Compare the saved checkpoint's logits with the GGUF-loaded model's on the probe tokens."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -164,7 +169,7 @@ def check_model(out: Path, loaded, probe_ids: list[int], dtype: str) -> dict:
 
 
 @contextmanager
-def parsed_once(reader, gguf_path: Path) -> Iterator[None]:
+def parsed_once(reader: GGUFReader, gguf_path: Path) -> Iterator[None]:
     """While transformers loads `gguf_path`, hand it `reader` (already parsed) instead of parsing the file again, and
     one gguf tensor-name map per architecture and layer count. transformers 5.5 parses a GGUF once for its config and
     once for its weights (gguf-py's GGUFReader: 5.4 s each for SmolLM2's 49k-token vocabulary on this project's VM)
@@ -176,19 +181,18 @@ def parsed_once(reader, gguf_path: Path) -> Iterator[None]:
     make_reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
     resolved = gguf_path.resolve()
 
-    def reader_for(path, *args, **kwargs):
+    def reader_for(path: str | Path, *args: Any, **kwargs: Any) -> GGUFReader:
         if not args and not kwargs and Path(path).resolve() == resolved:
             return reader
         return make_reader(path, *args, **kwargs)
 
-    # setattr: mypy refuses assigning to a class name
-    setattr(gguf, "GGUFReader", reader_for)  # noqa: B010
-    setattr(gguf, "get_tensor_name_map", functools.lru_cache(maxsize=None)(name_map))  # noqa: B010
+    setattr(gguf, "GGUFReader", reader_for)  # noqa: B010 - mypy refuses assigning a function to a class name
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
     try:
         yield
     finally:
-        setattr(gguf, "GGUFReader", make_reader)  # noqa: B010
-        setattr(gguf, "get_tensor_name_map", name_map)  # noqa: B010
+        setattr(gguf, "GGUFReader", make_reader)  # noqa: B010 - as above
+        gguf.get_tensor_name_map = name_map
 
 
 def convert(gguf_path: Path, out: Path, dtype: str) -> dict:

@@ -12,8 +12,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trtllm_forge.importer.gguf_meta import GGUFInfo
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 # llama.cpp pre-tokenizer names whose splitting we rebuild: "smollm" isolates every digit before the
 # GPT-2 regex; "gpt2"/"default" use the GPT-2 regex alone.
@@ -31,7 +37,7 @@ def _token(tokens: list[str], index: int | None) -> str | None:
     return tokens[index] if index is not None and 0 <= index < len(tokens) else None
 
 
-def build_bpe_tokenizer(reader, info: GGUFInfo):
+def build_bpe_tokenizer(reader: GGUFReader, info: GGUFInfo) -> PreTrainedTokenizerFast:
     """PreTrainedTokenizerFast for a byte-level BPE vocabulary stored in the GGUF file."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
@@ -71,7 +77,7 @@ def build_bpe_tokenizer(reader, info: GGUFInfo):
     return tokenizer
 
 
-def _add_template(tokenizer, info: GGUFInfo, tokens: list[str]) -> None:
+def _add_template(tokenizer: Tokenizer, info: GGUFInfo, tokens: list[str]) -> None:
     from tokenizers import processors
 
     bos = _token(tokens, info.bos_token_id) if info.add_bos_token else None
@@ -82,7 +88,7 @@ def _add_template(tokenizer, info: GGUFInfo, tokens: list[str]) -> None:
     tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=specials)
 
 
-def fallback_tokenizer(gguf_path: Path, info: GGUFInfo):
+def fallback_tokenizer(gguf_path: Path, info: GGUFInfo) -> PreTrainedTokenizerBase:
     """transformers' own GGUF tokenizer, special tokens corrected from the GGUF metadata."""
     from transformers import AutoTokenizer
 

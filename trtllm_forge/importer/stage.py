@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,7 +141,7 @@ def plan_import(config: ForgeConfig, workdir: Path) -> ImportPlan:
     return ImportPlan(source, workdir, dtype, values, input_paths, tokenizer_dir, notes)
 
 
-def _gguf_body(plan: ImportPlan, config: ForgeConfig):
+def _gguf_body(plan: ImportPlan, config: ForgeConfig) -> Callable[[Path, StageRecorder], dict]:
     def body(tmp: Path, recorder: StageRecorder) -> dict:
         import json
 
@@ -170,7 +171,7 @@ def _gguf_body(plan: ImportPlan, config: ForgeConfig):
     return body
 
 
-def _hf_body(plan: ImportPlan, config: ForgeConfig):
+def _hf_body(plan: ImportPlan, config: ForgeConfig) -> Callable[[Path, StageRecorder], dict]:
     def body(tmp: Path, recorder: StageRecorder) -> dict:
         import json
 

@@ -14,7 +14,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import ModuleType, SimpleNamespace
+from typing import Any, cast
 
 from trtllm_forge.llmapi_args import describe, unknown_keys
 from trtllm_forge.llmapi_cpu.outputs import RequestOutput
@@ -63,7 +64,7 @@ class LLM:
     """`tensorrt_llm.LLM` on CPU (stand-in). `model` is an OpenVINO IR directory written by `trtllm-forge build-engine`
     (openvino_model.xml, the engine config.json, HF tokenizer files)."""
 
-    def __init__(self, model: str | Path, **llm_args):
+    def __init__(self, model: str | Path, **llm_args: Any) -> None:
         problems = unknown_keys({"model": model, **llm_args})
         if problems:
             raise TypeError(describe(*problems[0]))
@@ -116,7 +117,7 @@ class LLM:
         self._thread.start()
 
     @staticmethod
-    def _eos(model_dir: Path, tokenizer) -> int | None:
+    def _eos(model_dir: Path, tokenizer: Any) -> int | None:
         """The model's first EOS id, else the tokenizer's."""
         eos = default_eos_ids(model_dir)
         return eos[0] if eos else tokenizer.eos_token_id
@@ -124,7 +125,9 @@ class LLM:
     # ------------------------------------------------------------------------------------------------
     # The API
 
-    def generate_async(self, inputs, sampling_params: SamplingParams | None = None, streaming: bool = False) -> RequestOutput:
+    def generate_async(
+        self, inputs: str | list[int], sampling_params: SamplingParams | None = None, streaming: bool = False
+    ) -> RequestOutput:
         if self._stopping.is_set():
             raise RuntimeError("the LLM has been shut down")
         params = sampling_params or SamplingParams()
@@ -143,10 +146,12 @@ class LLM:
         self._inbox.put(("add", request))
         return output
 
-    def generate(self, inputs, sampling_params: SamplingParams | None = None):
+    def generate(
+        self, inputs: str | list[int] | list[str] | list[list[int]], sampling_params: SamplingParams | None = None
+    ) -> RequestOutput | list[RequestOutput]:
         """Blocking: one RequestOutput per prompt (a list for a list of prompts)."""
         many = isinstance(inputs, list) and inputs and not isinstance(inputs[0], int)
-        prompts = inputs if many else [inputs]
+        prompts = cast("list[str | list[int]]", inputs if many else [inputs])
         results = [self.generate_async(p, sampling_params) for p in prompts]
         done = [r.result() for r in results]
         return done if many else done[0]
@@ -157,10 +162,10 @@ class LLM:
         self._stopping.set()
         self._thread.join(timeout=30)
 
-    def __enter__(self):
+    def __enter__(self) -> LLM:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
     # ------------------------------------------------------------------------------------------------
@@ -179,7 +184,7 @@ class LLM:
                 json.dump(self.stats, handle)
             os.replace(tmp, path)
 
-    def _generation_config(self, params: SamplingParams, prompt_len: int):
+    def _generation_config(self, params: SamplingParams, prompt_len: int) -> Any:  # an openvino_genai.GenerationConfig
         config = self.ov_genai.GenerationConfig()
         config.max_new_tokens = min(params.max_tokens, self.max_seq_len - prompt_len)
         eos = params.end_id if params.end_id is not None else self.eos_token_id
@@ -233,7 +238,7 @@ class LLM:
                 break
             self.pipeline.step()
 
-    def _drain_inbox(self, ov, np, block: bool) -> None:
+    def _drain_inbox(self, ov: ModuleType, np: ModuleType, block: bool) -> None:
         try:
             entry = self._inbox.get(timeout=IDLE_WAIT_S) if block else self._inbox.get_nowait()
         except queue.Empty:
@@ -296,7 +301,7 @@ class LLM:
     def _decode(self, tokens: list[int], params: SamplingParams) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=params.skip_special_tokens) if params.detokenize else ""
 
-    def _publish(self, request: _Request, text: str, finish_reason, stop_reason) -> None:
+    def _publish(self, request: _Request, text: str, finish_reason: str | None, stop_reason: int | str | None) -> None:
         tokens = request.tokens
         if not request.params.exclude_input_from_output:
             prompt = request.output.prompt if request.output.prompt is not None else self.tokenizer.decode(request.prompt_ids)
@@ -304,13 +309,12 @@ class LLM:
         request.output._publish(text, tokens, finish_reason, stop_reason, perf_metrics=self._perf(request))
 
     @staticmethod
-    def _perf(request: _Request):
+    def _perf(request: _Request) -> SimpleNamespace | None:
         """RequestPerfMetrics' shape (kv_cache_metrics, timing_metrics, speculative_decoding) when asked for.
         The stand-in has no prefix reuse here: every block is newly allocated."""
         if not request.params.return_perf_metrics:
             return None
         from datetime import timedelta
-        from types import SimpleNamespace
 
         blocks = math.ceil((len(request.prompt_ids) + len(request.tokens)) / CPU_KV_BLOCK_SIZE)
         stamp = lambda ns: timedelta(microseconds=ns / 1000)  # noqa: E731
@@ -331,7 +335,7 @@ class LLM:
             speculative_decoding=SimpleNamespace(acceptance_rate=0.0, total_accepted_draft_tokens=0, total_draft_tokens=0),
         )
 
-    def _end(self, request: _Request, finish_reason: str, stop_reason, text: str | None = None) -> None:
+    def _end(self, request: _Request, finish_reason: str, stop_reason: int | str | None, text: str | None = None) -> None:
         if self._active.pop(request.output.request_id, None) is None:
             return
         try:

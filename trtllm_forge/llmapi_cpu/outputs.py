@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,10 +38,16 @@ class CompletionOutput:
         return self.token_ids[self._last_token_ids_len :]
 
 
+# What the engine thread hands the caller's side: text, token ids, finish reason, stop reason, error, perf metrics.
+_Snapshot = tuple[str, list[int], str | None, int | str | None, BaseException | None, Any]
+
+
 class RequestOutput:
     """One request's result; iterate it (`async for`) for streamed updates, `await` it (or `.result()`) for the end."""
 
-    def __init__(self, request_id: int, prompt: str | None, prompt_token_ids: list[int], streaming: bool, abort_fn):
+    def __init__(
+        self, request_id: int, prompt: str | None, prompt_token_ids: list[int], streaming: bool, abort_fn: Callable[[int], None]
+    ) -> None:
         self.request_id = request_id
         self.prompt = prompt
         self.prompt_token_ids = prompt_token_ids
@@ -51,7 +58,7 @@ class RequestOutput:
         self._abort_fn = abort_fn
         self._done = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: asyncio.Queue | None = None
+        self._queue: asyncio.Queue[_Snapshot] | None = None
         try:
             self._loop = asyncio.get_running_loop()
             self._queue = asyncio.Queue()
@@ -64,10 +71,10 @@ class RequestOutput:
         text: str,
         token_ids: list[int],
         finish_reason: str | None,
-        stop_reason,
+        stop_reason: int | str | None,
         error: BaseException | None = None,
         perf_metrics: Any = None,
-    ):
+    ) -> None:
         snapshot = (text, list(token_ids), finish_reason, stop_reason, error, perf_metrics)
         if self._loop is not None and self._queue is not None:  # set together, in a running event loop
             self._loop.call_soon_threadsafe(self._queue.put_nowait, snapshot)
@@ -76,7 +83,7 @@ class RequestOutput:
         if finish_reason is not None or error is not None:
             self._done.set()
 
-    def _apply(self, snapshot) -> None:
+    def _apply(self, snapshot: _Snapshot) -> None:
         text, token_ids, finish_reason, stop_reason, error, perf_metrics = snapshot
         out = self.outputs[0]
         out.request_perf_metrics = perf_metrics
@@ -92,7 +99,7 @@ class RequestOutput:
         """Stop generating for this request (the engine drops it at its next step)."""
         self._abort_fn(self.request_id)
 
-    def __aiter__(self):
+    def __aiter__(self) -> RequestOutput:
         return self
 
     async def __anext__(self) -> RequestOutput:
@@ -116,7 +123,7 @@ class RequestOutput:
             raise self.error
         return self
 
-    def __await__(self):
+    def __await__(self) -> Generator[Any, None, RequestOutput]:
         return self.aresult().__await__()
 
     def result(self, timeout: float | None = None) -> RequestOutput:

@@ -39,7 +39,7 @@ class SamplingParams:
     add_special_tokens: bool = True
     skip_special_tokens: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.pad_id is None:
             self.pad_id = self.end_id
         self.best_of = self.best_of or self.n

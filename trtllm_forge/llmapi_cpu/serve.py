@@ -15,10 +15,11 @@ import json
 import sys
 import time
 import uuid
+from typing import Any
 
 from aiohttp import web
 
-from trtllm_forge.llmapi_cpu import LLM, RequestError, SamplingParams
+from trtllm_forge.llmapi_cpu import LLM, RequestError, RequestOutput, SamplingParams
 
 # trtllm-serve's own flags that become LLM() arguments (NVIDIA/TensorRT-LLM:tensorrt_llm/commands/serve.py).
 FLAG_TO_ARG = {
@@ -92,13 +93,13 @@ class OpenAIServer:
             ]
         )
 
-    async def health(self, request):
+    async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
 
-    async def version(self, request):
+    async def version(self, request: web.Request) -> web.Response:
         return web.json_response({"version": "cpu-stand-in (not TensorRT-LLM)"})
 
-    async def models(self, request):
+    async def models(self, request: web.Request) -> web.Response:
         return web.json_response(
             {
                 "object": "list",
@@ -106,11 +107,11 @@ class OpenAIServer:
             }
         )
 
-    async def metrics(self, request):
+    async def metrics(self, request: web.Request) -> web.Response:
         return web.json_response([{"timestamp": time.strftime("%m-%d-%Y %H:%M:%S"), **self.llm.stats}])
 
     @staticmethod
-    def _error(status: int, message: str):
+    def _error(status: int, message: str) -> web.Response:
         return web.json_response({"object": "error", "message": message, "type": "BadRequestError", "code": status}, status=status)
 
     def _sampling(self, body: dict) -> SamplingParams:
@@ -120,13 +121,13 @@ class OpenAIServer:
             raise RequestError("n must be 1 on the CPU stand-in")
         return SamplingParams(**kwargs)
 
-    async def completions(self, request):
+    async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=False)
 
-    async def chat(self, request):
+    async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=True)
 
-    async def _generate(self, request, chat: bool):
+    async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
         try:
             body = await request.json()
         except json.JSONDecodeError:
@@ -153,7 +154,7 @@ class OpenAIServer:
             except Exception as exc:
                 return self._error(400, str(exc))
             out = done.outputs[0]
-            choice = {"index": 0, "finish_reason": out.finish_reason, "stop_reason": out.stop_reason}
+            choice: dict[str, Any] = {"index": 0, "finish_reason": out.finish_reason, "stop_reason": out.stop_reason}
             choice.update({"message": {"role": "assistant", "content": out.text}} if chat else {"text": out.text})
             return web.json_response(
                 {
@@ -198,15 +199,15 @@ class OpenAIServer:
             await self._send(response, {"object": "error", "message": str(exc)})
         return response
 
-    async def _event(self, response, rid, kind, choice) -> None:
+    async def _event(self, response: web.StreamResponse, rid: str, kind: str, choice: dict) -> None:
         await self._send(response, {"id": rid, "object": kind, "created": int(time.time()), "model": self.model_name, "choices": [choice]})
 
     @staticmethod
-    async def _send(response, data: dict) -> None:
+    async def _send(response: web.StreamResponse, data: dict) -> None:
         await response.write(b"data: " + json.dumps(data).encode() + b"\n\n")
 
     @staticmethod
-    def _usage(result) -> dict:
+    def _usage(result: RequestOutput) -> dict:
         prompt, completion = len(result.prompt_token_ids), len(result.outputs[0].token_ids)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +23,7 @@ def total_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def _best_time(run, budget_s: float, min_repeats: int = 3) -> float:
+def _best_time(run: Callable[[], object], budget_s: float, min_repeats: int = 3) -> float:
     best, start, repeats = float("inf"), time.perf_counter(), 0
     while repeats < min_repeats or time.perf_counter() - start < budget_s:
         t0 = time.perf_counter()
@@ -60,7 +62,7 @@ def measure_matmul(budget_s: float = BUDGET_S) -> float:
         b = rng.standard_normal((n, n), dtype=np.float32)
         out = np.empty_like(a)
         np.matmul(a, b, out=out)
-        best = max(best, 2 * n**3 / _best_time(lambda a=a, b=b, out=out: np.matmul(a, b, out=out), budget_s / len(MATMUL_SIZES)))
+        best = max(best, 2 * n**3 / _best_time(functools.partial(np.matmul, a, b, out=out), budget_s / len(MATMUL_SIZES)))
     return best
 
 

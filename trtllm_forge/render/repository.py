@@ -21,7 +21,7 @@ from trtllm_forge.render.templates import templates_root, write_engine_repositor
 from trtllm_forge.render.validate import Problem, check_repository, raise_on_errors
 from trtllm_forge.render.values import ENGINE_KINDS, choose_kind, compute_values
 from trtllm_forge.stage_results import BuildResult, RenderResult
-from trtllm_forge.stages import replace_directory, run_stage
+from trtllm_forge.stages import StageRecorder, replace_directory, run_stage
 
 STAGE = "render"
 REPOSITORY = "model_repository"
@@ -105,7 +105,7 @@ def wheel_server(config: ForgeConfig, kind: str) -> TritonInstall | None:
 
 def launch_plan_for(
     config: ForgeConfig, rendered: RenderedRepository, repository: Path, install: TritonInstall | None, backend_dir: Path | None
-):
+) -> launch_mod.LaunchPlan:
     return launch_mod.plan_launch(
         config, repository, world_size=rendered.world_size, engine_models=rendered.engine_models, backend_dir=backend_dir, install=install
     )
@@ -135,7 +135,7 @@ def render_repository(
     final = workdir / STAGE
     values, paths = stage_inputs(config, engine, kind, draft)
 
-    def body(tmp: Path, recorder) -> dict:
+    def body(tmp: Path, recorder: StageRecorder) -> dict:
         rendered = write_repository(config, workdir, engine, kind, tmp / REPOSITORY, draft)
         recorder.notes.extend(rendered.warnings)
         recorder.notes.extend(f"{p.file}:{p.line}: {p.message}" for p in rendered.problems)

@@ -14,6 +14,7 @@ which detokenizes incrementally per request.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -22,14 +23,14 @@ from tokenizer_loading import as_bool, load_tokenizer, model_parameters
 
 
 class TritonPythonModel:
-    def initialize(self, args):
+    def initialize(self, args: dict[str, str]) -> None:
         params = model_parameters(json.loads(args["model_config"]))
         self.tokenizer = load_tokenizer(params)
         self.skip_special_tokens = as_bool(params, "skip_special_tokens", True)
         self.anchor = self.tokenizer.encode("a", add_special_tokens=False)[-1:]
         self.anchor_text = self.tokenizer.decode(self.anchor, skip_special_tokens=self.skip_special_tokens)
 
-    def execute(self, requests):
+    def execute(self, requests: list[Any]) -> list[Any]:
         responses = []
         for request in requests:
             try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def bench_options(
@@ -44,6 +45,6 @@ def bench_options(
     return options
 
 
-def bench_argv(url: str, **options) -> list[str]:
+def bench_argv(url: str, **options: Any) -> list[str]:
     """`python -m trtllm_forge bench ... --json`: one run in its own process (see bench_options)."""
     return [sys.executable, "-m", "trtllm_forge", "bench", *bench_options(url, **options), "--json"]
