@@ -15,6 +15,7 @@ from conftest import cpu_test_config
 
 from trtllm_forge.client import generate, stream_request
 from trtllm_forge.containers import run as containers
+from trtllm_forge.containers.image import project_digest
 from trtllm_forge.containers.mounts import path_parameters, repository_mounts
 from trtllm_forge.containers.serve import serving_spec
 from trtllm_forge.deploy.launch import free_port
@@ -94,6 +95,9 @@ def test_cpu_repository_served_from_the_container(container_runtime, cpu_contain
         taken.add(ports[name])
     spec = serving_spec(cpu_container_image, container_repository, tmp_path, ports)
     label = {containers.DEPLOYMENT_LABEL: spec.labels[containers.DEPLOYMENT_LABEL]}
+    # The image holds this source tree (its layers are keyed by content: a stale one would fail here).
+    installed = runtime.run(["run", "--rm", cpu_container_image, "cat", "/opt/trtllm-forge/source.sha256"], log).stdout.strip()
+    assert installed == project_digest()
     argv = containers.start(runtime, spec, log, dry_run=True)
     assert "--init" in argv and f"127.0.0.1:{ports['grpc']}:8001" in argv and "--http-address=0.0.0.0" in argv
     try:

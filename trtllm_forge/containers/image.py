@@ -74,6 +74,7 @@ class ImagePlan:
     key: str
     context: Path  # the build context (made on the host, removed after the build)
     wheelhouse: Wheelhouse
+    project_digest: str
     containerfile: Path = CONTAINERFILE
 
     @property
@@ -208,9 +209,12 @@ def plan_image(context_root: Path | None = None) -> ImagePlan:
     _check_sources()
     wheelhouse = wheelhouse_requirements()
     base = base_tag()
-    key = _digest(base, CONTAINERFILE.read_bytes(), wheelhouse.requirements, wheelhouse.requirements_no_deps, wheelhouse.constraints, project_digest())
+    source = project_digest()
+    key = _digest(base, CONTAINERFILE.read_bytes(), wheelhouse.requirements, wheelhouse.requirements_no_deps, wheelhouse.constraints, source)
     root = context_root or user_cache_dir() / "containers" / "build"
-    return ImagePlan(tag=f"{IMAGE_NAME}:{key[:16]}", base_tag=base, key=key, context=root / key[:16], wheelhouse=wheelhouse)
+    return ImagePlan(
+        tag=f"{IMAGE_NAME}:{key[:16]}", base_tag=base, key=key, context=root / key[:16], wheelhouse=wheelhouse, project_digest=source
+    )
 
 
 def image_exists(runtime: ContainerRuntime, tag: str, log: Path) -> bool:
@@ -223,6 +227,7 @@ def _write_context(plan: ImagePlan) -> None:
     wheels = plan.context / "wheelhouse"
     wheels.mkdir(parents=True)
     (plan.context / "project").mkdir()
+    (plan.context / "project" / "source.sha256").write_text(plan.project_digest + "\n")
     (wheels / "requirements.txt").write_text(plan.wheelhouse.requirements)
     (wheels / "requirements-no-deps.txt").write_text(plan.wheelhouse.requirements_no_deps)
     (wheels / "constraints.txt").write_text(plan.wheelhouse.constraints)
@@ -283,3 +288,34 @@ def ensure_image(runtime: ContainerRuntime, log: Path, *, dry_run: bool = False,
         result.built = True
         prune_old_images(runtime, plan.tag, log)
         return result
+
+
+def main() -> int:
+    """`python -m trtllm_forge.containers.image` (make setup): build the CPU image unless it exists; skipped, with the
+    command that installs one, when there is no container runtime."""
+    import os
+
+    from trtllm_forge.containers.runtime import find_runtime
+    from trtllm_forge.errors import ForgeError
+
+    try:
+        runtime = find_runtime()
+    except StepError as exc:
+        print(f"CPU serving image skipped: {exc.format_message()}")
+        return 0
+    if os.geteuid() != 0:
+        print("CPU serving image skipped: its base is made with mmdebstrap as root (run `sudo make setup`)")
+        return 0
+    log = user_cache_dir() / "containers" / "image.log"
+    try:
+        build = ensure_image(runtime, log)
+    except ForgeError as exc:
+        print(f"CPU serving image failed: {exc.format_message()}", file=sys.stderr)
+        return 1
+    timings = ", ".join(f"{step} {seconds:.0f} s" for step, seconds in build.seconds.items())
+    print(f"CPU serving image {build.tag}: " + (f"built ({timings}; log {log})" if build.built else "up to date"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
