@@ -76,7 +76,9 @@ def _wait_ready(runtime, name: str, http_url: str, log: Path, server_log: Path) 
             break
         time.sleep(1.0)
     containers.save_logs(runtime, name, log, server_log)
-    pytest.fail(f"the container's server is not ready at {http_url} (state {containers.state(runtime, name, log)}):\n{log_tail(server_log)}")
+    pytest.fail(
+        f"the container's server is not ready at {http_url} (state {containers.state(runtime, name, log)}):\n{log_tail(server_log)}"
+    )
 
 
 def _tokens(target: str) -> list[int]:

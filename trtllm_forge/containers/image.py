@@ -88,7 +88,18 @@ class ImagePlan:
         pip = [sys.executable, "-m", "pip"]
         wheels = str(self.context / "wheelhouse")
         return [
-            [*pip, "download", "--quiet", "--only-binary=:all:", "-d", wheels, "-r", f"{wheels}/requirements.txt", "-c", f"{wheels}/constraints.txt"],
+            [
+                *pip,
+                "download",
+                "--quiet",
+                "--only-binary=:all:",
+                "-d",
+                wheels,
+                "-r",
+                f"{wheels}/requirements.txt",
+                "-c",
+                f"{wheels}/constraints.txt",
+            ],
             [*pip, "download", "--quiet", "--only-binary=:all:", "--no-deps", "-d", wheels, "-r", f"{wheels}/requirements-no-deps.txt"],
             [*pip, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(self.context / "project"), str(PROJECT_ROOT)],
         ]
@@ -166,7 +177,9 @@ def project_digest(root: Path = PROJECT_ROOT) -> str:
 def _pinned(name: str) -> str:
     version = installed_version(name)
     if version is None:
-        raise StepError("container image", f"{name} is not installed on this host, so its wheel cannot go into the image", "run `make setup`")
+        raise StepError(
+            "container image", f"{name} is not installed on this host, so its wheel cannot go into the image", "run `make setup`"
+        )
     return f"{name}=={version}"
 
 
@@ -210,7 +223,9 @@ def plan_image(context_root: Path | None = None) -> ImagePlan:
     wheelhouse = wheelhouse_requirements()
     base = base_tag()
     source = project_digest()
-    key = _digest(base, CONTAINERFILE.read_bytes(), wheelhouse.requirements, wheelhouse.requirements_no_deps, wheelhouse.constraints, source)
+    key = _digest(
+        base, CONTAINERFILE.read_bytes(), wheelhouse.requirements, wheelhouse.requirements_no_deps, wheelhouse.constraints, source
+    )
     root = context_root or user_cache_dir() / "containers" / "build"
     return ImagePlan(
         tag=f"{IMAGE_NAME}:{key[:16]}", base_tag=base, key=key, context=root / key[:16], wheelhouse=wheelhouse, project_digest=source

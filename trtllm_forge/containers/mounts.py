@@ -47,7 +47,9 @@ def path_parameters(repository: Path) -> list[PathParameter]:
         try:
             text_format.Parse(config_path.read_text(errors="replace"), config)
         except (text_format.ParseError, ValueError) as exc:
-            raise ConfigError(str(config_path), f"does not parse as a Triton model config: {exc}", "run `trtllm-forge render --check`") from None
+            raise ConfigError(
+                str(config_path), f"does not parse as a Triton model config: {exc}", "run `trtllm-forge render --check`"
+            ) from None
         for key, value in sorted(config.parameters.items()):
             if value.string_value.startswith("/"):
                 found.append(PathParameter(config_path, key, Path(value.string_value)))

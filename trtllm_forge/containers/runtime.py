@@ -64,7 +64,9 @@ def run_logged(
         out.write(f"$ {shlex.join(argv)}\n{proc.stdout}{proc.stderr}(exit {proc.returncode}, {time.monotonic() - started:.1f} s)\n")
     if check and proc.returncode != 0:
         last = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["(no output)"]
-        raise StepError("container", f"`{shlex.join(argv[:3])} ...` failed (exit {proc.returncode}): {last[0]}", f"the whole output is in {log}")
+        raise StepError(
+            "container", f"`{shlex.join(argv[:3])} ...` failed (exit {proc.returncode}): {last[0]}", f"the whole output is in {log}"
+        )
     return proc
 
 
