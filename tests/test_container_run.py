@@ -15,7 +15,7 @@ from conftest import cpu_test_config
 
 from trtllm_forge.client import generate, stream_request
 from trtllm_forge.containers import run as containers
-from trtllm_forge.containers.image import project_digest
+from trtllm_forge.containers.image import CONTAINERFILE, ensure_image, plan_image, project_digest
 from trtllm_forge.containers.mounts import path_parameters, repository_mounts
 from trtllm_forge.containers.serve import serving_spec
 from trtllm_forge.deploy.launch import free_port
@@ -64,6 +64,27 @@ def test_every_path_the_repository_names_is_mounted_read_only(container_reposito
         repository_mounts(local)
     message = refused.value.format_message()
     assert "config.pbtxt parameter EXECUTION_ENV_PATH" in message and "deploy.target: docker" in message, message
+
+
+def test_image_is_keyed_by_its_content(container_runtime, tmp_path):
+    """The tag is a hash of what the image is made of: the same twice, another when a source file changes (and not
+    when only bytecode does); the dry run lists the commands of a build from nothing and runs none of them."""
+    assert plan_image().tag == plan_image().tag
+    tree = tmp_path / "tree"
+    (tree / "trtllm_forge" / "__pycache__").mkdir(parents=True)
+    (tree / "pyproject.toml").write_text("[project]\n")
+    (tree / "trtllm_forge" / "cli.py").write_text("print('a')\n")
+    before = project_digest(tree)
+    (tree / "trtllm_forge" / "__pycache__" / "cli.cpython-311.pyc").write_bytes(b"\0")
+    assert project_digest(tree) == before
+    (tree / "trtllm_forge" / "cli.py").write_text("print('b')\n")
+    assert project_digest(tree) != before
+
+    dry = ensure_image(container_runtime, tmp_path / "image.log", dry_run=True, context_root=tmp_path / "context")
+    assert dry.commands[0][0] == "mmdebstrap" and dry.commands[1][1:3] == ["import", str(dry.commands[0][-1])]
+    assert dry.commands[-1][1:3] == ["build", "--file"] and dry.commands[-1][3] == str(CONTAINERFILE)
+    assert dry.commands[-1][dry.commands[-1].index("--tag") + 1] == dry.tag and not dry.built
+    assert not (tmp_path / "context").exists() and not (tmp_path / "image.log").exists()
 
 
 def _wait_ready(runtime, name: str, http_url: str, log: Path, server_log: Path) -> None:
