@@ -567,3 +567,32 @@ def chain_host_profile(tmp_path_factory) -> Path:
     """Where every `run` of the chain tests keeps this machine's measured bandwidth and FLOP/s (the roofline's
     TRTLLM_FORGE_CPU_PROFILE): the session's first `run` with a bench measures it, the later ones read it."""
     return tmp_path_factory.mktemp("chain-host") / "hardware-cpu.json"
+
+
+# ---- containers (issue #31.2): the container runtime and the CPU serving image, made once per session ----
+
+
+@pytest.fixture(scope="session")
+def container_runtime():
+    """podman (or docker) with the settings this machine needs (trtllm_forge.containers.runtime); the test skips
+    with the command that installs it when neither is there."""
+    from trtllm_forge.containers.runtime import INSTALL_COMMAND, find_runtime
+    from trtllm_forge.errors import StepError
+
+    try:
+        return find_runtime()
+    except StepError:
+        pytest.skip(f"no container runtime: run `{INSTALL_COMMAND}` as root (or `sudo make system-deps`)")
+
+
+@pytest.fixture(scope="session")
+def cpu_container_image(container_runtime, tmp_path_factory) -> str:
+    """The CPU serving image's tag (docker/Containerfile.cpu), built when `make setup` has not built it for this
+    source tree and these packages yet (keyed by their content hash: otherwise a no-op)."""
+    from trtllm_forge.containers.image import ensure_image
+
+    log = tmp_path_factory.mktemp("container-image") / "image.log"
+    build = ensure_image(container_runtime, log)
+    if build.built:
+        print(f"built {build.tag} ({', '.join(f'{k} {v:.0f} s' for k, v in build.seconds.items())}); log {log}")
+    return build.tag
