@@ -10,12 +10,15 @@ PYTEST_ARGS ?=
 # worker holds its own servers and reference model. PYTEST_WORKERS= runs the suite in one process.
 PYTEST_WORKERS ?= -n 2 --dist loadfile
 
-.PHONY: setup system-deps tool-venvs demo test clean
+.PHONY: setup image system-deps tool-venvs demo test clean
 
-# The CPU serving image (docker/Containerfile.cpu; tests/test_container_run.py) is built here when podman is
-# installed, and only when its source tree or packages changed (keyed by their hash: a no-op otherwise). First build
-# here: ~5 min (Debian base 2.3 min, wheelhouse 0.5 min, image 2 min); after a source change ~30 s.
 setup: $(STAMP)
+
+# The CPU serving image (docker/Containerfile.cpu; `deploy --target docker` and tests/test_container_run.py), built
+# when podman is installed, and only when its source tree or packages changed (keyed by their hash: a no-op
+# otherwise). First build here: ~5 min (Debian base 2.3 min, wheelhouse 0.5 min, image 2 min); after a source change
+# ~30 s. `make test` builds it; `make demo` does not need it.
+image: setup
 	$(BIN)/python -m trtllm_forge.containers.image
 
 # torch first, from the CPU build on the machine's disk (otherwise optimum-intel pulls a CUDA build).
@@ -52,7 +55,7 @@ demo: setup
 # ruff's lint and format check and mypy first (seconds to a few minutes), then the suite.
 # scripts/typecheck.py runs mypy on the package as installed (builders/, plugins/, model_repo_templates/ included)
 # and on the benchmark scripts in scripts/.
-test: system-deps setup
+test: system-deps setup image
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python scripts/typecheck.py

@@ -57,7 +57,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     # The stages before serving, and what they know about the server they build for.
     ("import, build, plan", ("importer", "builders", "plan", "deploy.discovery", "deploy.server_argv")),
     ("render", ("render",)),
-    ("deploy", ("deploy",)),
+    ("deploy", ("deploy", "containers")),
     # Talking to a deployment.
     ("verify, bench", ("verify", "bench", "client", "llmapi_requests")),
     ("pipeline", ("pipeline", "doctor")),
