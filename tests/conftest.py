@@ -461,7 +461,7 @@ def shared_across_workers(tmp_path_factory, name: str) -> Iterator[Path]:
 def cpu_engine_fp32(smollm2_checkpoint, tmp_path_factory):
     """(workdir, StageResult) of an fp32 OpenVINO build of the checkpoint (one build for all workers: a later
     worker's build finds it up to date and is skipped)."""
-    from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.builders.openvino.builder import build_engine
 
     with shared_across_workers(tmp_path_factory, "build-fp32") as workdir:
         return workdir, build_engine(cpu_test_config(), workdir, smollm2_checkpoint)
@@ -474,7 +474,7 @@ def cpu_engine_llmapi(smollm2_checkpoint, cpu_engine_fp32, tmp_path_factory):
 
     Built in a workdir that starts as a copy of `cpu_engine_fp32`'s, as a user who copies a workdir and switches
     engine.target would: the export settings are the same, so the build reuses that export (hard links)."""
-    from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.builders.openvino.builder import build_engine
 
     from trtllm_forge.config import load_config
 
