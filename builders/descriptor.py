@@ -32,6 +32,7 @@ class Component:
     distribution: str
     needed_for: str  # the stages that need it, as doctor prints them
     required: bool  # by the default CPU chain (doctor's "cpu chain ready")
+    doctor_row: bool = True  # False: doctor checks it with a probe of its own (trtllm_forge/doctor.py)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ ENGINE = EngineDescriptor(
     config_rules="trtllm_forge.builders.tensorrt_llm.rules:config_problems",
     # Its version comes from package metadata (importing tensorrt_llm would initialise CUDA); doctor checks it
     # with its own probe (builders/tensorrt_llm/container.py trtllm_version), so no doctor row from here.
-    components=(Component("tensorrt_llm", "engine.backend: tensorrt-llm (build-engine on this machine)", required=False),),
+    components=(
+        Component("tensorrt_llm", "engine.backend: tensorrt-llm (build-engine on this machine)", required=False, doctor_row=False),
+    ),
     verify_scorer=None,  # no GPU here: verify cannot load a TensorRT-LLM engine in process
 )
