@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 import trtllm_forge  # noqa: F401 - first, so its GRPC_ENABLE_FORK_SUPPORT default precedes any grpc import
-from trtllm_forge.render.templates import CPU_ENGINE_ADAPTERS  # the siblings render copies beside the CPU engine model
+from trtllm_forge.render.templates import CPU_ENGINE_SIBLINGS  # the siblings render copies beside the CPU engine model
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
@@ -408,7 +408,7 @@ def write_cpu_engine_repository(root: Path, engine_dir: Path, **params) -> Path:
     (model_dir / "config.pbtxt").write_text(cpu_engine_model_config(engine_dir, **params))
     (model_dir / "1" / "model.py").write_text(CPU_ENGINE_MODEL.read_text())
     shutil.copyfile(REPO / "model_repo_templates" / "python_models" / "request_checks.py", model_dir / "1" / "request_checks.py")
-    for adapter in CPU_ENGINE_ADAPTERS:
+    for adapter in CPU_ENGINE_SIBLINGS:
         shutil.copyfile(CPU_ENGINE_MODEL.parent / adapter, model_dir / "1" / adapter)
     return root
 
