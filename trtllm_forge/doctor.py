@@ -14,11 +14,15 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trtllm_forge import third_party_env
 from trtllm_forge.builders.descriptor import Component
 from trtllm_forge.components import COMPONENTS, installed_versions
 from trtllm_forge.errors import ForgeError
+
+if TYPE_CHECKING:
+    from trtllm_forge.deploy.discovery import TritonInstall
 
 # The default backend set `deploy` uses for a tritonserver on PATH or in /opt (the NGC layout).
 OPT_BACKENDS = Path("/opt/tritonserver/backends")
@@ -45,7 +49,7 @@ def _package(component: Component, versions: dict[str, str | None], fix: str) ->
     return Check(component.distribution, component.needed_for, component.required, version is not None, found, None if version else fix)
 
 
-def check_tritonserver() -> tuple[Check, object | None]:
+def check_tritonserver() -> tuple[Check, TritonInstall | None]:
     """The server deploy would start, and whether its binary loads (its shared libraries are found)."""
     from trtllm_forge.deploy.discovery import INSTALL_HINT, find_tritonserver, server_environment
 
@@ -74,7 +78,7 @@ def check_tritonserver() -> tuple[Check, object | None]:
     return Check("tritonserver", needed, True, True, where), install
 
 
-def check_python_stub(install) -> Check:
+def check_python_stub(install: TritonInstall | None) -> Check:
     from trtllm_forge.deploy.discovery import STUB, python_tag
 
     needed = "deploy (python-backend models: the CPU engine, pre/postprocessing, BLS)"
@@ -90,7 +94,7 @@ def check_python_stub(install) -> Check:
     return Check("python backend stub", needed, True, False, f"missing: {stub}", fix)
 
 
-def check_numpy(install) -> Check:
+def check_numpy(install: TritonInstall | None) -> Check:
     from trtllm_forge.deploy.discovery import check_stub_numpy
 
     version = _numpy_version()

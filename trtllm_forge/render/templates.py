@@ -32,13 +32,13 @@ def templates_root() -> Path:
     return Path(str(importlib.resources.files("trtllm_forge.model_repo_templates")))
 
 
-def pb_string(value) -> str:
+def pb_string(value: object) -> str:
     """A protobuf text-format string literal (UTF-8 kept as is; only backslash, quote and newlines escaped)."""
     text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
     return f'"{text}"'
 
 
-def pb_bool(value) -> str:
+def pb_bool(value: object) -> str:
     if not isinstance(value, bool):
         raise TypeError(f"expected a bool, got {value!r}")
     return "true" if value else "false"

@@ -94,7 +94,7 @@ class RequestError(Exception):
     """A request the model refuses; becomes an error response for that request only."""
 
 
-def _param(params: dict, key: str, default=None):
+def _param(params: dict, key: str, default: Any = None) -> Any:
     value = params.get(key, {}).get("string_value", "")
     if value == "" or value.startswith("${"):
         return default
@@ -108,7 +108,7 @@ def _param_bool(params: dict, key: str, default: bool) -> bool:
     return value.strip().lower() in ("1", "true", "t", "yes", "y", "on")
 
 
-def _param_int(params: dict, key: str, default):
+def _param_int(params: dict, key: str, default: Any) -> Any:
     value = _param(params, key)
     if value is None:
         return default
@@ -125,14 +125,14 @@ def _param_int(params: dict, key: str, default):
 _NUMPY2 = int(np.__version__.split(".")[0]) >= 2
 
 
-def _tensor(name: str, array):
+def _tensor(name: str, array: Any) -> Any:
     array = np.ascontiguousarray(array)
     if _NUMPY2:
         return pb_utils.Tensor.from_dlpack(name, array)
     return pb_utils.Tensor(name, array)
 
 
-def _input(request, name: str):
+def _input(request: Any, name: str) -> Any:
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     if tensor is None:
         return None
@@ -144,7 +144,7 @@ def _input(request, name: str):
     return tensor.as_numpy()
 
 
-def _item_scalar(array, index: int, default=None):
+def _item_scalar(array: Any, index: int, default: Any = None) -> Any:
     """Scalar of batch item `index` from a [B], [B, 1] (or [1]) input; `default` when absent."""
     if array is None or array.size == 0:
         return default
@@ -153,7 +153,7 @@ def _item_scalar(array, index: int, default=None):
     return row.reshape(-1)[0].item()
 
 
-def _word_list(array, index: int) -> list[list[int]]:
+def _word_list(array: Any, index: int) -> list[list[int]]:
     """TensorRT-LLM word-list format [B, 2, L]: row 0 token ids, row 1 cumulative end offsets (-1 padded)."""
     if array is None or array.size == 0:
         return []
@@ -316,7 +316,7 @@ class Outbox:
 
 
 class TritonPythonModel:
-    def initialize(self, args):
+    def initialize(self, args: dict[str, Any]) -> None:
         model_config = json.loads(args["model_config"])
         params = model_config.get("parameters", {})
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(model_config)
@@ -417,7 +417,7 @@ class TritonPythonModel:
     # ----------------------------------------------------------------------------------------------
     # Request intake (Triton's thread)
 
-    def execute(self, requests):
+    def execute(self, requests: list[Any]) -> list[Any] | None:
         jobs: list[Job] = []
         for request in requests:
             sender = request.get_response_sender() if self.decoupled else None
@@ -450,7 +450,7 @@ class TritonPythonModel:
             responses.append(job.collected[0] if job.collected else pb_utils.InferenceResponse(output_tensors=[]))
         return responses
 
-    def _reject(self, request, sender, message: str, jobs: list) -> None:
+    def _reject(self, request: Any, sender: Any, message: str, jobs: list) -> None:
         code = pb_utils.TritonError.UNAVAILABLE if message.startswith("queue full") else pb_utils.TritonError.INVALID_ARG
         response = pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message, code))
         if sender is not None:
@@ -461,7 +461,7 @@ class TritonPythonModel:
             done.finished.set()
             jobs.append(done)
 
-    def _parse(self, request, sender) -> Job | None:
+    def _parse(self, request: Any, sender: Any) -> Job | None:
         arrival = time.time_ns()
         if bool(_item_scalar(_input(request, "stop"), 0, False)):
             self.incoming.put(("stop", request.request_id()))
@@ -551,7 +551,7 @@ class TritonPythonModel:
             pending=len(items),
         )
 
-    def _generation_config(self, request, b: int, max_new: int, stop_words: list[list[int]]):
+    def _generation_config(self, request: Any, b: int, max_new: int, stop_words: list[list[int]]) -> Any:
         config = self.adapter.GenerationConfig()
         config.max_new_tokens = max_new
         end_id = _item_scalar(_input(request, "end_id"), b, None)
@@ -744,7 +744,7 @@ class TritonPythonModel:
         except Exception:
             return True
 
-    def _collect(self, job: Job, item: Item, now: int, status) -> None:
+    def _collect(self, job: Job, item: Item, now: int, status: Any) -> None:
         handle = item.handle
         state = handle.get_status()
         new_tokens: list[int] = []
@@ -819,7 +819,7 @@ class TritonPythonModel:
         with self.count_lock:
             self.jobs_in_flight -= 1
 
-    def _send(self, job: Job, response) -> None:
+    def _send(self, job: Job, response: Any) -> None:
         if job.sender is None:
             job.collected.append(response)
             return
@@ -842,7 +842,7 @@ class TritonPythonModel:
     # ----------------------------------------------------------------------------------------------
     # Responses in the TensorRT-LLM shapes ([batch=1, beam=1, tokens] etc.)
 
-    def _response(self, job: Job, item: Item, tokens: list[int], log_probs: list[float]):
+    def _response(self, job: Job, item: Item, tokens: list[int], log_probs: list[float]) -> Any:
         n = len(tokens)
         outputs: dict[str, np.ndarray] = {
             "output_ids": np.asarray(tokens, dtype=np.int32).reshape(1, 1, n),
@@ -879,7 +879,7 @@ class TritonPythonModel:
         names = [k for k in outputs if not job.requested or k in job.requested]
         return pb_utils.InferenceResponse(output_tensors=[_tensor(k, outputs[k]) for k in names])
 
-    def finalize(self):
+    def finalize(self) -> None:
         self.stopping.set()
         self.loop_thread.join(timeout=30)
         self.watch_thread.join(timeout=30)
