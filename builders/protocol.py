@@ -10,10 +10,11 @@ How to add a builder (e.g. `engine.backend: onnxruntime`):
    imported) and a class implementing `Builder`; `execute` runs its commands inside `stages.run_stage`
    (atomic temporary directory, manifest, input hash, logs) and returns `BuildResult.from_stage(...)`,
    whose manifest outputs carry at least `engine_dir` (or `llmapi_dir` for an LLM-API target);
-2. one line per (engine.backend, engine.target) it serves in `registry.BUILDERS`:
-       ("onnxruntime", "engine"): "trtllm_forge.builders.onnxruntime.builder:OnnxRuntimeBuilder",
-   (or `registry.register(...)` at run time, e.g. from a test or a plugin);
-3. the backend's value in `config/schema.py` (`EngineConfig.backend`).
+2. its descriptor `builders/<name>/engine.py` (`builders/descriptor.py`), whose `builders` name the class per
+   engine.target it serves:
+       builders={"engine": "trtllm_forge.builders.onnxruntime.builder:OnnxRuntimeBuilder"},
+3. the descriptor's line in `builders/engines.py` `ENGINES`: the schema's backend value, `registry.BUILDERS` and
+   the rest follow from it (ARCHITECTURE.md, "How to add ... an engine").
 Heavy imports (the engine's own library) belong inside `execute`, so `--help`, `plan` and `--dry-run` work
 on machines without the engine.
 """

@@ -1,8 +1,8 @@
 """Which builder builds a config: one table keyed by (engine.backend, engine.target).
 
-Entries name the builder class as "module:Class" and are imported only when used, so a builder whose engine
-library is missing fails with one clear line, and only for configs that need it. How to write and register a
-builder: see `trtllm_forge.builders.protocol`.
+Entries name the builder class as "module:Class" (declared in each engine's descriptor, `builders/<name>/engine.py`)
+and are imported only when used, so a builder whose engine library is missing fails with one clear line, and only
+for configs that need it. How to write a builder: see `trtllm_forge.builders.protocol`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from trtllm_forge.builders.engines import ENGINES
 from trtllm_forge.builders.protocol import Builder
 
 from trtllm_forge.config.schema import ForgeConfig
@@ -20,21 +21,8 @@ from trtllm_forge.ui import emit_json, info
 
 BuildKey = tuple[str, str]  # (engine.backend, engine.target)
 
-BUILDERS: dict[BuildKey, str] = {
-    ("openvino", "engine"): "trtllm_forge.builders.openvino.builder:OpenVINOBuilder",
-    # On CPU the LLM-API stand-in loads the same OpenVINO IR; the builder also writes llmapi/model.yaml.
-    ("openvino", "llmapi"): "trtllm_forge.builders.openvino.builder:OpenVINOBuilder",
-    ("onnxruntime", "engine"): "trtllm_forge.builders.onnxruntime.builder:OnnxRuntimeBuilder",
-    # Its plan refuses the llmapi target with one line (the LLM-API stand-in serves OpenVINO IR only).
-    ("onnxruntime", "llmapi"): "trtllm_forge.builders.onnxruntime.builder:OnnxRuntimeBuilder",
-    ("tensorrt-llm", "engine"): "trtllm_forge.builders.tensorrt_llm.execute:TensorRTLLMEngineBuilder",
-    ("tensorrt-llm", "llmapi"): "trtllm_forge.builders.tensorrt_llm.llmapi:LLMAPIBuilder",
-}
-
-
-def register(backend: str, target: str, reference: str) -> None:
-    """Add (or replace) the builder of (backend, target); `reference` is "package.module:ClassName"."""
-    BUILDERS[(backend, target)] = reference
+# Each engine's builders, from its descriptor (builders/engines.py).
+BUILDERS: dict[BuildKey, str] = {(engine.backend, target): reference for engine in ENGINES for target, reference in engine.builders.items()}
 
 
 def builder_for(config: ForgeConfig) -> Builder[Any]:

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import bench_batch1_roofline as roofline  # its projection-only model and prompt
     import bench_cpu_engine as cpu  # the served engine's settings
     from transformers import AutoTokenizer
-    from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.builders.openvino.builder import build_engine
 
     from trtllm_forge.plan.host import measure_bandwidth
 

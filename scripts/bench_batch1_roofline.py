@@ -254,7 +254,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import bench_cpu_engine as cpu  # the same engines and scheduler as the CPU engine benchmark
     import openvino_genai as ov_genai
     from transformers import AutoTokenizer
-    from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.builders.openvino.builder import build_engine
 
     from trtllm_forge.plan.host import measure_bandwidth
     from trtllm_forge.plan.planner import Workload, make_plan, resolve_inputs

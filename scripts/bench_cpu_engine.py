@@ -246,7 +246,7 @@ def run_onnxruntime_in_process(
 ) -> Row:
     """(c-ort) the second CPU engine: ONNX Runtime GenAI, built by builders/onnxruntime and driven through the same
     adapter (model_repo_templates/cpu/tensorrt_llm/ort_engine.py) and calls as (c)."""
-    from trtllm_forge.builders.onnxruntime import build_engine as build_onnxruntime
+    from trtllm_forge.builders.onnxruntime.builder import build_engine as build_onnxruntime
 
     data = config.model_dump(mode="json")
     data["engine"]["backend"] = "onnxruntime"
@@ -649,7 +649,7 @@ def run_concurrency(args, base, root: Path, checkpoint: Path) -> dict:
     """Served (ensemble, streamed and not) against the same engine in-process, closed loop at each concurrency,
     the paths back to back per repeat and concurrency (order rotated per repeat)."""
     from transformers import AutoTokenizer
-    from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.builders.openvino.builder import build_engine
 
     from trtllm_forge.deploy import start_server, stop_server
     from trtllm_forge.render.repository import render_repository
@@ -967,7 +967,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     document = provenance.record()  # commit, machine, bandwidth and load, before anything runs
 
-    from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.builders.openvino.builder import build_engine
 
     base, root, checkpoint = checkpoint_of(args)
     info(f"loading transformers from {checkpoint}")

@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     document = provenance.record()
 
     from transformers import AutoTokenizer
-    from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.builders.openvino.builder import build_engine
 
     from trtllm_forge.client import stream_request
     from trtllm_forge.config import load_config

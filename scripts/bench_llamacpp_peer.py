@@ -241,7 +241,7 @@ def our_deployment(config_path: Path, root: Path) -> Iterator[tuple[str, Path]]:
     (same root: the import and the engine are shared and cached); yields (gRPC URL, checkpoint dir)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import bench_cpu_engine as cpu
-    from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.builders.openvino.builder import build_engine
 
     from trtllm_forge.config import load_config
     from trtllm_forge.deploy import start_server, stop_server

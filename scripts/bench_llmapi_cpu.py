@@ -91,7 +91,7 @@ def _configs() -> tuple[Any, Any]:
 
 def prepare(workdir: Path) -> tuple[Any, Any, Path, Any, Any]:
     """Import once, build both (cached when unchanged), render both repositories."""
-    from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.builders.openvino.builder import build_engine
 
     from trtllm_forge.importer.stage import import_checkpoint
     from trtllm_forge.render.repository import render_repository

@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 import trtllm_forge  # noqa: F401 - first, so its GRPC_ENABLE_FORK_SUPPORT default precedes any grpc import
-from trtllm_forge.render.templates import CPU_ENGINE_ADAPTERS  # the siblings render copies beside the CPU engine model
+from trtllm_forge.render.templates import CPU_ENGINE_SIBLINGS  # the siblings render copies beside the CPU engine model
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
@@ -408,7 +408,7 @@ def write_cpu_engine_repository(root: Path, engine_dir: Path, **params) -> Path:
     (model_dir / "config.pbtxt").write_text(cpu_engine_model_config(engine_dir, **params))
     (model_dir / "1" / "model.py").write_text(CPU_ENGINE_MODEL.read_text())
     shutil.copyfile(REPO / "model_repo_templates" / "python_models" / "request_checks.py", model_dir / "1" / "request_checks.py")
-    for adapter in CPU_ENGINE_ADAPTERS:
+    for adapter in CPU_ENGINE_SIBLINGS:
         shutil.copyfile(CPU_ENGINE_MODEL.parent / adapter, model_dir / "1" / adapter)
     return root
 
@@ -461,7 +461,7 @@ def shared_across_workers(tmp_path_factory, name: str) -> Iterator[Path]:
 def cpu_engine_fp32(smollm2_checkpoint, tmp_path_factory):
     """(workdir, StageResult) of an fp32 OpenVINO build of the checkpoint (one build for all workers: a later
     worker's build finds it up to date and is skipped)."""
-    from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.builders.openvino.builder import build_engine
 
     with shared_across_workers(tmp_path_factory, "build-fp32") as workdir:
         return workdir, build_engine(cpu_test_config(), workdir, smollm2_checkpoint)
@@ -474,7 +474,7 @@ def cpu_engine_llmapi(smollm2_checkpoint, cpu_engine_fp32, tmp_path_factory):
 
     Built in a workdir that starts as a copy of `cpu_engine_fp32`'s, as a user who copies a workdir and switches
     engine.target would: the export settings are the same, so the build reuses that export (hard links)."""
-    from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.builders.openvino.builder import build_engine
 
     from trtllm_forge.config import load_config
 

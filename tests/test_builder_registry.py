@@ -1,5 +1,6 @@
-"""The Builder protocol and its registry: every (engine.backend, engine.target) of the schema has a builder, each
-shipped config plans through it without running anything, and a config without a builder is one clear error."""
+"""The Builder protocol and its registry: every (engine.backend, engine.target) of the schema has a builder or is
+refused when the config is loaded, each shipped config plans through its builder without running anything, and a
+config without a builder is one clear error."""
 
 from __future__ import annotations
 
@@ -10,20 +11,29 @@ import pytest
 from conftest import CONFIGS
 from trtllm_forge.builders import registry
 
-from trtllm_forge.config.load import load_config
+from trtllm_forge.config.load import load_config, parse_config
 from trtllm_forge.config.schema import EngineConfig
-from trtllm_forge.errors import ConfigError
+from trtllm_forge.errors import ConfigError, ConfigErrors
 
 SHIPPED = sorted(CONFIGS.glob("*.yaml"))
 PROTOCOL_METHODS = ("plan", "commands", "describe", "show_dry_run", "execute")
 
 
-def test_every_backend_and_target_of_the_schema_has_a_builder():
+def test_every_backend_and_target_of_the_schema_has_a_builder_or_is_refused_by_the_config():
     backends = get_args(EngineConfig.model_fields["backend"].annotation)
     targets = get_args(EngineConfig.model_fields["target"].annotation)
+    base = load_config(CONFIGS / "smollm2-cpu.yaml").model_dump(mode="json", exclude_defaults=True)
+    refused = []
     for backend in backends:
         for target in targets:
-            assert (backend, target) in registry.BUILDERS, (backend, target)
+            if (backend, target) in registry.BUILDERS:
+                continue
+            data = {**base, "engine": {**base.get("engine", {}), "backend": backend, "target": target}}
+            with pytest.raises(ConfigErrors) as caught:
+                parse_config(data, name="t")
+            assert any(e.where == "engine.target" for e in caught.value.errors), (backend, target)
+            refused.append((backend, target))
+    assert refused == [("onnxruntime", "llmapi")]  # the CPU LLM-API stand-in serves OpenVINO IR only
 
 
 @pytest.mark.parametrize("config_file", SHIPPED, ids=[p.stem for p in SHIPPED])
@@ -55,12 +65,9 @@ def test_a_registered_builder_is_used(monkeypatch, tmp_path):
 
 def test_a_builder_whose_module_is_missing_is_one_config_error(monkeypatch):
     config = load_config(CONFIGS / "smollm2-cpu.yaml")
-    registry.register("openvino", "engine", "trtllm_forge.builders.not_installed:Builder")
-    try:
-        with pytest.raises(ConfigError, match="not available in this installation"):
-            registry.builder_for(config)
-    finally:
-        registry.register("openvino", "engine", "trtllm_forge.builders.openvino.builder:OpenVINOBuilder")
+    monkeypatch.setitem(registry.BUILDERS, ("openvino", "engine"), "trtllm_forge.builders.not_installed:Builder")
+    with pytest.raises(ConfigError, match="not available in this installation"):
+        registry.builder_for(config)
 
 
 class RecordingBuilder:

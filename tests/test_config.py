@@ -217,7 +217,7 @@ RULE_CASES = {
             model={"source": "smollm2-135m", "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
         ),
     ),
-    "quantization_fits_gpu": (
+    "backend_rules": (
         merged(GPU_BASE, quantization={"algorithm": "fp8"}, hardware={"gpu": "A100-80GB"}),
         "quantization.algorithm",
         merged(GPU_BASE, quantization={"algorithm": "fp8"}, hardware={"gpu": "L40S"}),
@@ -312,13 +312,6 @@ RULE_CASES = {
 
 def test_every_rule_has_a_case():
     assert set(RULES) == set(RULE_CASES)
-
-
-def test_every_cpu_backend_has_its_limits():
-    from trtllm_forge.config.checks import CPU_BACKEND_LIMITS
-    from trtllm_forge.config.schema import CPU_BACKENDS
-
-    assert set(CPU_BACKEND_LIMITS) == set(CPU_BACKENDS)
 
 
 @pytest.mark.parametrize("rule_name", sorted(RULE_CASES))

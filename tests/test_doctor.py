@@ -20,7 +20,7 @@ REQUIRED = {
     "openvino-genai",
     "optimum-cli",
 }
-OPTIONAL = {"perf_analyzer", "genai-perf", "docker", "GPU and driver", "TensorRT-LLM"}
+OPTIONAL = {"perf_analyzer", "genai-perf", "docker", "GPU and driver", "TensorRT-LLM", "onnxruntime-genai", "onnxruntime"}
 
 
 def test_doctor_json_here_says_the_cpu_chain_can_run():

@@ -9,10 +9,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from tiny_checkpoint import write_checkpoint_config
+from trtllm_forge.builders.engines import engine_of
 
 from trtllm_forge.cli import cli
 from trtllm_forge.config.schema import ForgeConfig
-from trtllm_forge.dtypes import ENGINE_DEFAULT_DTYPES, resolve_model_dtype, stored_dtype
+from trtllm_forge.dtypes import resolve_model_dtype, stored_dtype
 
 ENGINES = {
     "tensorrt-llm": {"backend": "tensorrt-llm", "max_batch_size": 4, "max_input_len": 512, "max_seq_len": 1024, "max_num_tokens": 2048},
@@ -55,7 +56,7 @@ def test_auto_reads_the_checkpoint_and_an_explicit_dtype_wins(tmp_path, backend)
 
 @pytest.mark.parametrize("backend", sorted(ENGINES))
 def test_auto_without_a_readable_checkpoint_takes_the_engine_default(tmp_path, backend):
-    default = ENGINE_DEFAULT_DTYPES[backend]
+    default = engine_of(backend).default_dtype
     assert resolve_model_dtype(config_for(tmp_path / "elsewhere", backend)) == default
     assert resolve_model_dtype(config_for(checkpoint(tmp_path / "f64", torch_dtype="float64"), backend)) == default
     broken = tmp_path / "broken"

@@ -10,11 +10,9 @@ from pathlib import Path
 import pytest
 from cli_inprocess import run_in_process
 from conftest import CONFIGS
-from trtllm_forge.builders.onnxruntime import plan_build
-from trtllm_forge.builders.onnxruntime.plan import PRECISIONS
+from trtllm_forge.builders.onnxruntime.builder import plan_build
 
 from trtllm_forge.config import ForgeConfig, load_config
-from trtllm_forge.config.checks import ONNXRUNTIME_ALGOS
 from trtllm_forge.errors import ConfigError
 
 CONFIG = CONFIGS / "smollm2-cpu-onnxruntime.yaml"
@@ -25,10 +23,6 @@ def _config(**sections) -> ForgeConfig:
     for section, values in sections.items():
         data[section].update(values)
     return ForgeConfig.model_validate({**data, "config_dir": str(CONFIGS)})
-
-
-def test_every_allowed_algorithm_has_a_builder_precision():
-    assert set(PRECISIONS) == ONNXRUNTIME_ALGOS
 
 
 @pytest.mark.parametrize(

@@ -120,7 +120,7 @@ def test_sampling_runs_and_stays_in_the_vocabulary(served):
 def test_int4_export_loads_and_generates_sensible_tokens(served, tmp_path):
     """builder output exists, is much smaller than fp32, loads in the adapter and continues the prompt sensibly."""
     from transformers import AutoTokenizer
-    from trtllm_forge.builders.onnxruntime import build_engine
+    from trtllm_forge.builders.onnxruntime.builder import build_engine
 
     from trtllm_forge.config import ForgeConfig, load_config
 

@@ -135,7 +135,7 @@ def test_fp32_build_writes_ir_tokenizer_and_engine_config(cpu_engine_fp32):
 
 @pytest.mark.slow
 def test_unchanged_second_build_is_skipped(cpu_engine_fp32, smollm2_checkpoint):
-    from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.builders.openvino.builder import build_engine
 
     workdir, first = cpu_engine_fp32
     model_bin = Path(first.manifest["outputs"]["engine_dir"]) / "openvino_model.bin"
@@ -191,7 +191,7 @@ def test_reuse_needs_the_same_export_key(tmp_path):
 def test_int8_export_is_smaller(smollm2_checkpoint, tmp_path):
     """int8_wo on a tiny model of SmolLM2's shape (a third of the export's time on SmolLM2 itself): the weights
     that matter for the ratio (all matmuls and the embedding) are there, the layers are few."""
-    from trtllm_forge.builders.openvino import build_engine
+    from trtllm_forge.builders.openvino.builder import build_engine
 
     checkpoint = write_tiny_model(tmp_path / "tiny", like=smollm2_checkpoint)
     result = build_engine(cpu_test_config(quantization={"algorithm": "int8_wo"}), tmp_path / "wd", checkpoint)

@@ -8,8 +8,8 @@ import re
 import stat
 import subprocess
 
-from trtllm_forge.builders.tensorrt_llm import plan_build
 from trtllm_forge.builders.tensorrt_llm.execute import container_command
+from trtllm_forge.builders.tensorrt_llm.plan import plan_build
 from trtllm_forge.builders.tensorrt_llm.spec import load_spec
 from trtllm_helpers import REPO, example
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from trtllm_forge.builders.tensorrt_llm import expected_engine_config, plan_build
 from trtllm_forge.builders.tensorrt_llm.calibration import prepare_calibration
+from trtllm_forge.builders.tensorrt_llm.engine_fixture import expected_engine_config
+from trtllm_forge.builders.tensorrt_llm.plan import plan_build
 from trtllm_forge.builders.tensorrt_llm.spec import load_spec
 from trtllm_helpers import ENGINE_CONFIGS, eagle_engine_example, example
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from cli_inprocess import run_in_process
-from trtllm_forge.builders.tensorrt_llm import plan_build
+from trtllm_forge.builders.tensorrt_llm.plan import plan_build
 from trtllm_forge.builders.tensorrt_llm.spec import TOOL_TABLES, load_spec
 from trtllm_helpers import ENGINE_CONFIGS, REPO, example, unchecked_config
 

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from trtllm_forge.builders.tensorrt_llm import plan_build
+from trtllm_forge.builders.tensorrt_llm.plan import plan_build
 from trtllm_forge.builders.tensorrt_llm.plugins import sha256_of
 from trtllm_helpers import REPO, unchecked_config
 

@@ -7,7 +7,7 @@ refuses (or warns) here.
 from __future__ import annotations
 
 import pytest
-from trtllm_forge.builders.tensorrt_llm import plan_build
+from trtllm_forge.builders.tensorrt_llm.plan import plan_build
 from trtllm_helpers import unchecked_config
 
 from trtllm_forge.errors import ConfigError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from trtllm_forge.builders.tensorrt_llm import plan_build
+from trtllm_forge.builders.tensorrt_llm.plan import plan_build
 from trtllm_forge.builders.tensorrt_llm.spec import load_spec
 from trtllm_helpers import ENGINE_CONFIGS, eagle_engine_example, example
 

@@ -1,7 +1,7 @@
 """What this machine has and lacks for each stage, with the fix for each (`trtllm-forge doctor`).
 
 Each check reuses the detection the stages themselves run (deploy's tritonserver discovery and NumPy check,
-`version`'s package versions, the GPU builder's TensorRT-LLM and nvidia-smi probe, bench's perf_analyzer
+the package versions of `version` (trtllm_forge/components.py: each engine's, from its descriptor, and the stack's), the GPU builder's TensorRT-LLM and nvidia-smi probe, bench's perf_analyzer
 finder), so doctor and the stages never disagree. `required` marks what the default CPU chain
 (configs/smollm2-cpu.yaml: import → build → render → deploy → verify → bench) needs; the rest is optional.
 """
@@ -14,9 +14,15 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trtllm_forge import third_party_env
+from trtllm_forge.builders.descriptor import Component
+from trtllm_forge.components import COMPONENTS, installed_versions
 from trtllm_forge.errors import ForgeError
+
+if TYPE_CHECKING:
+    from trtllm_forge.deploy.discovery import TritonInstall
 
 # The default backend set `deploy` uses for a tritonserver on PATH or in /opt (the NGC layout).
 OPT_BACKENDS = Path("/opt/tritonserver/backends")
@@ -37,18 +43,13 @@ class Check:
         return asdict(self)
 
 
-def _versions() -> dict[str, str | None]:
-    from trtllm_forge.commands.version_cmd import installed_versions
-
-    return installed_versions()
-
-
-def _package(name: str, versions: dict[str, str | None], needed_for: str, required: bool, fix: str) -> Check:
-    version = versions.get(name)
-    return Check(name, needed_for, required, version is not None, version or "not installed", None if version else fix)
+def _package(component: Component, versions: dict[str, str | None], fix: str) -> Check:
+    version = versions.get(component.distribution)
+    found = version or "not installed"
+    return Check(component.distribution, component.needed_for, component.required, version is not None, found, None if version else fix)
 
 
-def check_tritonserver() -> tuple[Check, object | None]:
+def check_tritonserver() -> tuple[Check, TritonInstall | None]:
     """The server deploy would start, and whether its binary loads (its shared libraries are found)."""
     from trtllm_forge.deploy.discovery import INSTALL_HINT, find_tritonserver, server_environment
 
@@ -73,11 +74,11 @@ def check_tritonserver() -> tuple[Check, object | None]:
         first = next((line for line in output.splitlines() if line.strip()), "no output")
         return Check("tritonserver", needed, True, False, f"{where} does not run: {first}", INSTALL_HINT), install
     if install.kind == "pytriton":
-        where = f"nvidia-pytriton {_versions().get('nvidia-pytriton')}: {where}"
+        where = f"nvidia-pytriton {installed_versions().get('nvidia-pytriton')}: {where}"
     return Check("tritonserver", needed, True, True, where), install
 
 
-def check_python_stub(install) -> Check:
+def check_python_stub(install: TritonInstall | None) -> Check:
     from trtllm_forge.deploy.discovery import STUB, python_tag
 
     needed = "deploy (python-backend models: the CPU engine, pre/postprocessing, BLS)"
@@ -93,7 +94,7 @@ def check_python_stub(install) -> Check:
     return Check("python backend stub", needed, True, False, f"missing: {stub}", fix)
 
 
-def check_numpy(install) -> Check:
+def check_numpy(install: TritonInstall | None) -> Check:
     from trtllm_forge.deploy.discovery import check_stub_numpy
 
     version = _numpy_version()
@@ -214,19 +215,15 @@ def check_tensorrt_llm() -> Check:
 
 
 def run_checks() -> list[Check]:
-    versions = _versions()
+    versions = installed_versions()
     tritonserver, install = check_tritonserver()
     pip = f"`{sys.executable} -m pip install -e '.[cpu]'` (or `make setup`)"
     return [
         tritonserver,
         check_python_stub(install),
         check_numpy(install),
-        _package("tritonclient", versions, "verify, bench", True, pip),
         check_builtin_model(),
-        _package("transformers", versions, "import, verify (reference answers)", True, pip),
-        _package("torch", versions, "import, verify (reference answers)", True, pip),
-        _package("openvino", versions, "build, deploy (CPU engine)", True, pip),
-        _package("openvino-genai", versions, "build, deploy (CPU engine)", True, pip),
+        *(_package(component, versions, pip) for component in COMPONENTS if component.doctor_row),
         check_optimum_cli(),
         check_perf_analyzer(),
         check_genai_perf(),

@@ -3,7 +3,7 @@
     model.dtype set            → that dtype
     auto, a GGUF source        → float32: transformers dequantizes GGUF weights to float32 and the import keeps it
     auto, a checkpoint here    → what its config.json declares (`dtype`, or the older `torch_dtype`)
-    auto, nothing readable     → the engine backend's default (ENGINE_DEFAULT_DTYPES)
+    auto, nothing readable     → the engine backend's default (its descriptor's `default_dtype`, builders/<name>/engine.py)
 
 "A checkpoint here" is the imported checkpoint when a stage has one, else `model.source` when it is a directory
 on this machine, so `plan` reads the same config.json that `build-engine` reads.
@@ -14,14 +14,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from trtllm_forge.builders.engines import engine_of
 from trtllm_forge.config import ForgeConfig
+from trtllm_forge.config.schema import BUILTIN_MODELS
 
 MODEL_DTYPES = ("float32", "float16", "bfloat16")
 GGUF_DTYPE = "float32"
-# When no checkpoint on this machine says: what the catalog's GPU models ship in (the catalog records no dtype),
-# and the CPU engine's full precision.
-ENGINE_DEFAULT_DTYPES = {"tensorrt-llm": "bfloat16", "openvino": "float32", "onnxruntime": "float32"}
-FALLBACK_DTYPE = "float32"  # an engine backend without an entry above
 
 
 def declared_dtype(hf_config: dict) -> str | None:
@@ -52,14 +50,10 @@ def is_gguf(checkpoint: Path | str) -> bool:
     return str(checkpoint).lower().endswith(".gguf")
 
 
-def source_checkpoint(config: ForgeConfig) -> Path:
-    """model.source as a path on this machine (a built-in source is a GGUF file of an installed package)."""
-    from trtllm_forge.importer.sources import BUILTIN_GGUF
-
-    spec = config.model.source
-    if spec in BUILTIN_GGUF:
-        return Path(BUILTIN_GGUF[spec][1])
-    return config.resolve_path(spec)
+def source_is_gguf(config: ForgeConfig) -> bool:
+    """model.source is a GGUF file: a .gguf path, or a built-in model (each is a GGUF file of an installed package,
+    importer/sources.py BUILTIN_GGUF)."""
+    return config.model.source in BUILTIN_MODELS or is_gguf(config.resolve_path(config.model.source))
 
 
 def resolve_model_dtype(config: ForgeConfig, checkpoint: Path | None = None) -> str:
@@ -67,12 +61,12 @@ def resolve_model_dtype(config: ForgeConfig, checkpoint: Path | None = None) -> 
     has one (else model.source is looked at)."""
     if config.model.dtype != "auto":
         return config.model.dtype
-    candidates = [checkpoint] if checkpoint is not None else []
-    candidates.append(source_checkpoint(config))
-    for path in candidates:
-        if is_gguf(path):
+    if checkpoint is not None:
+        if is_gguf(checkpoint):
             return GGUF_DTYPE
-        declared = checkpoint_dtype(path)
+        declared = checkpoint_dtype(checkpoint)
         if declared:
             return declared
-    return ENGINE_DEFAULT_DTYPES.get(config.engine.backend, FALLBACK_DTYPE)
+    if source_is_gguf(config):
+        return GGUF_DTYPE
+    return checkpoint_dtype(config.resolve_path(config.model.source)) or engine_of(config.engine.backend).default_dtype

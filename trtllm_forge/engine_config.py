@@ -1,8 +1,8 @@
 """The engine directory contract: `<engine_dir>/config.json` as TensorRT-LLM 1.2.x writes it
 (`version`, `pretrained_config`, `build_config` with `plugin_config`).
 
-`render` reads engine-bound values only through `EngineInfo`, so a TensorRT-LLM engine and our
-OpenVINO engine (whose builder writes the same shape) are treated alike.
+`render` reads engine-bound values only through `EngineInfo`, so a TensorRT-LLM engine and our CPU engines
+(whose builders write the same shape, plus `backend` and the CPU engine model's `adapter`) are treated alike.
 """
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtllm_forge.builders.descriptor import EngineDescriptor
+from trtllm_forge.builders.tensorrt_llm.engine import ENGINE as TENSORRT_LLM
 from trtllm_forge.errors import ConfigError
 
 ENGINE_CONFIG = "config.json"
+ADAPTER_KEY = "adapter"  # the served adapter the CPU engine model imports (model_repo_templates/cpu/tensorrt_llm/model.py)
 
 # build_config.speculative_decoding_mode as TensorRT-LLM serializes it (enum name or flag value).
 SPECULATIVE_MODE_NAMES = {
@@ -33,7 +36,7 @@ class EngineInfo:
 
     directory: Path
     version: str
-    backend: str  # "tensorrt-llm" or "openvino"
+    backend: str  # engine.backend of the builder that wrote it (builders/engines.py)
     architecture: str
     dtype: str
     logits_dtype: str
@@ -99,7 +102,7 @@ def read_engine_config(engine_dir: Path) -> EngineInfo:
         return EngineInfo(
             directory=Path(engine_dir),
             version=str(raw.get("version", "unknown")),
-            backend=str(raw.get("backend", "tensorrt-llm")),
+            backend=str(raw.get("backend", TENSORRT_LLM.backend)),  # TensorRT-LLM's own config.json has no "backend"
             architecture=str(pretrained.get("architecture", "")),
             dtype=str(pretrained.get("dtype", "float16")),
             logits_dtype=str(pretrained.get("logits_dtype", "float32")),
@@ -129,13 +132,16 @@ def write_engine_config(
     engine_dir: Path,
     *,
     version: str,
-    backend: str,
+    engine: EngineDescriptor,
     pretrained_config: dict,
     build_config: dict,
     extra: dict | None = None,
 ) -> Path:
-    """Write config.json in TensorRT-LLM's shape; `backend` and `extra` are our own additions."""
-    data = {"version": version, "backend": backend, "pretrained_config": pretrained_config, "build_config": build_config}
+    """Write config.json in TensorRT-LLM's shape; `backend`, `adapter` (the engine's served adapter, when it has one)
+    and `extra` are our own additions."""
+    data = {"version": version, "backend": engine.backend, "pretrained_config": pretrained_config, "build_config": build_config}
+    if engine.served_adapter:
+        data[ADAPTER_KEY] = engine.served_adapter
     data.update(extra or {})
     path = Path(engine_dir) / ENGINE_CONFIG
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

@@ -1,5 +1,5 @@
-"""The ONNX Runtime GenAI (CPU) engine builder: `build_engine(config, workdir, checkpoint_dir, force)`."""
+"""The ONNX Runtime GenAI (CPU) engine: its descriptor (`engine.py`) and its builder (`builder.py`:
+`OnnxRuntimeBuilder`, `build_engine`, `plan_build`).
 
-from trtllm_forge.builders.onnxruntime.builder import BuildPlan, OnnxRuntimeBuilder, build_engine, plan_build
-
-__all__ = ["BuildPlan", "OnnxRuntimeBuilder", "build_engine", "plan_build"]
+Imports nothing: the config reads `engine.py` and must not pull in the builder, which reads the config.
+"""

@@ -21,6 +21,7 @@ from trtllm_forge.builders.cpu_export import (
     stage_hash_values,
 )
 from trtllm_forge.builders.onnxruntime import engine_json
+from trtllm_forge.builders.onnxruntime.engine import ENGINE
 from trtllm_forge.builders.onnxruntime.plan import BACKEND, MODEL_FILES, OrtExportPlan, plan_export
 
 from trtllm_forge.config import ForgeConfig
@@ -77,7 +78,8 @@ def plan_build(config: ForgeConfig, workdir: Path, checkpoint_dir: Path) -> Buil
 
 
 def _hash_values(config: ForgeConfig, plan: OrtExportPlan) -> dict:
-    return stage_hash_values(config, plan.to_json(), tool_versions(), backend=BACKEND)
+    # adapter: an engine directory from before config.json named its served adapter is rewritten, not reused.
+    return stage_hash_values(config, plan.to_json(), tool_versions(), backend=BACKEND, adapter=ENGINE.served_adapter)
 
 
 class OnnxRuntimeBuilder(CpuExportBuilder):

@@ -10,6 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
+from trtllm_forge.builders.onnxruntime.engine import ENGINE
 from trtllm_forge.builders.onnxruntime.plan import BACKEND, OrtExportPlan
 from trtllm_forge.builders.openvino.engine_json import build_config as openvino_build_config
 from trtllm_forge.builders.openvino.engine_json import pretrained_config
@@ -52,7 +53,7 @@ def write(engine_dir: Path, checkpoint_dir: Path, config: ForgeConfig, plan: Ort
     return write_engine_config(
         engine_dir,
         version=genai_version,
-        backend=BACKEND,
+        engine=ENGINE,
         pretrained_config=pretrained,
         build_config=build_config(config),
         extra={

@@ -15,14 +15,15 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from trtllm_forge.builders.onnxruntime.engine import ENGINE, PRECISIONS
+
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.errors import ConfigError
 
-BACKEND = "onnxruntime"
+BACKEND = ENGINE.backend
 BUILDER_MODULE = "onnxruntime_genai.models.builder"
 # Files the engine directory must hold after an export; the CPU engine model loads them with onnxruntime_genai.
 MODEL_FILES = ("model.onnx", "model.onnx.data", "genai_config.json")
-PRECISIONS = {"none": "fp32", "int8_wo": "int8", "int4_wo": "int4"}
 # TensorRT-LLM's names for the algorithms, so pretrained_config.quantization reads like a TRT-LLM engine's.
 QUANT_ALGO_NAMES = {"none": None, "int8_wo": "W8A16", "int4_wo": "W4A16"}
 BLOCK_SIZES = (16, 32, 64, 128, 256)  # MatMulNBits block sizes the builder accepts

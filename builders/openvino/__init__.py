@@ -1,5 +1,5 @@
-"""The OpenVINO (CPU) engine builder: `build_engine(config, workdir, checkpoint_dir, force)`."""
+"""The OpenVINO (CPU) engine: its descriptor (`engine.py`) and its builder (`builder.py`: `OpenVINOBuilder`,
+`build_engine`, `plan_build`).
 
-from trtllm_forge.builders.openvino.builder import BuildPlan, OpenVINOBuilder, build_engine, plan_build
-
-__all__ = ["BuildPlan", "OpenVINOBuilder", "build_engine", "plan_build"]
+Imports nothing: the config reads `engine.py` and must not pull in the builder, which reads the config.
+"""

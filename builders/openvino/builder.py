@@ -25,6 +25,7 @@ from trtllm_forge.builders.cpu_export import (
     stage_hash_values,
 )
 from trtllm_forge.builders.openvino import engine_json
+from trtllm_forge.builders.openvino.engine import ENGINE
 from trtllm_forge.builders.openvino.engine_json import HF_CONFIG_COPY
 from trtllm_forge.builders.openvino.plan import (
     IR_FILES,
@@ -72,7 +73,7 @@ class BuildPlan:
     def to_json(self) -> dict:
         return {
             "stage": STAGE,
-            "backend": "openvino",
+            "backend": ENGINE.backend,
             "checkpoint_dir": str(self.checkpoint_dir),
             "engine_dir": str(self.engine_dir),
             "commands": [self.export.argv] + ([self.draft.argv] if self.draft and self.draft.argv else []),
@@ -89,7 +90,10 @@ def plan_build(config: ForgeConfig, workdir: Path, checkpoint_dir: Path) -> Buil
 
 
 def _hash_values(config: ForgeConfig, plan: ExportPlan, inputs_sha256: dict[str, str]) -> dict:
-    return stage_hash_values(config, plan.to_json(), tool_versions(), model_dtype=config.model.dtype, inputs_sha256=inputs_sha256)
+    # adapter: an engine directory from before config.json named its served adapter is rewritten, not reused.
+    return stage_hash_values(
+        config, plan.to_json(), tool_versions(), model_dtype=config.model.dtype, inputs_sha256=inputs_sha256, adapter=ENGINE.served_adapter
+    )
 
 
 def _export_draft(draft: DraftPlan, recorder: StageRecorder) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from trtllm_forge.builders.openvino.engine import ENGINE
 from trtllm_forge.builders.openvino.plan import DraftPlan, ExportPlan
 
 from trtllm_forge.config import ForgeConfig
@@ -77,11 +78,11 @@ def write(
     return write_engine_config(
         engine_dir,
         version=genai_version,
-        backend="openvino",
+        engine=ENGINE,
         pretrained_config=pretrained_config(hf, plan),
         build_config=build_config(config),
         extra={
-            "openvino": {
+            ENGINE.backend: {
                 "weight_format": plan.weight_format,
                 "inference_precision": plan.inference_precision,
                 "kv_cache_precision": plan.kv_cache_precision,

@@ -19,6 +19,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from trtllm_forge.builders.openvino.engine import KV_QUANT_ALGO_NAMES, QUANT_ALGO_NAMES
+
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.dtypes import resolve_model_dtype
 from trtllm_forge.errors import ConfigError
@@ -26,10 +28,6 @@ from trtllm_forge.errors import ConfigError
 # Files the engine directory must hold after an export; the CPU engine model and GenAI load them.
 IR_FILES = ("openvino_model.xml", "openvino_model.bin")
 TOKENIZER_IR_FILES = ("openvino_tokenizer.xml", "openvino_detokenizer.xml")
-
-# TensorRT-LLM's names for the algorithms, so pretrained_config.quantization reads like a TRT-LLM engine's.
-QUANT_ALGO_NAMES = {"none": None, "int8_wo": "W8A16", "int4_wo": "W4A16", "int4_awq": "W4A16_AWQ"}
-KV_QUANT_ALGO_NAMES = {"none": None, "int8": "INT8"}
 
 
 def optimum_cli() -> Path:

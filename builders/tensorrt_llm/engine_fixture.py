@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from trtllm_forge.builders.tensorrt_llm.plan import BuildPlan
+    from trtllm_forge.builders.tensorrt_llm.spec import Spec
 
 # build_config.speculative_decoding_mode as the 1.x builder serializes it (an IntFlag value).
 SPECULATIVE_FLAG = {None: 1, "draft_tokens_external": 2, "medusa": 4, "lookahead_decoding": 8, "explicit_draft_tokens": 16, "eagle": 32}
@@ -65,7 +66,7 @@ def _plugin_config(plan: BuildPlan) -> dict:
     return {key: (None if value == "disable" else value) for key, value in config.items()}
 
 
-def _spec(plan: BuildPlan):
+def _spec(plan: BuildPlan) -> Spec:
     from trtllm_forge.builders.tensorrt_llm.spec import load_spec
 
     return load_spec(plan.trtllm_version)

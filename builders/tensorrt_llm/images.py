@@ -15,9 +15,15 @@ import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import TYPE_CHECKING
+
+from trtllm_forge.builders.tensorrt_llm.engine import ENGINE
 
 from trtllm_forge import __version__
 from trtllm_forge.errors import ConfigError
+
+if TYPE_CHECKING:
+    from trtllm_forge.config.schema import ForgeConfig
 
 # Our own image: docker/Dockerfile on the route's base image, tagged with the TensorRT-LLM it carries.
 FORGE_IMAGE_RE = re.compile(r"^trtllm-forge:[^-\s]+-trtllm(?P<version>\d[\w.]*)$")
@@ -84,9 +90,9 @@ def serving_image(deploy_image: str | None, trtllm_version: str) -> str:
     return deploy_image or image_for_version(trtllm_version).image
 
 
-def check_engine_for_config(config, engine_version: str) -> None:
+def check_engine_for_config(config: ForgeConfig, engine_version: str) -> None:
     """render/deploy: refuse a TensorRT-LLM engine whose version differs from the serving image's."""
-    if config.engine.backend == "tensorrt-llm":
+    if config.engine.backend == ENGINE.backend:
         check_engine_image(engine_version, serving_image(config.deploy.image, config.engine.trtllm_version))
 
 

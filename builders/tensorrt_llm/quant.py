@@ -34,7 +34,7 @@ class QuantChoice:
     needs_calibration: bool
 
 
-def plain(value) -> str:
+def plain(value: object) -> str:
     """Enum defaults are not converted by pydantic's use_enum_values; compare and print their values."""
     return str(getattr(value, "value", value))
 

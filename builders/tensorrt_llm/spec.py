@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import NoReturn
 
 from trtllm_forge.errors import ConfigError
 
@@ -148,7 +149,7 @@ class _Refused(Exception):
 
 
 class _RaisingParser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse would print usage and exit(2)
+    def error(self, message: str) -> NoReturn:  # argparse would print usage and exit(2)
         raise _Refused(message)
 
 

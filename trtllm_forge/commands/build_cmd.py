@@ -17,7 +17,7 @@ from trtllm_forge.commands.options import config_argument, directory_option, dry
 @dry_run_option
 @json_option
 def build_engine(config_file: Path, workdir: Path | None, checkpoint: Path | None, force: bool, dry_run: bool, as_json: bool) -> None:
-    """Build the engine for CONFIG into <workdir>/build/engine (OpenVINO IR or an ONNX Runtime GenAI model on CPU, TensorRT-LLM on GPU).
+    """Build the engine of engine.backend for CONFIG into <workdir>/build/engine (`trtllm-forge config schema` lists the backends).
 
     Skipped when the checkpoint and the settings that shape the engine are unchanged.
     """

@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-from importlib import metadata
 from typing import Any
 
 import click
 
 from trtllm_forge import __version__
 from trtllm_forge.commands.options import json_option
+from trtllm_forge.components import installed_versions
 from trtllm_forge.ui import emit_json
-
-COMPONENTS = ("tensorrt_llm", "openvino", "openvino-genai", "transformers", "torch", "tritonclient", "nvidia-pytriton")
-
-
-def installed_versions() -> dict[str, str | None]:
-    versions: dict[str, str | None] = {}
-    for name in COMPONENTS:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
 
 
 @click.command()
@@ -34,4 +22,4 @@ def version(as_json: bool) -> None:
         return
     click.echo(f"trtllm-forge {__version__}")
     for name, ver in data["components"].items():
-        click.echo(f"  {name:16} {ver or 'not installed'}")
+        click.echo(f"  {name:17} {ver or 'not installed'}")

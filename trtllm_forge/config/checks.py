@@ -6,9 +6,12 @@ Rules that need the model's shape or the GPU's capability are skipped when those
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from trtllm_forge.builders.descriptor import EngineDescriptor
+from trtllm_forge.builders.engines import BACKENDS, CPU_BACKENDS, engine_of
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.hardware import Device, find_device, hardware_table
@@ -22,8 +25,13 @@ class CheckContext:
     device: Device | None
 
     @property
+    def engine(self) -> EngineDescriptor:
+        return engine_of(self.config.engine.backend)
+
+    @property
     def is_trtllm(self) -> bool:
-        return self.config.engine.backend == "tensorrt-llm"
+        """TensorRT-LLM's own rules (plugins, in-flight batching, draft lengths) apply: the GPU engine."""
+        return not self.engine.on_cpu
 
     @property
     def compute_capability(self) -> float | None:
@@ -43,25 +51,7 @@ def rule(func: Rule) -> Rule:
     return func
 
 
-OPENVINO_ALGOS = {"none", "int8_wo", "int4_wo", "int4_awq"}
-ONNXRUNTIME_ALGOS = {"none", "int8_wo", "int4_wo"}  # builders/onnxruntime/plan.py maps each to the builder's precision
 INT4_ALGOS = {"int4_wo", "int4_awq", "w4a8_awq"}
-
-
-@dataclass(frozen=True)
-class CpuBackendLimits:
-    """What a CPU engine backend serves: the quantization, KV cache and speculative modes it takes."""
-
-    algorithms: frozenset[str]
-    kv_caches: tuple[str, ...]
-    speculative_modes: tuple[str, ...]
-
-
-CPU_BACKEND_LIMITS = {
-    "openvino": CpuBackendLimits(frozenset(OPENVINO_ALGOS), ("int8", "none"), ("none", "draft_target", "prompt_lookup")),
-    # ONNX Runtime GenAI: fp32/int8/int4 weights, an fp32 KV cache of max_seq_len per sequence, no speculative decoding.
-    "onnxruntime": CpuBackendLimits(frozenset(ONNXRUNTIME_ALGOS), ("none",), ("none",)),
-}
 
 
 def _one_of(allowed: tuple[str, ...]) -> str:
@@ -90,17 +80,19 @@ def known_hardware(ctx: CheckContext) -> Iterator[ConfigError]:
 def backend_matches_hardware(ctx: CheckContext) -> Iterator[ConfigError]:
     if ctx.device is None:
         return
-    if ctx.is_trtllm and not ctx.device.is_gpu:
+    backend = ctx.config.engine.backend
+    if not ctx.engine.on_cpu and not ctx.device.is_gpu:
         yield ConfigError(
             "engine.backend",
-            "tensorrt-llm needs an NVIDIA GPU but hardware.gpu is 'cpu'",
-            "set hardware.gpu to the target GPU (e.g. H100-SXM) or use engine.backend: openvino",
+            f"{backend} needs an NVIDIA GPU but hardware.gpu is 'cpu'",
+            f"set hardware.gpu to the target GPU (e.g. H100-SXM) or use engine.backend: {' or '.join(CPU_BACKENDS)}",
         )
-    if not ctx.is_trtllm and ctx.device.is_gpu:
+    if ctx.engine.on_cpu and ctx.device.is_gpu:
+        gpu_backends = " or ".join(b for b in BACKENDS if b not in CPU_BACKENDS)
         yield ConfigError(
             "engine.backend",
-            f"{ctx.config.engine.backend} runs on the CPU but hardware.gpu is {ctx.device_name!r}",
-            "set hardware.gpu: cpu, or engine.backend: tensorrt-llm",
+            f"{backend} runs on the CPU but hardware.gpu is {ctx.device_name!r}",
+            f"set hardware.gpu: cpu, or engine.backend: {gpu_backends}",
         )
 
 
@@ -173,31 +165,31 @@ def seq_len_within_positions(ctx: CheckContext) -> Iterator[ConfigError]:
 
 
 @rule
-def quantization_fits_gpu(ctx: CheckContext) -> Iterator[ConfigError]:
-    """The TensorRT-LLM spec's compute-capability rules for quantization (builders/tensorrt_llm/quant.py, the same
-    check plan_build makes), found at validation time."""
-    cc = ctx.compute_capability
-    if cc is None or not ctx.is_trtllm:
+def backend_rules(ctx: CheckContext) -> Iterator[ConfigError]:
+    """The engine's own rules, declared by its package (descriptor `config_rules`), e.g. TensorRT-LLM's GPU
+    compute-capability limits of each quantization (builders/tensorrt_llm/rules.py)."""
+    reference = ctx.engine.config_rules
+    if reference is None:
         return
-    from trtllm_forge.builders.tensorrt_llm.quant import capability_problems, choose, sm_of
-    from trtllm_forge.builders.tensorrt_llm.spec import load_spec
-
-    quant = ctx.config.quantization
-    try:
-        spec = load_spec(ctx.config.engine.trtllm_version)
-        choice = choose(quant.algorithm, quant.kv_cache, spec)
-    except ConfigError:
-        return  # an unknown version or algorithm is the build's to report
-    yield from capability_problems(choice, sm_of(cc), ctx.device_name, spec, plugin_flags={})
+    module_name, _, function_name = reference.partition(":")
+    engine_rules: Rule = getattr(importlib.import_module(module_name), function_name)
+    yield from engine_rules(ctx)
 
 
 @rule
 def cpu_backend_supports(ctx: CheckContext) -> Iterator[ConfigError]:
-    if ctx.is_trtllm:
+    """What the CPU engine serves, from its descriptor's limits (builders/<name>/engine.py)."""
+    limits = ctx.engine.limits
+    if limits is None:
         return
     cfg = ctx.config
     backend = cfg.engine.backend
-    limits = CPU_BACKEND_LIMITS[backend]
+    if cfg.engine.target not in ctx.engine.builders:
+        yield ConfigError(
+            "engine.target",
+            f"the {backend} backend has no {cfg.engine.target} build (the CPU LLM-API stand-in serves OpenVINO IR)",
+            f"set engine.target: {' or '.join(ctx.engine.builders)}",
+        )
     if cfg.quantization.algorithm not in limits.algorithms:
         yield ConfigError(
             "quantization.algorithm",
@@ -218,10 +210,11 @@ def cpu_backend_supports(ctx: CheckContext) -> Iterator[ConfigError]:
         yield ConfigError(
             "engine.speculative.mode", f"{cfg.engine.speculative.mode} is not available on {backend}", _one_of(limits.speculative_modes)
         )
-    if cfg.engine.backend == "openvino" and cfg.engine.kv_cache_type != "paged":
-        yield ConfigError("engine.kv_cache_type", "the openvino engine always uses a paged KV cache", "set paged")
-    if cfg.engine.backend == "onnxruntime":
-        yield from onnxruntime_only(cfg)
+    if cfg.engine.kv_cache_type not in limits.kv_cache_types:
+        yield ConfigError("engine.kv_cache_type", f"the {backend} engine {limits.kv_cache_layout}", _one_of(limits.kv_cache_types))
+    for flag in limits.refused_runtime:
+        if getattr(cfg.runtime, flag):
+            yield ConfigError(f"runtime.{flag}", f"the {backend} engine {limits.kv_cache_layout}", "set false")
 
 
 @rule
@@ -385,15 +378,3 @@ def shape_for(config: ForgeConfig) -> ModelShape | None:
 def check_config(config: ForgeConfig) -> list[ConfigError]:
     ctx = CheckContext(config=config, shape=shape_for(config), device=find_device(config.hardware.gpu))
     return [problem for check in RULES.values() for problem in check(ctx)]
-
-
-def onnxruntime_only(cfg: ForgeConfig) -> Iterator[ConfigError]:
-    """Settings only the ONNX Runtime GenAI engine refuses: it keeps a contiguous KV cache per sequence and has no
-    LLM-API stand-in."""
-    if cfg.engine.target != "engine":
-        yield ConfigError(
-            "engine.target", "the CPU LLM-API stand-in serves OpenVINO IR, not an onnxruntime engine", "set engine.target: engine"
-        )
-    for flag in ("enable_kv_cache_reuse", "enable_chunked_context"):
-        if getattr(cfg.runtime, flag):
-            yield ConfigError(f"runtime.{flag}", "the onnxruntime engine keeps a contiguous KV cache per sequence", "set false")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from trtllm_forge.bench.options import workload_fields
+from trtllm_forge.builders.engines import BACKENDS, CPU_BACKENDS, ENGINES
 from trtllm_forge.config.names import check_bind_address, check_image_reference, check_local_path, check_name
 from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.genai_settings import ARRIVAL_WINDOW_MS
 
@@ -30,8 +31,12 @@ Name = Annotated[str, AfterValidator(check_name)]
 
 
 BUILTIN_MODELS = ("smollm2-135m",)
-# Engine backends that run on the CPU and are served by the `cpu` repository kind's engine model.
-CPU_BACKENDS = ("openvino", "onnxruntime")
+# engine.backend: one value per engine of builders/engines.py (CPU_BACKENDS, re-exported here, are those served by
+# the `cpu` repository kind's engine model). mypy sees a plain str; pydantic checks the Literal.
+if TYPE_CHECKING:
+    Backend = str
+else:
+    Backend = Literal[BACKENDS]
 
 
 class ModelFamily(StrEnum):
@@ -145,8 +150,11 @@ class LoraConfig(Section):
 
 
 class EngineConfig(Section):
-    backend: Literal["tensorrt-llm", "openvino", "onnxruntime"] = Field(
-        default="tensorrt-llm", description="Engine backend: TensorRT-LLM on GPU, or OpenVINO GenAI or ONNX Runtime GenAI on CPU."
+    backend: Backend = Field(
+        default="tensorrt-llm",
+        description="Engine backend: "
+        + ", ".join(f"{engine.backend} ({engine.title} on {'CPU' if engine.on_cpu else 'GPU'})" for engine in ENGINES)
+        + ".",
     )
     target: Literal["engine", "llmapi"] = Field(
         default="engine",

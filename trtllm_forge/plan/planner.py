@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from trtllm_forge.builders.engines import engine_of
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.config.checks import shape_for
 from trtllm_forge.dtypes import resolve_model_dtype
@@ -222,11 +223,12 @@ def make_plan(config: ForgeConfig, workload: Workload | None = None, shape: Mode
         notes.append(f"no bandwidth/throughput for {device.name}: run `trtllm-forge plan --measure-host` for a roofline")
     if not device.is_gpu and device.measured_at is None:
         notes.append("cpu memory is the table's placeholder; `plan --measure-host` measures this host")
-    if eng.backend == "openvino":
-        notes.append(f"KV cache assumed in {kv_bytes}-byte elements (cpu_inference_precision {eng.cpu_inference_precision})")
-    if eng.backend == "onnxruntime":
+    engine_note = engine_of(eng.backend).plan_note
+    if engine_note:
         notes.append(
-            f"ONNX Runtime GenAI reserves a contiguous KV buffer of max_seq_len per sequence: {eng.max_batch_size * max_seq} tokens"
+            engine_note.format(
+                kv_bytes=kv_bytes, cpu_inference_precision=eng.cpu_inference_precision, kv_tokens=eng.max_batch_size * max_seq
+            )
         )
     return Plan(
         config,

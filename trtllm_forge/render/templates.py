@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jinja2
 
+from trtllm_forge.builders.engines import CPU_ADAPTERS
 from trtllm_forge.errors import StepError
 from trtllm_forge.render.values import RepositoryValues, triton_dtype
 
@@ -20,7 +21,9 @@ ENGINE_KIND_MODELS = (
     ("bls", "tensorrt_llm_bls", ("tensorrt_llm_bls/model.py", "forge_detokenize.py", "tokenizer_loading.py", "request_checks.py")),
 )
 CPU_ENGINE_MODEL = Path("cpu") / "tensorrt_llm" / "model.py"
-CPU_ENGINE_ADAPTERS = ("ort_engine.py", "genai_settings.py", "kv_pool.py")  # siblings the CPU engine model imports, copied with it
+# Siblings the CPU engine model imports, copied with it: the adapter protocol, every CPU engine's served adapter (the
+# one an engine's config.json names is loaded), and the settings and KV pool helpers the adapters share.
+CPU_ENGINE_SIBLINGS = ("engine_adapter.py", *(f"{adapter}.py" for adapter in CPU_ADAPTERS), "genai_settings.py", "kv_pool.py")
 REQUEST_CHECKS = "request_checks.py"  # python_models/request_checks.py, also next to the CPU engine model
 EMPTY_VERSION_MARKER = ".gitkeep"
 
@@ -29,13 +32,13 @@ def templates_root() -> Path:
     return Path(str(importlib.resources.files("trtllm_forge.model_repo_templates")))
 
 
-def pb_string(value) -> str:
+def pb_string(value: object) -> str:
     """A protobuf text-format string literal (UTF-8 kept as is; only backslash, quote and newlines escaped)."""
     text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
     return f'"{text}"'
 
 
-def pb_bool(value) -> str:
+def pb_bool(value: object) -> str:
     if not isinstance(value, bool):
         raise TypeError(f"expected a bool, got {value!r}")
     return "true" if value else "false"
@@ -71,12 +74,6 @@ def write_engine_repository(values: RepositoryValues, out: Path) -> list[Path]:
     """The five models (ensemble, preprocessing, engine model, postprocessing, BLS) into `out`."""
     root = templates_root()
     cpu_model = root / CPU_ENGINE_MODEL
-    if values.kind == "cpu" and not cpu_model.is_file():
-        raise StepError(
-            "render",
-            f"the CPU engine model {CPU_ENGINE_MODEL} is missing from model_repo_templates/",
-            "it is written by issue #4 (the CPU engine); reinstall trtllm-forge or use --kind inflight_batcher_llm",
-        )
     context = values.template_context()
     written: list[Path] = []
     for role, template_dir, python_files in ENGINE_KIND_MODELS:
@@ -94,9 +91,9 @@ def write_engine_repository(values: RepositoryValues, out: Path) -> list[Path]:
             _copy(cpu_model, version_dir / "model.py")
             _copy(root / "python_models" / REQUEST_CHECKS, version_dir / REQUEST_CHECKS)
             written += [version_dir / "model.py", version_dir / REQUEST_CHECKS]
-            for adapter in CPU_ENGINE_ADAPTERS:
-                _copy(cpu_model.parent / adapter, version_dir / adapter)
-                written.append(version_dir / adapter)
+            for sibling in CPU_ENGINE_SIBLINGS:
+                _copy(cpu_model.parent / sibling, version_dir / sibling)
+                written.append(version_dir / sibling)
         if not any(version_dir.iterdir()):
             (version_dir / EMPTY_VERSION_MARKER).write_text("")
             written.append(version_dir / EMPTY_VERSION_MARKER)

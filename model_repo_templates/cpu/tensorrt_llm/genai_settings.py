@@ -1,9 +1,9 @@
 """OpenVINO GenAI settings from TensorRT-LLM's, defined once for both CPU engines: the CPU engine model
 (model.py beside this file, inside the Triton python stub) and the LLM-API stand-in (trtllm_forge/llmapi_cpu/llm.py).
 
-Standard library only: render copies this file next to model.py (render/templates.py, CPU_ENGINE_ADAPTERS), where
+Standard library only: render copies this file next to model.py (render/templates.py, CPU_ENGINE_SIBLINGS), where
 the stub imports it as a sibling; trtllm-forge imports it as trtllm_forge.model_repo_templates.cpu.tensorrt_llm.
-`ov_genai` is the openvino_genai module (or ort_engine, the ONNX Runtime GenAI adapter with the same calls).
+`ov_genai` is the openvino_genai module or an engine adapter module (engine_adapter.py: the same SchedulerConfig).
 """
 
 from __future__ import annotations

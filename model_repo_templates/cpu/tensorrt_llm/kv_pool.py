@@ -15,7 +15,7 @@ first prefill and decode steps' one-time work is done before the first client's 
 fault in every writable anonymous region that appeared meanwhile (madvise MADV_POPULATE_WRITE: pages become present and writable, contents unchanged).
 
 Standard library plus what the callers already import (numpy, openvino): copied beside model.py by render
-(render/templates.py, CPU_ENGINE_ADAPTERS) and imported by the LLM-API stand-in (trtllm_forge/llmapi_cpu/llm.py).
+(render/templates.py, CPU_ENGINE_SIBLINGS) and imported by the LLM-API stand-in (trtllm_forge/llmapi_cpu/llm.py).
 """
 
 from __future__ import annotations

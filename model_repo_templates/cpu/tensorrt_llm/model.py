@@ -1,17 +1,20 @@
-"""The CPU `tensorrt_llm` model: TensorRT-LLM's tensor contract served by OpenVINO GenAI.
+"""The CPU `tensorrt_llm` model: TensorRT-LLM's tensor contract served by a CPU engine (OpenVINO GenAI, ONNX Runtime GenAI).
 
 A Triton python-backend model (decoupled). Inputs and outputs have the names, dtypes and dims of the
 TensorRT-LLM backend's `tensorrt_llm` model, so the ensemble, BLS, pre- and post-processing models of a GPU
-deployment run unchanged in front of it. Inside, one `ContinuousBatchingPipeline` per instance is driven
-by a background thread: every Triton request item becomes a GenAI request (`add_request`), the thread calls
-`step()` and streams each request's new tokens through its response sender as they come.
+deployment run unchanged in front of it. Inside, one engine per instance is driven by a background thread: every
+Triton request item becomes an engine request (`add_request`), the thread calls `step()` and streams each request's
+new tokens through its response sender as they come.
 
-Self-contained on purpose (numpy, openvino, openvino_genai, triton_python_backend_utils and the standard
-library only): it is copied into the model repository and runs in the Triton python stub, whose
-interpreter comes from EXECUTION_ENV_PATH.
+The engine is reached through its adapter (engine_adapter.py's protocol): the module beside this file that the
+engine's config.json names (`"adapter"`: openvino_engine.py, ort_engine.py), written by the engine's builder.
+
+Self-contained on purpose (numpy, triton_python_backend_utils, the standard library and the siblings render copies
+beside it): it is copied into the model repository and runs in the Triton python stub, whose interpreter comes from
+EXECUTION_ENV_PATH.
 
 Model parameters read from config.pbtxt:
-    gpt_model_path                engine directory (OpenVINO IR + engine config.json) - required
+    gpt_model_path                engine directory (the engine's files + engine config.json) - required
     max_tokens_in_paged_kv_cache  KV cache size in tokens → GenAI KV blocks (default: max_batch_size * max_seq_len)
     enable_kv_cache_reuse         prefix caching
     enable_chunked_context        dynamic split-fuse (long prompts split across steps)
@@ -27,7 +30,7 @@ Model parameters read from config.pbtxt:
                                   for more when the last idle spell ended with a burst (default ARRIVAL_WINDOW_MS;
                                   0 = never waits; decoupled only)
 The scheduler comes from the engine's config.json (max_num_seqs = build_config.max_batch_size,
-max_num_batched_tokens = build_config.max_num_tokens) and the precision hints from its `openvino` section.
+max_num_batched_tokens = build_config.max_num_tokens) and the runtime properties from its `openvino` section.
 When that section names a draft model (`openvino.draft`, written by the build for engine.speculative draft_target),
 the pipeline loads it as GenAI's draft_model and every request drafts `num_assistant_tokens` tokens per step:
 draft-target speculative decoding, whose output is the target model's own.
@@ -50,6 +53,7 @@ from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from engine_adapter import DraftModel, load_adapter
 
 # Copied next to this file too: the GenAI settings this model shares with the LLM-API stand-in, and the KV pool commit.
 from genai_settings import (
@@ -65,7 +69,6 @@ from genai_settings import (
     set_penalties,
     set_sampling,
 )
-from kv_pool import warm_up_and_commit
 from request_checks import InvalidInput, check_request  # copied next to this file: range checks of the inputs
 
 # A send that has not returned after this long is taken as a consumer that will never read (a dead BLS stub):
@@ -91,7 +94,7 @@ class RequestError(Exception):
     """A request the model refuses; becomes an error response for that request only."""
 
 
-def _param(params: dict, key: str, default=None):
+def _param(params: dict, key: str, default: Any = None) -> Any:
     value = params.get(key, {}).get("string_value", "")
     if value == "" or value.startswith("${"):
         return default
@@ -105,7 +108,7 @@ def _param_bool(params: dict, key: str, default: bool) -> bool:
     return value.strip().lower() in ("1", "true", "t", "yes", "y", "on")
 
 
-def _param_int(params: dict, key: str, default):
+def _param_int(params: dict, key: str, default: Any) -> Any:
     value = _param(params, key)
     if value is None:
         return default
@@ -122,14 +125,14 @@ def _param_int(params: dict, key: str, default):
 _NUMPY2 = int(np.__version__.split(".")[0]) >= 2
 
 
-def _tensor(name: str, array):
+def _tensor(name: str, array: Any) -> Any:
     array = np.ascontiguousarray(array)
     if _NUMPY2:
         return pb_utils.Tensor.from_dlpack(name, array)
     return pb_utils.Tensor(name, array)
 
 
-def _input(request, name: str):
+def _input(request: Any, name: str) -> Any:
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     if tensor is None:
         return None
@@ -141,7 +144,7 @@ def _input(request, name: str):
     return tensor.as_numpy()
 
 
-def _item_scalar(array, index: int, default=None):
+def _item_scalar(array: Any, index: int, default: Any = None) -> Any:
     """Scalar of batch item `index` from a [B], [B, 1] (or [1]) input; `default` when absent."""
     if array is None or array.size == 0:
         return default
@@ -150,7 +153,7 @@ def _item_scalar(array, index: int, default=None):
     return row.reshape(-1)[0].item()
 
 
-def _word_list(array, index: int) -> list[list[int]]:
+def _word_list(array: Any, index: int) -> list[list[int]]:
     """TensorRT-LLM word-list format [B, 2, L]: row 0 token ids, row 1 cumulative end offsets (-1 padded)."""
     if array is None or array.size == 0:
         return []
@@ -174,7 +177,7 @@ class Item:
     batch_index: int
     prompt: list[int]
     max_new_tokens: int
-    config: Any  # openvino_genai.GenerationConfig
+    config: Any  # the adapter's GenerationConfig
     stop_sequences: list[list[int]]
     engine_id: int = -1
     handle: Any = None
@@ -313,11 +316,7 @@ class Outbox:
 
 
 class TritonPythonModel:
-    def initialize(self, args):
-        import openvino as ov  # noqa: F401 - fail early with a clear error if the stub's env lacks it
-        import openvino_genai as ov_genai
-
-        self.ov_genai = ov_genai
+    def initialize(self, args: dict[str, Any]) -> None:
         model_config = json.loads(args["model_config"])
         params = model_config.get("parameters", {})
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(model_config)
@@ -333,10 +332,10 @@ class TritonPythonModel:
         build = engine["build_config"]
         pretrained = engine["pretrained_config"]
         ov_section = engine.get("openvino", {})
-        if engine.get("backend") == "onnxruntime":  # ONNX Runtime GenAI behind the same pipeline calls
-            import ort_engine as ov_genai  # copied beside this file
-
-            self.ov_genai = ov_genai
+        try:
+            self.adapter = adapter = load_adapter(engine.get("adapter"))
+        except (ImportError, ValueError) as exc:
+            raise pb_utils.TritonModelException(f"{engine_dir}/config.json: {exc}") from None
 
         max_beam_width = _param_int(params, "max_beam_width", 1)
         if max_beam_width != 1:
@@ -361,7 +360,7 @@ class TritonPythonModel:
                 f"{self.max_seq_len}; set at least {self.max_seq_len}"
             )
         scheduler = scheduler_config(
-            ov_genai,
+            adapter,
             kv_blocks=kv_blocks,
             max_batch_size=self.max_batch_size,
             max_num_tokens=build.get("max_num_tokens"),
@@ -373,12 +372,11 @@ class TritonPythonModel:
         # Draft-target speculative decoding: the build exported the draft model into the engine directory.
         draft = ov_section.get("draft") or None
         self.num_assistant_tokens = int(draft["num_assistant_tokens"]) if draft else 0
-        compile_properties: dict[str, object] = dict(properties)
+        draft_model = None
         if draft:
-            draft_dir = os.path.join(engine_dir, draft["subdir"])
             # The draft compiles with the target's precision hints plus its own (e.g. fewer threads: see DRAFT_PROPERTIES).
             draft_properties = {**properties, **{str(k): str(v) for k, v in (draft.get("properties") or {}).items()}}
-            compile_properties["draft_model"] = ov_genai.draft_model(draft_dir, "CPU", **draft_properties)
+            draft_model = DraftModel(os.path.join(engine_dir, draft["subdir"]), draft_properties)
             if scheduler.dynamic_split_fuse:
                 # OpenVINO GenAI emits wrong tokens with speculative decoding plus chunked prefill.
                 pb_utils.Logger.log_warn(f"{self.instance}: enable_chunked_context is ignored with a draft model")
@@ -386,23 +384,18 @@ class TritonPythonModel:
                 scheduler.max_num_batched_tokens = max(scheduler.max_num_batched_tokens, self.max_input_len)
 
         started = time.monotonic()
-        self.pipeline = ov_genai.ContinuousBatchingPipeline(engine_dir, scheduler, "CPU", compile_properties)
+        self.pipeline = adapter.load(engine_dir, scheduler, properties, draft_model)
         loaded = time.monotonic() - started
-        # ONNX Runtime GenAI has no paged pool: its KV cache is one buffer per sequence, made per request.
-        warm_up = (
-            ""
-            if engine.get("backend") == "onnxruntime"
-            else f"; {warm_up_and_commit(self.pipeline, ov_genai, self.max_batch_size, self.num_assistant_tokens)}"
-        )
+        warm_up = adapter.warm_up(self.pipeline, self.max_batch_size, self.num_assistant_tokens)
         self.default_eos = default_eos_ids(engine_dir)
         pb_utils.Logger.log_info(
-            f"{self.instance}: OpenVINO GenAI {ov_genai.__version__} engine {engine_dir} loaded in "
+            f"{self.instance}: {adapter.ENGINE_VERSION} engine {engine_dir} loaded in "
             f"{loaded:.1f}s (kv_blocks={kv_blocks}, max_num_seqs={scheduler.max_num_seqs}, "
             f"max_num_batched_tokens={scheduler.max_num_batched_tokens}, prefix_caching={scheduler.enable_prefix_caching}, "
             f"dynamic_split_fuse={scheduler.dynamic_split_fuse}, properties={properties}, decoupled={self.decoupled}, "
             f"arrival_window_ms={self.arrival_window_s * 1000:g}, "
             f"draft={draft['subdir'] + ' x' + str(self.num_assistant_tokens) if draft else None}"
-            f"{' ' + str(draft.get('properties') or {}) if draft else ''}){warm_up}"
+            f"{' ' + str(draft.get('properties') or {}) if draft else ''}); {warm_up}"
         )
 
         self.incoming: queue.Queue = queue.Queue()
@@ -424,7 +417,7 @@ class TritonPythonModel:
     # ----------------------------------------------------------------------------------------------
     # Request intake (Triton's thread)
 
-    def execute(self, requests):
+    def execute(self, requests: list[Any]) -> list[Any] | None:
         jobs: list[Job] = []
         for request in requests:
             sender = request.get_response_sender() if self.decoupled else None
@@ -457,7 +450,7 @@ class TritonPythonModel:
             responses.append(job.collected[0] if job.collected else pb_utils.InferenceResponse(output_tensors=[]))
         return responses
 
-    def _reject(self, request, sender, message: str, jobs: list) -> None:
+    def _reject(self, request: Any, sender: Any, message: str, jobs: list) -> None:
         code = pb_utils.TritonError.UNAVAILABLE if message.startswith("queue full") else pb_utils.TritonError.INVALID_ARG
         response = pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message, code))
         if sender is not None:
@@ -468,7 +461,7 @@ class TritonPythonModel:
             done.finished.set()
             jobs.append(done)
 
-    def _parse(self, request, sender) -> Job | None:
+    def _parse(self, request: Any, sender: Any) -> Job | None:
         arrival = time.time_ns()
         if bool(_item_scalar(_input(request, "stop"), 0, False)):
             self.incoming.put(("stop", request.request_id()))
@@ -558,8 +551,8 @@ class TritonPythonModel:
             pending=len(items),
         )
 
-    def _generation_config(self, request, b: int, max_new: int, stop_words: list[list[int]]):
-        config = self.ov_genai.GenerationConfig()
+    def _generation_config(self, request: Any, b: int, max_new: int, stop_words: list[list[int]]) -> Any:
+        config = self.adapter.GenerationConfig()
         config.max_new_tokens = max_new
         end_id = _item_scalar(_input(request, "end_id"), b, None)
         eos = [int(end_id)] if end_id is not None else list(self.default_eos)
@@ -604,18 +597,16 @@ class TritonPythonModel:
     # The engine loop (one background thread owns the pipeline)
 
     def _loop(self) -> None:
-        import openvino as ov
-
-        status = self.ov_genai.GenerationStatus
+        status = self.adapter.GenerationStatus
         while not self.stopping.is_set():
             try:
                 # Requests stopped on our side (cancelled, failed) stay in GenAI until a step drops them.
                 pending = self.pipeline.has_non_finished_requests()
                 idle = not self.active and not pending
-                self._admit(ov, block=idle)
+                self._admit(block=idle)
                 if idle and self.active:
-                    self._after_idle(ov)
-                self._await_arrivals(ov)
+                    self._after_idle()
+                self._await_arrivals()
                 if not self.active and not pending:
                     continue
                 try:
@@ -651,7 +642,7 @@ class TritonPythonModel:
             except Exception:
                 break
 
-    def _after_idle(self, ov) -> None:
+    def _after_idle(self) -> None:
         """Requests arrived at an idle engine. If the previous idle spell ended with a burst (two or more requests
         within arrival_window_ms of the first, as a client starting N streams at once sends them), wait out the
         window so that this burst's prompts share one prefill step too; a client that sends one request at a time
@@ -661,26 +652,26 @@ class TritonPythonModel:
         bursty = self.burst_admitted >= 2
         self.burst_until, self.burst_admitted = time.monotonic() + self.arrival_window_s, len(self.active)
         if bursty:
-            self._admit_until(ov, self.burst_until, lambda: True)
+            self._admit_until(self.burst_until, lambda: True)
 
-    def _await_arrivals(self, ov) -> None:
+    def _await_arrivals(self) -> None:
         """After a step that ended two or more requests, wait (at most arrival_window_ms from that step's end)
         until as many new requests have arrived. A client that keeps N requests in flight sends each successor as
         soon as a request ends; the successors reach this thread one by one over several ms, and a step that starts
         before all of them are here admits only some: GenAI's scheduler (chunked context off) runs a prompt-only
         step per group of arrivals, and every running request waits one whole step for each group."""
-        self._admit_until(ov, self.awaited_until, lambda: self.awaited > 0)
+        self._admit_until(self.awaited_until, lambda: self.awaited > 0)
         self.awaited = 0
 
-    def _admit_until(self, ov, deadline: float, waiting: Callable[[], bool]) -> None:
+    def _admit_until(self, deadline: float, waiting: Callable[[], bool]) -> None:
         """Admit what arrives until `deadline` (time.monotonic()) while `waiting()` holds."""
         while waiting() and not self.stopping.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            self._admit(ov, block=True, timeout_s=left)
+            self._admit(block=True, timeout_s=left)
 
-    def _admit(self, ov, block: bool, timeout_s: float = IDLE_WAIT_S) -> None:
+    def _admit(self, block: bool, timeout_s: float = IDLE_WAIT_S) -> None:
         try:
             entry = self.incoming.get(timeout=timeout_s) if block else self.incoming.get_nowait()
         except queue.Empty:
@@ -695,8 +686,7 @@ class TritonPythonModel:
                     for item in entry.items:
                         item.engine_id = self.next_engine_id
                         self.next_engine_id += 1
-                        ids = ov.Tensor(np.asarray([item.prompt], dtype=np.int64))
-                        item.handle = self.pipeline.add_request(item.engine_id, ids, item.config)
+                        item.handle = self.pipeline.add_request(item.engine_id, item.prompt, item.config)
                         item.first_scheduled_ns = time.time_ns()
                         self.active[item.engine_id] = (entry, item)
                         self.awaited -= 1
@@ -754,7 +744,7 @@ class TritonPythonModel:
         except Exception:
             return True
 
-    def _collect(self, job: Job, item: Item, now: int, status) -> None:
+    def _collect(self, job: Job, item: Item, now: int, status: Any) -> None:
         handle = item.handle
         state = handle.get_status()
         new_tokens: list[int] = []
@@ -829,7 +819,7 @@ class TritonPythonModel:
         with self.count_lock:
             self.jobs_in_flight -= 1
 
-    def _send(self, job: Job, response) -> None:
+    def _send(self, job: Job, response: Any) -> None:
         if job.sender is None:
             job.collected.append(response)
             return
@@ -852,7 +842,7 @@ class TritonPythonModel:
     # ----------------------------------------------------------------------------------------------
     # Responses in the TensorRT-LLM shapes ([batch=1, beam=1, tokens] etc.)
 
-    def _response(self, job: Job, item: Item, tokens: list[int], log_probs: list[float]):
+    def _response(self, job: Job, item: Item, tokens: list[int], log_probs: list[float]) -> Any:
         n = len(tokens)
         outputs: dict[str, np.ndarray] = {
             "output_ids": np.asarray(tokens, dtype=np.int32).reshape(1, 1, n),
@@ -889,7 +879,7 @@ class TritonPythonModel:
         names = [k for k in outputs if not job.requested or k in job.requested]
         return pb_utils.InferenceResponse(output_tensors=[_tensor(k, outputs[k]) for k in names])
 
-    def finalize(self):
+    def finalize(self) -> None:
         self.stopping.set()
         self.loop_thread.join(timeout=30)
         self.watch_thread.join(timeout=30)

@@ -1,9 +1,11 @@
-"""ONNX Runtime GenAI behind the part of OpenVINO GenAI's interface that the CPU engine model (model.py) drives.
+"""ONNX Runtime GenAI behind the CPU engine adapter protocol (engine_adapter.py) that the CPU engine model (model.py)
+drives.
 
-model.py runs one engine loop: `add_request(id, input_ids, GenerationConfig)` returns a handle, `step()` advances
+model.py runs one engine loop: `add_request(id, prompt ids, GenerationConfig)` returns a handle, `step()` advances
 every scheduled request by one token, and each handle is polled with `get_status()`, `can_read()`, `read()` and
-stopped with `stop()`. This module gives the same calls over `onnxruntime_genai.Engine`, so model.py imports it in
-place of `openvino_genai` when the engine directory was built with `engine.backend: onnxruntime`:
+stopped with `stop()`. This module gives those calls over `onnxruntime_genai.Engine`; the builder of
+`engine.backend: onnxruntime` records its name in the engine's config.json (`"adapter": "ort_engine"`), so model.py
+loads it:
 
     ContinuousBatchingPipeline(engine_dir, SchedulerConfig, "CPU", properties)
         → og.Model (CPU provider) + og.Engine; one og.Request per sequence, begun with og.TurnOptions
@@ -17,7 +19,8 @@ it batches statically: requests waiting together start together, up to `engine.s
 Sampling parameters this engine cannot honour are refused by `GenerationConfig.validate()` (model.py turns that
 into INVALID_ARG for the request): per-request seeds, presence/frequency penalties and log probabilities.
 
-Self-contained on purpose (numpy and onnxruntime_genai only): it is copied beside model.py into the repository.
+Self-contained on purpose (numpy, onnxruntime_genai and engine_adapter.py only): it is copied beside model.py into
+the repository.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ from typing import Any
 
 import numpy as np
 import onnxruntime_genai as og
+from engine_adapter import DraftModel
 
-__version__ = f"onnxruntime-genai {og.__version__}"
+ENGINE_VERSION = f"ONNX Runtime GenAI {og.__version__}"
 EVENT_BUFFER_CAPACITY = 1024
 
 
@@ -229,3 +233,15 @@ class ContinuousBatchingPipeline:
                 handle.on_finished(failed)
                 self.handles.pop(id(event.request), None)
                 event.request.close()
+
+
+def load(engine_dir: str, scheduler: SchedulerConfig, properties: dict[str, str], draft: DraftModel | None) -> ContinuousBatchingPipeline:
+    """OpenVINO runtime properties (properties) do not apply to this engine; draft-target decoding is not offered."""
+    if draft is not None:
+        raise ValueError(f"a draft model ({draft.directory}): the onnxruntime engine does not serve speculative decoding")
+    return ContinuousBatchingPipeline(engine_dir, scheduler, "CPU", properties)
+
+
+def warm_up(pipeline: ContinuousBatchingPipeline, sequences: int, num_assistant_tokens: int) -> str:
+    """Nothing to commit: ONNX Runtime GenAI has no paged pool, its KV cache is one buffer per sequence, made per request."""
+    return "no warm-up (the KV cache is made per request)"
