@@ -74,11 +74,6 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
 # imported) -> the branch that removes it. The lead empties this after merging; an entry whose import is gone fails
 # the test (below), so the list cannot outlive its imports.
 KNOWN_UNTIL_MERGE: dict[tuple[str, str], str] = {
-    # The circle plan -> llmapi -> (LLMAPIBuilder's lazy imports) plan, execute -> plan: LLMAPIBuilder belongs beside
-    # TensorRTLLMEngineBuilder in execute.py, leaving llmapi.py the LLM-API facts plan reads. builders/ is helper
-    # `engines`' area on this round; the lead moves it after merging.
-    ("builders.tensorrt_llm.llmapi", "builders.tensorrt_llm.plan"): "lead",
-    ("builders.tensorrt_llm.llmapi", "builders.tensorrt_llm.execute"): "lead",
 }
 
 

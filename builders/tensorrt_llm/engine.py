@@ -11,7 +11,7 @@ ENGINE = EngineDescriptor(
     default_dtype="bfloat16",  # what the catalog's GPU models ship in (the catalog records no dtype)
     builders={
         "engine": "trtllm_forge.builders.tensorrt_llm.execute:TensorRTLLMEngineBuilder",
-        "llmapi": "trtllm_forge.builders.tensorrt_llm.llmapi:LLMAPIBuilder",
+        "llmapi": "trtllm_forge.builders.tensorrt_llm.execute:LLMAPIBuilder",
     },
     # The spec's GPU compute-capability rules for quantization, checked when the config is loaded.
     config_rules="trtllm_forge.builders.tensorrt_llm.rules:config_problems",

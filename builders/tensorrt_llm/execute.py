@@ -310,3 +310,25 @@ def _execute(
 def _gpu_matches(wanted: str, smi_line: str) -> bool:
     key = wanted.lower().replace("-", " ").split()[0]
     return key in smi_line.lower()
+
+
+class LLMAPIBuilder:
+    """engine.target llmapi on TensorRT-LLM: no engine; writes model.yaml, the extra LLM-API options and the
+    trtllm-serve argv as the build stage. Implements builders.protocol.Builder."""
+
+    def plan(self, config: ForgeConfig, workdir: Path, checkpoint_dir: Path | None) -> BuildPlan:
+        return plan_build(config, checkpoint_dir)
+
+    def commands(self, plan: BuildPlan) -> list[list[str]]:
+        return [list(step.argv) for step in plan.steps]
+
+    def describe(self, plan: BuildPlan) -> dict[str, Any]:
+        return plan.to_dict()
+
+    def show_dry_run(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, as_json: bool) -> None:
+        TensorRTLLMEngineBuilder().show_dry_run(config, workdir, plan, as_json)
+
+    def execute(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, force: bool = False) -> BuildResult:
+        for item in plan.warnings:
+            warn(escape(f"{item.field}: {item.message} [{item.code}]"))
+        return write_llmapi(plan, Path(workdir), force)

@@ -11,17 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
-
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.llmapi_args import describe, unknown_keys
-from trtllm_forge.ui import warn
 
 if TYPE_CHECKING:
     from trtllm_forge.builders.tensorrt_llm.plan import BuildPlan
 
-    from trtllm_forge.stage_results import BuildResult
 
 SCHEDULER_POLICY = {"max_utilization": "MAX_UTILIZATION", "guaranteed_no_evict": "GUARANTEED_NO_EVICT"}
 PYTORCH_SPECULATIVE = {"eagle": "Eagle", "draft_target": "DraftTarget", "prompt_lookup": "NGram"}
@@ -262,31 +258,3 @@ def engine_equivalent(config: ForgeConfig, plan: BuildPlan) -> dict:
         call.append("calib_config=CalibConfig(" + ", ".join(f"{k}={v!r}" for k, v in kwargs["calib_config"].items()) + ")")
     lines += ["", "llm = LLM(" + ", ".join(call) + ")", "llm.save('engine')"]
     return {"kwargs": kwargs, "python": "\n".join(lines)}
-
-
-class LLMAPIBuilder:
-    """engine.target llmapi on TensorRT-LLM: no engine; writes model.yaml, the extra LLM-API options and the
-    trtllm-serve argv as the build stage. Implements builders.protocol.Builder."""
-
-    def plan(self, config: ForgeConfig, workdir: Path, checkpoint_dir: Path | None) -> BuildPlan:
-        from trtllm_forge.builders.tensorrt_llm.plan import plan_build
-
-        return plan_build(config, checkpoint_dir)
-
-    def commands(self, plan: BuildPlan) -> list[list[str]]:
-        return [list(step.argv) for step in plan.steps]
-
-    def describe(self, plan: BuildPlan) -> dict[str, Any]:
-        return plan.to_dict()
-
-    def show_dry_run(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, as_json: bool) -> None:
-        from trtllm_forge.builders.tensorrt_llm.execute import TensorRTLLMEngineBuilder
-
-        TensorRTLLMEngineBuilder().show_dry_run(config, workdir, plan, as_json)
-
-    def execute(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, force: bool = False) -> BuildResult:
-        from trtllm_forge.builders.tensorrt_llm.execute import write_llmapi
-
-        for item in plan.warnings:
-            warn(escape(f"{item.field}: {item.message} [{item.code}]"))
-        return write_llmapi(plan, Path(workdir), force)
