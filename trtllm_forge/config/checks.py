@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.deploy.kinds import KINDS
+from trtllm_forge.deploy.kinds.protocol import ConfigRule
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.hardware import Device, find_device, hardware_table
 from trtllm_forge.model_shape import BUILTIN_SOURCES, ModelShape, resolve_shape
@@ -104,24 +106,20 @@ def backend_matches_hardware(ctx: CheckContext) -> Iterator[ConfigError]:
         )
 
 
-@rule
-def trtllm_serve_needs_llmapi(ctx: CheckContext) -> Iterator[ConfigError]:
-    if ctx.config.deploy.server == "trtllm-serve" and ctx.config.engine.target != "llmapi":
-        yield ConfigError("deploy.server", "trtllm-serve serves the LLM API, not trtllm-build engines", "set engine.target: llmapi")
+def _server_kind_rule(server: str, check: ConfigRule) -> Rule:
+    """A rule of a server kind (deploy/kinds/), applied to the configs whose deploy.server is that kind."""
+
+    def applied(ctx: CheckContext) -> Iterator[ConfigError]:
+        if ctx.config.deploy.server == server:
+            yield from check(ctx.config)
+
+    applied.__name__ = check.__name__
+    return applied
 
 
-@rule
-def trtllm_serve_bench_is_openai(ctx: CheckContext) -> Iterator[ConfigError]:
-    if ctx.config.deploy.server != "trtllm-serve":
-        return
-    for index, workload in enumerate(ctx.config.bench.workloads):
-        target = getattr(workload, "target", None)  # a field bench/options.py adds to BenchWorkload
-        if target != "openai" and "target" in workload.model_fields_set:
-            yield ConfigError(
-                f"bench.workloads[{index}].target",
-                f"{target!r} is a Triton endpoint, but deploy.server trtllm-serve serves OpenAI's API only",
-                "set target: openai (or leave it unset)",
-            )
+for _kind in KINDS.values():
+    for _check in _kind.config_rules:
+        rule(_server_kind_rule(_kind.name, _check))
 
 
 @rule

@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model,
 
 from trtllm_forge.bench.options import workload_fields
 from trtllm_forge.config.names import check_bind_address, check_image_reference, check_local_path, check_name
+from trtllm_forge.deploy.kinds import DEFAULT_KIND, KINDS
 from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.genai_settings import ARRIVAL_WINDOW_MS
 
 
@@ -319,12 +320,20 @@ class ResourceConfig(Section):
     gpus: int | None = Field(default=None, ge=0, description="GPUs (docker/kubernetes); default tp*pp.")
 
 
+# deploy.server: one of the registered server kinds (deploy/kinds/__init__.py KINDS).
+if TYPE_CHECKING:
+    ServerKindName = str
+else:
+    ServerKindName = Literal[tuple(KINDS)]
+
+
 class DeployConfig(Section):
     target: Literal["local", "docker", "kubernetes"] = Field(default="local", description="Where to serve.")
-    server: Literal["triton", "trtllm-serve"] = Field(
-        default="triton",
-        description="What serves: Triton on the rendered repository, or trtllm-serve (OpenAI-compatible; engine.target "
-        "llmapi; on CPU the LLM-API stand-in's server).",
+    server: ServerKindName = Field(
+        default=DEFAULT_KIND,
+        description="What serves (the kinds in trtllm_forge/deploy/kinds/): "
+        + "; ".join(f"{kind.name}: {kind.summary}" for kind in KINDS.values())
+        + ".",
     )
     image: Annotated[str, AfterValidator(check_image_reference)] | None = Field(
         default=None, description="Serving image reference (docker/kubernetes), e.g. nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3."
