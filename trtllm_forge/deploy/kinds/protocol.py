@@ -139,6 +139,7 @@ class LocalPlan:
 ConfigRule = Callable[["ForgeConfig"], Iterator[ConfigError]]
 
 
+@runtime_checkable
 class ServerKind(Protocol):
     """One value of `deploy.server`. Register an instance in `deploy/kinds/__init__.py` `KINDS`."""
 
