@@ -1,6 +1,7 @@
 """What runs `trtllm-serve` (the kind itself: `deploy/kinds/trtllm_serve.py`): TensorRT-LLM's OpenAI-compatible
-server on the llmapi target, its command, its docker and Kubernetes renderings and its local process and record; on CPU (engine.backend openvino) the same argv runs the LLM-API stand-in's
-server (trtllm_forge.llmapi_cpu.serve, NOT TensorRT-LLM) so that `bench --target openai` measures it for real.
+server on the llmapi target, its command, its docker and Kubernetes renderings, its local process and record. On
+CPU (engine.backend openvino) the same argv runs the LLM-API stand-in's server (trtllm_forge.llmapi_cpu.serve, NOT
+TensorRT-LLM) so that `bench --target openai` measures it for real.
 
 The command follows trtllm-serve's 1.2 CLI (NVIDIA/TensorRT-LLM:tensorrt_llm/commands/serve.py; flags listed in
 /work/shared/reference/trtllm-build.md §10.2): `trtllm-serve MODEL --backend pytorch --host H --port P --tp_size N
