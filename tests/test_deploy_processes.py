@@ -134,7 +134,7 @@ def test_killed_server_stubs_are_reported_and_stopped_and_its_log_is_kept(setup)
 def test_stop_never_signals_a_process_the_deployment_did_not_start(tmp_path):
     """The server died; its recorded group id now belongs to someone else (ids are recycled): left alone. A
     process of the group carrying the deployment's run mark is a leftover: reported and stopped."""
-    from trtllm_forge.deploy.state import Deployment, write_state
+    from trtllm_forge.deploy.state import TritonDeployment, write_state
 
     def sleeper(mark: str | None) -> subprocess.Popen:
         env = {**os.environ, "TRTLLM_FORGE_RUN": mark} if mark else {k: v for k, v in os.environ.items() if k != "TRTLLM_FORGE_RUN"}
@@ -146,7 +146,7 @@ def test_stop_never_signals_a_process_the_deployment_did_not_start(tmp_path):
     def record(pgid: int, run_id: str) -> None:
         """A deployment whose server (a pid that has exited) led group `pgid`."""
         write_state(
-            Deployment(
+            TritonDeployment(
                 running=True,
                 pid=finished.pid,
                 pgid=pgid,

@@ -70,12 +70,6 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("commands", ("commands", "cli", "__main__")),
 ]
 
-# Imports that climb or close a circle today and are being removed on another branch of issue #30: (importer,
-# imported) -> the branch that removes it. The lead empties this after merging; an entry whose import is gone fails
-# the test (below), so the list cannot outlive its imports.
-KNOWN_UNTIL_MERGE: dict[tuple[str, str], str] = {
-}
-
 
 @dataclass(frozen=True)
 class Import:
@@ -278,46 +272,18 @@ def test_every_module_is_on_a_floor():
 
 
 def test_no_import_climbs_to_a_higher_floor():
-    unexpected = [e for e in climbing() if (e.importer, e.imported) not in KNOWN_UNTIL_MERGE]
+    unexpected = climbing()
     assert not unexpected, "imports that climb to a higher floor (FLOORS in tests/test_layering.py):\n" + "\n".join(
         f"  {e.where()}: {FLOORS[floor_of(e.importer)][0]} -> {FLOORS[floor_of(e.imported)][0]}" for e in unexpected
     )
 
 
 def test_no_import_circles():
-    problems = []
-    for component in cycles():
-        edges = [e for e in edges_in(component) if (e.importer, e.imported) not in KNOWN_UNTIL_MERGE]
-        # A circle is gone when the allowlisted edges are removed from it; otherwise report all of its edges.
-        remaining = {e.importer: set() for e in edges}
-        for e in edges:
-            remaining[e.importer].add(e.imported)
-        if _has_cycle(remaining):
-            problems.append(", ".join(qualified(m) for m in component) + ":\n" + "\n".join(f"    {e.where()}" for e in edges))
+    problems = [
+        ", ".join(qualified(m) for m in component) + ":\n" + "\n".join(f"    {e.where()}" for e in edges_in(component))
+        for component in cycles()
+    ]
     assert not problems, "import circles:\n  " + "\n  ".join(problems)
-
-
-def _has_cycle(graph: dict[str, set[str]]) -> bool:
-    state: dict[str, int] = {}  # 1 visiting, 2 done
-
-    def visit(node: str) -> bool:
-        state[node] = 1
-        for successor in graph.get(node, ()):
-            if state.get(successor) == 1 or (successor not in state and visit(successor)):
-                return True
-        state[node] = 2
-        return False
-
-    return any(node not in state and visit(node) for node in graph)
-
-
-def test_known_until_merge_lists_only_imports_that_still_climb_or_circle():
-    in_circles = {(e.importer, e.imported) for component in cycles() for e in edges_in(component)}
-    climbing_edges = {(e.importer, e.imported) for e in climbing()}
-    stale = [edge for edge in KNOWN_UNTIL_MERGE if edge not in in_circles | climbing_edges]
-    assert not stale, "KNOWN_UNTIL_MERGE lists imports that no longer climb or close a circle; remove them: " + ", ".join(
-        f"{qualified(a)} -> {qualified(b)} ({KNOWN_UNTIL_MERGE[(a, b)]})" for a, b in stale
-    )
 
 
 def outside_modules() -> dict[str, Path]:

@@ -98,6 +98,22 @@ def test_deploy_start_runs_the_stand_in_with_trtllm_serves_argv(deployed):
 
 
 @pytest.mark.slow
+def test_deploy_status_reports_the_running_trtllm_serve(deployed):
+    """`deploy status` reads trtllm-serve's record too (it once read only Triton's state.json and said "not
+    running"): its process alive and ready, its URL, exit 0."""
+    from conftest import run_cli
+
+    described, workdir, _ = deployed
+    status = run_cli("deploy", "status", "--workdir", str(workdir), "--json")
+    assert status.returncode == 0, status.stderr
+    document = json.loads(status.stdout)
+    assert document["server"] == "trtllm-serve" and document["running"] is True and document["speaks"] == "openai"
+    assert [(p["pid"], p["alive"], p["ready"]) for p in document["processes"]] == [(described["pid"], True, True)]
+    human = run_cli("deploy", "status", "--workdir", str(workdir))
+    assert human.returncode == 0 and human.stderr.lstrip().startswith("running") and described["url"] in human.stderr
+
+
+@pytest.mark.slow
 def test_stand_in_serves_openai_endpoints(deployed):
     described, workdir, _ = deployed
     url, model = described["url"], trtllm_serve.served_model(workdir)
@@ -179,6 +195,8 @@ def test_deploy_stop_ends_the_stand_in(deployed):
     with pytest.raises(OSError):
         urllib.request.urlopen(f"{described['url']}/health", timeout=2)
     assert not (workdir / "deploy" / trtllm_serve.STATE).exists()
+    status = run_cli("deploy", "status", "--workdir", str(workdir), "--json")
+    assert status.returncode == 3 and json.loads(status.stdout)["running"] is False, status.stderr
     docker = run_cli("deploy", "start", str(config_file), "--workdir", str(workdir), "--target", "docker", "--json")
     assert docker.returncode == 0, docker.stderr
     assert "trtllm_forge.llmapi_cpu.serve" in Path(json.loads(docker.stdout)["file"]).read_text()

@@ -21,10 +21,10 @@ def llmapi_generate(
     raise_on_error: bool = True,
     **params: Any,
 ) -> Generation:
-    from trtllm_forge.deploy.trtllm_serve import OpenAIDeployment
+    from trtllm_forge.deploy.kinds import Deployment, Speaks
 
-    if isinstance(target, OpenAIDeployment):  # `run` with deploy.server trtllm-serve: the same request over OpenAI
-        done = openai_generate(target.url, target.model, prompt, max_tokens, stream=stream, timeout_s=timeout_s)
+    if isinstance(target, Deployment) and target.speaks is Speaks.OPENAI:  # the same request over OpenAI's API
+        done = openai_generate(target.http_url, str(target.served_model), prompt, max_tokens, stream=stream, timeout_s=timeout_s)
         return done if exclude_input else Generation(prompt + done.text, done.chunks, done.ttft_s, done.total_s, done.chunk_times_s)
     values = {
         "text_input": prompt,
@@ -45,7 +45,7 @@ def llmapi_generate(
 
 
 def openai_generate(url: str, model: str, prompt: str, max_tokens: int, *, stream: bool = False, timeout_s: float = 300.0) -> Generation:
-    """The same request to trtllm-serve's OpenAI `/v1/completions` (greedy: temperature 0), streamed as
+    """The same request to an OpenAI-compatible server's `/v1/completions` (greedy: temperature 0), streamed as
     server-sent events or not; an error response raises StepError with the server's message."""
     import json
     import time
@@ -71,12 +71,12 @@ def openai_generate(url: str, model: str, prompt: str, max_tokens: int, *, strea
                     continue
                 event = json.loads(line[len("data:") :])
                 if event.get("object") == "error":
-                    raise StepError("client", f"trtllm-serve: {event.get('message')}", f"see the server log; request {body}")
+                    raise StepError("client", f"the OpenAI server: {event.get('message')}", f"see the server log; request {body}")
                 for choice in event.get("choices") or []:
                     chunks.append(choice.get("text") or "")
                     times.append(time.perf_counter() - started)
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[:300]
-        raise StepError("client", f"trtllm-serve answered {exc.code}: {detail}", f"POST {url}/v1/completions") from None
+        raise StepError("client", f"the OpenAI server answered {exc.code}: {detail}", f"POST {url}/v1/completions") from None
     first = next((t for c, t in zip(chunks, times, strict=False) if c), None)
     return Generation("".join(chunks), chunks, first, time.perf_counter() - started, times)

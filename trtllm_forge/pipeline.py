@@ -23,7 +23,7 @@ from trtllm_forge.stages import StageResult, terminate_as_error
 from trtllm_forge.ui import console, info, plain
 
 if TYPE_CHECKING:
-    from trtllm_forge.deploy.state import Deployment
+    from trtllm_forge.deploy.kinds import Deployment
     from trtllm_forge.verify.check import VerifyReport
 
 SMOKE_PROMPT = "The capital of France is"
@@ -126,11 +126,14 @@ def _build(config: ForgeConfig, workdir: Path, checkpoint_dir: Path, force: bool
 
 def _smoke(config: ForgeConfig, deployment: Deployment, report: RunReport) -> None:
     from trtllm_forge.client import Generation, generate
+    from trtllm_forge.deploy.kinds import Speaks
     from trtllm_forge.llmapi_requests import llmapi_generate
 
     entry = entry_model(config)
-    # The llmapi model takes NVIDIA's llmapi tensors; the engine ensembles take the tensorrt_llm ones.
-    send: Callable[..., Generation] = llmapi_generate if is_llmapi(config) else generate
+    # The llmapi model takes NVIDIA's llmapi tensors, the engine ensembles the tensorrt_llm ones; llmapi_generate
+    # asks an OpenAI-speaking deployment the same over /v1/completions.
+    openai = deployment.speaks is Speaks.OPENAI
+    send: Callable[..., Generation] = llmapi_generate if is_llmapi(config) or openai else generate
     whole = send(deployment, SMOKE_PROMPT, config.verify.max_tokens, model=entry, stream=False)
     streamed = send(deployment, SMOKE_PROMPT, config.verify.max_tokens, model=entry, stream=True)
     report.answer = whole.text
@@ -189,7 +192,7 @@ def run_pipeline(
 def _run_stages(
     config: ForgeConfig, workdir: Path, report: RunReport, force: bool, keep_serving: bool, run_verify: bool, run_bench: bool
 ) -> RunReport:
-    from trtllm_forge.deploy.trtllm_serve import serving_for_run  # Triton, or trtllm-serve when deploy.server says so
+    from trtllm_forge.deploy.kinds import kind_of
     from trtllm_forge.importer.stage import import_checkpoint
     from trtllm_forge.render.repository import render_repository
     from trtllm_forge.verify.stage import verify_deployment
@@ -207,7 +210,7 @@ def _run_stages(
         }
         if run_bench:
             measure_host_once(config)
-        server = serving_for_run(config, workdir, rendered.repository, keep=keep_serving)
+        server = kind_of(config).serving(config, workdir, rendered.repository, keep=keep_serving)
         with stages.entered("deploy", server, lambda d: f"grpc {d.grpc_url}, http {d.http_url}") as deployment:
             report.deployment = deployment
             report.kept_serving = keep_serving
@@ -240,22 +243,9 @@ def stage_table(report: RunReport) -> Table:
 
 
 def query_examples(config: ForgeConfig, deployment: Deployment) -> str:
-    if hasattr(deployment, "query_examples"):  # trtllm-serve: its OpenAI endpoint
-        return deployment.query_examples()
-    entry = entry_model(config)
-    max_tokens = "sampling_param_max_tokens" if is_llmapi(config) else "max_tokens"
-    return (
-        "query it with curl:\n"
-        f"  curl -s -X POST {deployment.http_url}/v2/models/{entry}/generate "
-        '-d \'{"text_input": "The capital of France is", "' + max_tokens + "\": 20}'\n"
-        "or with a few lines of tritonclient (streaming over gRPC):\n"
-        + (
-            "  from trtllm_forge.llmapi_requests import llmapi_generate as generate\n"
-            if is_llmapi(config)
-            else "  from trtllm_forge.client import generate\n"
-        )
-        + f'  print(generate("{deployment.grpc_url}", "The capital of France is", 20, stream=True, model="{entry}").text)'
-    )
+    from trtllm_forge.deploy.kinds import kind_of
+
+    return kind_of(config).query_examples(config, deployment)
 
 
 def present(report: RunReport, config: ForgeConfig) -> None:

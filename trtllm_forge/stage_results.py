@@ -1,6 +1,6 @@
 """The typed results the stages hand each other: import → `ImportResult`, build → `BuildResult`, render →
-`RenderResult`, deploy → `Deployment` (deploy/state.py; serialized to <workdir>/deploy/state.json and read back
-only by `deploy.state.read_state`).
+`RenderResult`, deploy → `Deployment` (deploy/kinds/protocol.py; each server kind serializes its own, e.g.
+Triton's <workdir>/deploy/state.json, read back only by the kind's `read`).
 
 Each result is the stage's `StageResult` (name, directory, skipped, manifest) plus typed fields. A stage's
 `manifest.json` `outputs` are their serialization and are read here, in one place: `from_stage` when a stage

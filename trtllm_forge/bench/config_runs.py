@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 from trtllm_forge.bench.options import BenchOptions
 from trtllm_forge.config.schema import BenchWorkload, ForgeConfig
-from trtllm_forge.errors import StepError
+from trtllm_forge.errors import ConfigError, StepError
 from trtllm_forge.importer.stage import imported_checkpoint
 
 if TYPE_CHECKING:
-    from trtllm_forge.deploy.state import Deployment
+    from trtllm_forge.deploy.kinds import Deployment
 
 
 def merge_options(flags: dict, load_flags: dict | None = None, base: dict | None = None) -> dict:
@@ -42,12 +42,14 @@ def options_from_config(
 
     `flags` (and `load_flags`, merged with it) hold the command line's options by BenchOptions field
     (bench/options.py `from_command_line`); `emit`: only commands are written, so no running deployment is needed.
-    `deployment`: the server to measure (`run` passes the one it started); None reads the workdir's deploy state."""
+    `deployment`: the server to measure (`run` passes the one it started); None reads the one deploy.server's kind
+    recorded in the workdir. The kind gives a workload's default target and refuses targets it does not serve."""
     from trtllm_forge.bench.options import from_workload
-    from trtllm_forge.deploy.state import read_state
+    from trtllm_forge.deploy.kinds import kind_of
 
     flags = {**flags, **(load_flags or {})}
-    state = deployment if deployment is not None else read_state(wd)
+    kind = kind_of(config)
+    state = deployment if deployment is not None else kind.read(wd)
     names = config.triton.model_names
     checkpoint = imported_checkpoint(wd)
     workloads: list[BenchWorkload | None] = [*config.bench.workloads] or [None]
@@ -62,16 +64,14 @@ def options_from_config(
             if base["request_rate"] and "concurrency" not in workload.model_fields_set:
                 base["concurrency"] = []  # rates only: the default concurrency [1] is not swept too
             base["output_len_given"] = "output_len" in workload.model_fields_set
-        served_by_openai = config.deploy.server == "trtllm-serve"  # trtllm-serve speaks OpenAI only
-        default_target = "openai" if served_by_openai else BenchOptions.target
         given = workload is not None and "target" in workload.model_fields_set
-        target: str = flags.get("target") or (base.get("target") if given else None) or default_target
+        target: str = flags.get("target") or (base.get("target") if given else None) or kind.default_bench_target
+        if not kind.serves_bench_target(target) and not flags.get("url"):
+            raise ConfigError(
+                "--target", f"{target!r} is not served by deploy.server {kind.name}", f"use --target {kind.default_bench_target}"
+            )
         run_flags = {**flags, "target": target}
         grpc = target.startswith("triton-grpc")
-        if not run_flags.get("url") and target == "openai":
-            from trtllm_forge.deploy.trtllm_serve import served_url
-
-            run_flags["url"] = served_url(wd)  # a local trtllm-serve of this workdir, if one runs
         if not run_flags.get("url"):
             if state is not None and state.running:
                 run_flags["url"] = state.grpc_url if grpc else state.http_url
@@ -85,10 +85,8 @@ def options_from_config(
                 raise StepError(
                     "bench", f"no running deployment in {wd}", f"run `trtllm-forge deploy {config_label}` first, or pass --url and --model"
                 )
-        if not run_flags.get("model") and target == "openai":
-            from trtllm_forge.deploy.trtllm_serve import served_model
-
-            run_flags["model"] = served_model(wd)
+        if not run_flags.get("model") and state is not None and state.served_model:
+            run_flags["model"] = state.served_model  # an OpenAI server names the model its own way
         if not run_flags.get("model"):
             from trtllm_forge.entrypoint import entry_model
 

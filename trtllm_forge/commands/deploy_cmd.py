@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from pathlib import Path
 
@@ -18,10 +17,9 @@ from trtllm_forge.commands.options import (
     optional_config_argument,
     workdir_option,
 )
+from trtllm_forge.deploy.kinds.protocol import NOT_RUNNING_EXIT, DeploymentStatus, Rendering, Speaks
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.ui import emit_json, info
-
-NOT_RUNNING_EXIT = 3  # `deploy status` when no server runs, so scripts can tell it from an error (1, 2)
 
 
 class DefaultCommandGroup(click.Group):
@@ -56,17 +54,20 @@ def _workdir_only(config_file: Path | None, workdir: Path | None, command: str) 
 
 @click.group("deploy", cls=DefaultCommandGroup, no_args_is_help=True)
 def deploy_group() -> None:
-    """Serve the rendered model repository with a real Triton server.
+    """Serve the model with the config's deploy.server: Triton on the rendered model repository (default), or
+    an OpenAI-compatible server on the llmapi build (see `config schema`, deploy.server).
 
     \b
-    deploy CONFIG          start tritonserver on <workdir>/render/model_repository and wait for
-                           every model to be ready (same as `deploy start CONFIG`)
-    deploy status [CONFIG] is it running; pid, URLs, model readiness; exit 3 when not running
+    deploy CONFIG          start the server and wait until it is ready, e.g. tritonserver on
+                           <workdir>/render/model_repository with every model ready (same as
+                           `deploy start CONFIG`)
+    deploy status [CONFIG] is it running, whatever its kind; processes, pid, URLs, model readiness;
+                           exit 3 when not running, 1 when a process of it is dead
     deploy stop [CONFIG]   SIGTERM, then SIGKILL after a grace period; no process left (also the
-                           python stubs a killed server left behind)
+                           python stubs a killed Triton left behind)
 
-    One server per workdir: start and stop hold <workdir>/deploy/state.lock, so a second `deploy`
-    waits for the first to launch and then reports it as already running. The server's log is
+    One server per workdir. For Triton, start and stop hold <workdir>/deploy/state.lock, so a second
+    `deploy` waits for the first to launch and then reports it as already running. The server's log is
     <workdir>/logs/tritonserver.log; earlier ones are kept as tritonserver.1.log, .2.log, ...
     """
 
@@ -95,61 +96,43 @@ def start(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Start Triton on the model repository and wait until every model is ready."""
+    """Start the deploy.server kind here and wait until it is ready (or render it for docker/kubernetes)."""
+    from trtllm_forge.deploy.kinds import kind_of
+    from trtllm_forge.deploy.launch import default_repository
+
     config, wd = load(config_file, workdir)
     target = target or config.deploy.target
     if ready_timeout_s is not None and ready_timeout_s <= 0:
         raise ConfigError("--timeout", f"must be > 0, got {ready_timeout_s:g}", "give seconds, e.g. --timeout 120")
-    from trtllm_forge.deploy.launch import default_repository
-
+    kind = kind_of(config)
     repo = (repository or default_repository(wd)).resolve()
-    if config.deploy.server == "trtllm-serve":  # the deploy kind lives in deploy/trtllm_serve.py
-        from trtllm_forge.deploy import trtllm_serve
-
-        described = trtllm_serve.deploy(config, wd, target, dry_run)
-        emit_json(described) if as_json else info(f"trtllm-serve: {described.get('url') or described.get('file')}")
-        return
     if target != "local":
-        _render_target(config, wd, repo, target, dry_run, as_json)
+        _write_rendering(kind.render(config, wd, repo, target), target, dry_run, as_json)
         return
     if dry_run:
-        from trtllm_forge.deploy.launch import plan_launch
-
-        plan = plan_launch(config, wd, repo)
-        described = {**plan.describe(), "dry_run": True, "state": str(wd / "deploy" / "state.json")}
+        plan = kind.plan_local(config, wd, repo)
         if as_json:
-            emit_json(described)
+            emit_json(plan.document)
             return
-        info("would run (ports 0 are picked again at a real start):")
-        click.echo(shlex.join(plan.argv))
-        info("environment added:")
-        for key, value in plan.env.items():
-            click.echo(f"{key}={value}")
-        info("files:")
-        for dest, source in plan.backend_files.items():
-            click.echo(f"{dest} <- {source}")
-        click.echo(f"{plan.log} (server log)")
-        click.echo(f"{wd / 'deploy' / 'state.json'} (deployment state)")
-        info(f"models to wait for: {', '.join(plan.models)}")
+        for heading, lines in plan.sections:
+            info(heading)
+            for line in lines:
+                click.echo(line)
         return
-    from trtllm_forge.deploy.server import start_server
-
-    deployment = start_server(config, wd, repo, ready_timeout_s=ready_timeout_s)
+    status = kind.status(kind.start(config, wd, repo, ready_timeout_s=ready_timeout_s))
     if as_json:
-        emit_json(deployment.to_dict())
+        emit_json(status.to_dict())
     else:
-        _print_deployment(deployment)
+        _print_status(status)
 
 
-def _render_target(config, wd: Path, repo: Path, target: str, dry_run: bool, as_json: bool) -> None:
-    from trtllm_forge.deploy.targets import render_target
-
-    path, text = render_target(config, wd, repo, target)
+def _write_rendering(rendering: Rendering, target: str, dry_run: bool, as_json: bool) -> None:
+    path, text = rendering.path, rendering.text
     if not dry_run:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(text)
-        if target == "docker":
+        if rendering.executable:
             os.chmod(tmp, 0o755)
         os.replace(tmp, path)
     if as_json:
@@ -159,14 +142,20 @@ def _render_target(config, wd: Path, repo: Path, target: str, dry_run: bool, as_
     click.echo(text, nl=False)
 
 
-def _print_deployment(deployment) -> None:
-    state = "[green]running[/green]" if deployment.running else "[red]not running[/red]"
-    info(f"{state}  pid {deployment.pid}")
-    info(f"  grpc    {deployment.grpc_url}")
+def _print_status(status: DeploymentStatus) -> None:
+    deployment = status.deployment
+    state = "[green]running[/green]" if status.running else "[red]not running[/red]"
+    info(f"{state}  {status.server} ({deployment.speaks}), pid {deployment.pid}")
+    for process in status.processes if len(status.processes) > 1 else []:
+        alive = ("ready" if process.ready else "not ready") if process.alive else "[red]dead[/red]"
+        info(f"  process {process.role} (pid {process.pid}): {alive}" + (f", log {process.log}" if process.log else ""))
+    if deployment.speaks is Speaks.TRITON:
+        info(f"  grpc    {deployment.grpc_url}")
     info(f"  http    {deployment.http_url}")
-    info(f"  metrics {deployment.metrics_url}")
+    if deployment.metrics_url:
+        info(f"  metrics {deployment.metrics_url}")
     info(f"  log     {deployment.log}")
-    for name, ready in sorted(deployment.models.items()):
+    for name, ready in sorted(status.endpoints.items()):
         info(f"  model {name}: {'ready' if ready else 'not ready'}")
 
 
@@ -175,53 +164,51 @@ def _print_deployment(deployment) -> None:
 @workdir_option
 @json_option
 def status(config_file: Path | None, workdir: Path | None, as_json: bool) -> None:
-    """Whether the deployment of this workdir is running, its URLs and model readiness.
+    """Whether the deployment of this workdir is running (whatever its deploy.server), its processes, URLs and
+    model readiness.
 
-    Exit codes: 0 running and healthy; 1 running but unhealthy (a python stub died: Triton still says ready
-    while requests hang; its models show not ready, the problem is printed, "problems" in --json; restart with
-    `deploy stop` and `deploy`); 3 not running (never deployed, stopped, or the server died; with --json the
-    document is printed too); 2 bad arguments. Processes a dead server left behind are listed
-    (`leftover_pids`); `deploy stop` or the next `deploy` stops them.
+    Exit codes: 0 running and healthy; 1 running but unhealthy (a process of it is dead, or for Triton a python
+    stub died: Triton still says ready while requests hang; its models show not ready, the problem is printed,
+    "problems" in --json; restart with `deploy stop` and `deploy`); 3 not running (never deployed, stopped, or
+    the server died; with --json the document is printed too); 2 bad arguments. Processes a dead server left
+    behind are listed (`leftover_pids`); `deploy stop` or the next `deploy` stops them.
     """
-    from trtllm_forge.deploy.health import stub_health
-    from trtllm_forge.deploy.server import leftover_processes, server_status
+    from trtllm_forge.deploy.kinds import deployed
 
     wd = _workdir_only(config_file, workdir, "status")
-    deployment = server_status(wd)
-    if deployment is None:
+    found = deployed(wd)
+    if found is None:
         if as_json:
             emit_json(
                 {
                     "running": False,
+                    "server": None,
                     "pid": None,
                     "grpc_url": None,
                     "http_url": None,
                     "metrics_url": None,
                     "models": {},
+                    "processes": [],
                     "workdir": str(wd),
                     "leftover_pids": [],
                 }
             )
         else:
-            info(f"not running: no deployment recorded in {wd / 'deploy' / 'state.json'}")
+            info(f"not running: no deployment recorded in {wd / 'deploy'}")
         sys.exit(NOT_RUNNING_EXIT)  # not click's Exit: cli.main (standalone_mode=False) would drop its code
-    problems = stub_health(deployment.pgid or deployment.pid, Path(deployment.repository)).problems() if deployment.running else []
-    leftovers = [] if deployment.running else leftover_processes(deployment)
     if as_json:
-        emit_json({**deployment.to_dict(), "problems": problems, "leftover_pids": leftovers})
+        emit_json(found.to_dict())
     else:
-        _print_deployment(deployment)
-        for problem in problems:
+        _print_status(found)
+        for problem in found.problems:
             info(f"[red]unhealthy[/red]: {problem}; restart with `trtllm-forge deploy stop` and `trtllm-forge deploy`")
-        if leftovers:
+        if found.leftover_pids:
             info(
-                f"  {len(leftovers)} process(es) the dead server left running: {leftovers}; "
+                f"  {len(found.leftover_pids)} process(es) the dead server left running: {found.leftover_pids}; "
                 f"`trtllm-forge deploy stop --workdir {wd}` stops them"
             )
-    if not deployment.running:
-        sys.exit(NOT_RUNNING_EXIT)
-    if problems:
-        sys.exit(1)
+    if found.exit_code:
+        sys.exit(found.exit_code)
 
 
 @deploy_group.command("stop")
@@ -230,20 +217,20 @@ def status(config_file: Path | None, workdir: Path | None, as_json: bool) -> Non
 @click.option("--grace", type=float, default=20.0, show_default=True, help="Seconds between SIGTERM and SIGKILL.")
 @json_option
 def stop(config_file: Path | None, workdir: Path | None, grace: float, as_json: bool) -> None:
-    """Stop the server of this workdir and its python stubs (SIGTERM, SIGKILL after --grace seconds).
+    """Stop the deployment of this workdir, whatever its deploy.server: every process it started (SIGTERM,
+    SIGKILL after --grace seconds).
 
-    Also stops the stubs a dead server left running: the processes of the process group recorded in
+    For Triton also the python stubs a dead server left running: the processes of the process group recorded in
     <workdir>/deploy/state.json that carry the deployment's run mark (nothing else is signalled).
     """
-    from trtllm_forge.deploy.server import stop_server
+    from trtllm_forge.deploy.kinds import KINDS
 
     wd = _workdir_only(config_file, workdir, "stop")
-    from trtllm_forge.deploy import trtllm_serve
-
-    if trtllm_serve.stop(wd) is not None:
-        info(f"trtllm-serve stopped ({wd / 'deploy' / trtllm_serve.STATE})")
-    deployment = stop_server(wd, grace_s=grace)
-    if deployment is None:
-        info(f"nothing to stop: no deployment recorded in {wd / 'deploy' / 'state.json'}")
+    stopped = {name: deployment for name, kind in KINDS.items() if (deployment := kind.stop(wd, grace_s=grace)) is not None}
+    if not stopped:
+        info(f"nothing to stop: no deployment recorded in {wd / 'deploy'}")
+    for name, deployment in stopped.items():
+        info(f"[green]✓[/green] deploy: {name} stopped (pid {deployment.pid})")
     if as_json:
-        emit_json(deployment.to_dict() if deployment else {"running": False, "workdir": str(wd)})
+        documents = [{**deployment.to_dict(), "server": name} for name, deployment in stopped.items()]
+        emit_json(documents[0] if len(documents) == 1 else {"running": False, "workdir": str(wd), "stopped": documents})

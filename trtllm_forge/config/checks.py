@@ -16,6 +16,7 @@ from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.hardware import Device, find_device, hardware_table
 from trtllm_forge.model_shape import BUILTIN_SOURCES, ModelShape, resolve_shape
+from trtllm_forge.server_kinds import SERVER_KINDS
 
 
 @dataclass(frozen=True)
@@ -96,24 +97,22 @@ def backend_matches_hardware(ctx: CheckContext) -> Iterator[ConfigError]:
         )
 
 
-@rule
-def trtllm_serve_needs_llmapi(ctx: CheckContext) -> Iterator[ConfigError]:
-    if ctx.config.deploy.server == "trtllm-serve" and ctx.config.engine.target != "llmapi":
-        yield ConfigError("deploy.server", "trtllm-serve serves the LLM API, not trtllm-build engines", "set engine.target: llmapi")
+def _server_kind_rule(server: str, reference: str) -> Rule:
+    """A rule of a server kind ("module:function" in its SERVER_KINDS entry), applied to the configs whose
+    deploy.server is that kind; its module (deploy/kinds/) is loaded when a config with that kind is checked."""
+    module_name, _, function_name = reference.partition(":")
+
+    def applied(ctx: CheckContext) -> Iterator[ConfigError]:
+        if ctx.config.deploy.server == server:
+            yield from getattr(importlib.import_module(module_name), function_name)(ctx.config)
+
+    applied.__name__ = function_name
+    return applied
 
 
-@rule
-def trtllm_serve_bench_is_openai(ctx: CheckContext) -> Iterator[ConfigError]:
-    if ctx.config.deploy.server != "trtllm-serve":
-        return
-    for index, workload in enumerate(ctx.config.bench.workloads):
-        target = getattr(workload, "target", None)  # a field bench/options.py adds to BenchWorkload
-        if target != "openai" and "target" in workload.model_fields_set:
-            yield ConfigError(
-                f"bench.workloads[{index}].target",
-                f"{target!r} is a Triton endpoint, but deploy.server trtllm-serve serves OpenAI's API only",
-                "set target: openai (or leave it unset)",
-            )
+for _entry in SERVER_KINDS:
+    for _reference in _entry.config_rules:
+        rule(_server_kind_rule(_entry.name, _reference))
 
 
 @rule

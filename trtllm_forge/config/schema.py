@@ -16,6 +16,7 @@ from trtllm_forge.bench.options import workload_fields
 from trtllm_forge.builders.engines import BACKENDS, CPU_BACKENDS, ENGINES
 from trtllm_forge.config.names import check_bind_address, check_image_reference, check_local_path, check_name
 from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.genai_settings import ARRIVAL_WINDOW_MS
+from trtllm_forge.server_kinds import DEFAULT_SERVER_KIND, SERVER_KINDS
 
 
 class Section(BaseModel):
@@ -327,12 +328,18 @@ class ResourceConfig(Section):
     gpus: int | None = Field(default=None, ge=0, description="GPUs (docker/kubernetes); default tp*pp.")
 
 
+# deploy.server: one of the registered server kinds (trtllm_forge/server_kinds.py SERVER_KINDS).
+if TYPE_CHECKING:
+    ServerKindName = str
+else:
+    ServerKindName = Literal[tuple(entry.name for entry in SERVER_KINDS)]
+
+
 class DeployConfig(Section):
     target: Literal["local", "docker", "kubernetes"] = Field(default="local", description="Where to serve.")
-    server: Literal["triton", "trtllm-serve"] = Field(
-        default="triton",
-        description="What serves: Triton on the rendered repository, or trtllm-serve (OpenAI-compatible; engine.target "
-        "llmapi; on CPU the LLM-API stand-in's server).",
+    server: ServerKindName = Field(
+        default=DEFAULT_SERVER_KIND,
+        description="What serves: " + "; ".join(f"{entry.name}: {entry.summary}" for entry in SERVER_KINDS) + ".",
     )
     image: Annotated[str, AfterValidator(check_image_reference)] | None = Field(
         default=None, description="Serving image reference (docker/kubernetes), e.g. nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3."

@@ -25,7 +25,7 @@ from trtllm_forge.config import ForgeConfig
 from trtllm_forge.deploy.discovery import STUB, prepare_backend_dir
 from trtllm_forge.deploy.health import stub_health
 from trtllm_forge.deploy.launch import LaunchPlan, plan_launch
-from trtllm_forge.deploy.state import Deployment, deploy_lock, read_state, write_state
+from trtllm_forge.deploy.state import TritonDeployment, deploy_lock, read_state, write_state
 from trtllm_forge.errors import StepError
 from trtllm_forge.processes import (
     RUN_MARK,
@@ -80,7 +80,7 @@ def pid_alive(pid: int | None) -> bool:
     return stat[0] != "Z"
 
 
-def _started_by(deployment: Deployment, pid: int) -> bool:
+def _started_by(deployment: TritonDeployment, pid: int) -> bool:
     """Whether `pid` was started by this deployment: it carries the deployment's run mark or, for state
     written before run marks existed (or a process whose environment we may not read), runs the recorded
     server binary or a python stub of its repository."""
@@ -95,13 +95,13 @@ def _started_by(deployment: Deployment, pid: int) -> bool:
     return Path(argv[0]).name == STUB and len(argv) > 1 and argv[1].startswith(deployment.repository.rstrip("/") + "/")
 
 
-def our_processes(deployment: Deployment) -> list[int]:
+def our_processes(deployment: TritonDeployment) -> list[int]:
     """Live processes of the deployment's recorded group that it started (server and python stubs)."""
     pgid = deployment.pgid or deployment.pid
     return [pid for pid in group_members(pgid) if _started_by(deployment, pid)]
 
 
-def _is_our_server(deployment: Deployment) -> bool:
+def is_our_server(deployment: TritonDeployment) -> bool:
     """Guard against a recycled pid: the process must be the one this deployment started."""
     if deployment.pid is None or not pid_alive(deployment.pid):
         return False
@@ -110,9 +110,9 @@ def _is_our_server(deployment: Deployment) -> bool:
     return _started_by(deployment, deployment.pid)
 
 
-def leftover_processes(deployment: Deployment) -> list[int]:
+def leftover_processes(deployment: TritonDeployment) -> list[int]:
     """Processes a dead server left running (its python stubs keep running after a SIGKILL of the server)."""
-    return [] if _is_our_server(deployment) else our_processes(deployment)
+    return [] if is_our_server(deployment) else our_processes(deployment)
 
 
 # ---- readiness -------------------------------------------------------------------------------------------
@@ -174,8 +174,8 @@ def failed_models(log: Path) -> dict[str, str]:
 # ---- start -----------------------------------------------------------------------------------------------
 
 
-def _deployment_from_plan(plan: LaunchPlan, workdir: Path, proc: subprocess.Popen, target: str, run_id: str) -> Deployment:
-    return Deployment(
+def _deployment_from_plan(plan: LaunchPlan, workdir: Path, proc: subprocess.Popen, target: str, run_id: str) -> TritonDeployment:
+    return TritonDeployment(
         running=False,
         pid=proc.pid,
         pgid=proc.pid,  # start_new_session: the server leads its own group
@@ -194,7 +194,7 @@ def _deployment_from_plan(plan: LaunchPlan, workdir: Path, proc: subprocess.Pope
     )
 
 
-def _fail(deployment: Deployment, problem: str, valid: str) -> StepError:
+def _fail(deployment: TritonDeployment, problem: str, valid: str) -> StepError:
     """Show the log tail, stop what is left, record the stop, and return the error to raise."""
     tail = log_tail(Path(deployment.log))
     console.print(f"--- last lines of {deployment.log} ---", markup=False, highlight=False)
@@ -218,8 +218,8 @@ def start_server(
     *,
     ready_timeout_s: float | None = None,
     die_with_caller: bool = False,
-    launched: Callable[[Deployment], None] | None = None,
-) -> Deployment:
+    launched: Callable[[TritonDeployment], None] | None = None,
+) -> TritonDeployment:
     """Start tritonserver on the repository and wait until it is live and every model is ready.
 
     On any failure the server is stopped, the log tail is printed and a StepError is raised. Ports picked
@@ -251,7 +251,7 @@ def _refuse_running_and_clear_leftovers(workdir: Path) -> None:
     previous = read_state(workdir)
     if previous is None:
         return
-    if _is_our_server(previous):
+    if is_our_server(previous):
         raise StepError(
             "deploy",
             f"a server from this workdir is already running (pid {previous.pid}, grpc {previous.grpc_url})",
@@ -267,7 +267,7 @@ def _configured_ports(config: ForgeConfig) -> list[int]:
     return [config.triton.http_port, config.triton.grpc_port, config.triton.metrics_port]
 
 
-def _launch(plan: LaunchPlan, workdir: Path, die_with_caller: bool) -> tuple[subprocess.Popen, Deployment]:
+def _launch(plan: LaunchPlan, workdir: Path, die_with_caller: bool) -> tuple[subprocess.Popen, TritonDeployment]:
     """Start the server (previous log rotated, not overwritten) and record it in state.json before waiting,
     so `deploy stop` and a concurrent `deploy` can find a server that hangs."""
     info(f"[dim]$ {shlex.join(plan.argv)}[/dim]")
@@ -294,7 +294,9 @@ def _launch(plan: LaunchPlan, workdir: Path, die_with_caller: bool) -> tuple[sub
     return proc, deployment
 
 
-def _wait_ready(proc: subprocess.Popen, deployment: Deployment, plan: LaunchPlan, timeout: float, picked_ports: bool) -> Deployment:
+def _wait_ready(
+    proc: subprocess.Popen, deployment: TritonDeployment, plan: LaunchPlan, timeout: float, picked_ports: bool
+) -> TritonDeployment:
     deadline = time.monotonic() + timeout
     try:
         with console.status(f"waiting for Triton (pid {proc.pid}) and {len(plan.models)} model(s) …"):
@@ -329,7 +331,7 @@ def _wait_ready(proc: subprocess.Popen, deployment: Deployment, plan: LaunchPlan
         raise
     with deploy_lock(Path(deployment.workdir)):
         recorded = read_state(Path(deployment.workdir))
-        if recorded is None or recorded.run_id != deployment.run_id or recorded.stopped_at or not _is_our_server(deployment):
+        if recorded is None or recorded.run_id != deployment.run_id or recorded.stopped_at or not is_our_server(deployment):
             raise StepError("deploy", f"the server (pid {deployment.pid}) was stopped while it started", "run `trtllm-forge deploy` again")
         deployment.running = True
         write_state(deployment)
@@ -352,7 +354,7 @@ def _stub_shm_regions(pids: list[int]) -> list[Path]:
     return regions
 
 
-def _terminate(find, pid: int | None, grace_s: float, quiet: bool, what: str) -> None:
+def _terminate(find: Callable[[], list[int]], pid: int | None, grace_s: float, quiet: bool, what: str) -> None:
     """SIGTERM what `find()` returns, SIGKILL after the grace period, and remove the shared memory its python
     stubs leave behind (stubs killed before they clean up leave their region)."""
     regions = _stub_shm_regions(find())
@@ -379,18 +381,18 @@ def stop_group(pgid: int, pid: int | None, grace_s: float = STOP_GRACE_S, quiet:
     _terminate(lambda: group_members(pgid), pid, grace_s, quiet, f"process group {pgid}")
 
 
-def stop_server(target: Path | Deployment, *, grace_s: float = STOP_GRACE_S, quiet: bool = False) -> Deployment | None:
+def stop_server(target: Path | TritonDeployment, *, grace_s: float = STOP_GRACE_S, quiet: bool = False) -> TritonDeployment | None:
     """SIGTERM the server and the python stubs of its process group, SIGKILL after the grace period; record
     the stop in state.json. Also stops the stubs a dead server left behind (only processes the deployment
     started: a recycled pid or group id is never signalled).
 
     Returns the updated deployment, or None when the workdir has no state.json.
     """
-    deployment = target if isinstance(target, Deployment) else read_state(Path(target))
+    deployment = target if isinstance(target, TritonDeployment) else read_state(Path(target))
     if deployment is None:
         return None
     with deploy_lock(Path(deployment.workdir)):
-        if pid_alive(deployment.pid) and not _is_our_server(deployment) and not quiet:
+        if pid_alive(deployment.pid) and not is_our_server(deployment) and not quiet:
             info(f"pid {deployment.pid} now runs another program; not signalling it")
         _terminate(lambda: our_processes(deployment), deployment.pid, grace_s, True, f"the server (pid {deployment.pid})")
         child = _CHILDREN.pop(deployment.pid or -1, None)
@@ -409,12 +411,12 @@ def stop_server(target: Path | Deployment, *, grace_s: float = STOP_GRACE_S, qui
     return deployment
 
 
-def server_status(workdir: Path) -> Deployment | None:
+def server_status(workdir: Path) -> TritonDeployment | None:
     """The recorded deployment with `running` and model readiness checked now; None when nothing was deployed."""
     deployment = read_state(Path(workdir))
     if deployment is None:
         return None
-    alive = _is_our_server(deployment)
+    alive = is_our_server(deployment)
     live = alive and server_live(deployment.http_url)
     deployment.running = bool(live)
     deployment.models = model_readiness(deployment.http_url, list(deployment.models)) if live else {n: False for n in deployment.models}
@@ -423,17 +425,17 @@ def server_status(workdir: Path) -> Deployment | None:
     return deployment
 
 
-def mark_dead_stubs(deployment: Deployment) -> None:
+def mark_dead_stubs(deployment: TritonDeployment) -> None:
     """Mark not ready the models whose python stubs died (Triton keeps saying they are ready)."""
     for model in stub_health(deployment.pgid or deployment.pid, Path(deployment.repository)).missing:
         deployment.models[model] = False
 
 
 @contextmanager
-def serving(config: ForgeConfig, workdir: Path, repository: Path | None = None, keep: bool = False) -> Iterator[Deployment]:
+def serving(config: ForgeConfig, workdir: Path, repository: Path | None = None, keep: bool = False) -> Iterator[TritonDeployment]:
     """A running server for the body of a `with` block; stopped on exit (errors and Ctrl-C too) unless keep.
     Unless keep, the server also dies when this process is killed with SIGKILL."""
-    launched: list[Deployment] = []
+    launched: list[TritonDeployment] = []
     started = False
     try:  # from before the start: a SIGTERM between "ready" and the body must still stop the server
         deployment = start_server(config, workdir, repository, die_with_caller=not keep, launched=launched.append)

@@ -1,11 +1,15 @@
-"""`<wd>/deploy/state.json`: what a running (or stopped) deployment looks like to other commands and scripts."""
+"""`<wd>/deploy/state.json`: what a running (or stopped) Triton deployment looks like to other commands and scripts
+(the triton server kind's record, read back by `deploy/kinds/triton.py`)."""
 
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
+from trtllm_forge.deploy.kinds.protocol import Speaks
 from trtllm_forge.errors import StepError
 from trtllm_forge.locks import file_lock
 from trtllm_forge.stages import write_json_atomic
@@ -34,7 +38,9 @@ class ServerUrls:
 
 
 @dataclass
-class Deployment(ServerUrls):
+class TritonDeployment(ServerUrls):
+    """A Triton server started by `deploy` or `run`: the record in state.json (a `kinds.Deployment`)."""
+
     running: bool
     pid: int | None
     pgid: int | None
@@ -54,13 +60,21 @@ class Deployment(ServerUrls):
     # how `deploy stop` and the next `deploy` recognise the stubs a killed server left in its group.
     run_id: str | None = None
 
-    def to_dict(self) -> dict:
+    @property
+    def speaks(self) -> Speaks:
+        return Speaks.TRITON
+
+    @property
+    def served_model(self) -> str | None:
+        return None  # clients name the config's Triton models
+
+    def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.update(grpc_url=self.grpc_url, http_url=self.http_url, metrics_url=self.metrics_url)
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> Deployment:
+    def from_dict(cls, data: dict[str, Any]) -> TritonDeployment:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -73,7 +87,7 @@ def lock_path(workdir: Path) -> Path:
     return Path(workdir) / "deploy" / "state.lock"
 
 
-def deploy_lock(workdir: Path, wait_s: float = LOCK_WAIT_S):
+def deploy_lock(workdir: Path, wait_s: float = LOCK_WAIT_S) -> AbstractContextManager[None]:
     """Serialise what changes a workdir's deployment (start's check-and-launch, stop): a second `deploy` waits
     for the first to have launched and recorded its server, then sees it running."""
 
@@ -88,17 +102,17 @@ def deploy_lock(workdir: Path, wait_s: float = LOCK_WAIT_S):
     return file_lock(lock_path(workdir), wait_s=wait_s, busy=busy)
 
 
-def write_state(deployment: Deployment) -> Path:
+def write_state(deployment: TritonDeployment) -> Path:
     path = state_path(Path(deployment.workdir))
     write_json_atomic(path, deployment.to_dict())
     return path
 
 
-def read_state(workdir: Path) -> Deployment | None:
+def read_state(workdir: Path) -> TritonDeployment | None:
     path = state_path(workdir)
     if not path.is_file():
         return None
     try:
-        return Deployment.from_dict(json.loads(path.read_text()))
+        return TritonDeployment.from_dict(json.loads(path.read_text()))
     except (json.JSONDecodeError, TypeError, KeyError):
         return None

@@ -1,6 +1,7 @@
-"""`trtllm-serve` as a deploy kind: TensorRT-LLM's OpenAI-compatible server on the llmapi target, for local,
-docker and Kubernetes renderings; on CPU (engine.backend openvino) the same argv runs the LLM-API stand-in's
-server (trtllm_forge.llmapi_cpu.serve, NOT TensorRT-LLM) so that `bench --target openai` measures it for real.
+"""What runs `trtllm-serve` (the kind itself: `deploy/kinds/trtllm_serve.py`): TensorRT-LLM's OpenAI-compatible
+server on the llmapi target, its command, its docker and Kubernetes renderings, its local process and record. On
+CPU (engine.backend openvino) the same argv runs the LLM-API stand-in's server (trtllm_forge.llmapi_cpu.serve, NOT
+TensorRT-LLM) so that `bench --target openai` measures it for real.
 
 The command follows trtllm-serve's 1.2 CLI (NVIDIA/TensorRT-LLM:tensorrt_llm/commands/serve.py; flags listed in
 /work/shared/reference/trtllm-build.md §10.2): `trtllm-serve MODEL --backend pytorch --host H --port P --tp_size N
@@ -20,9 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +182,7 @@ def start_local(argv: list[str], url: str, log: Path, ready_timeout_s: float = 3
 
 
 STATE = "trtllm-serve.json"
+LOG = "trtllm-serve.log"
 STOP_GRACE_S = 30.0  # between SIGTERM and SIGKILL of the server's process group
 
 
@@ -213,133 +213,111 @@ def options_file_for(llmapi_dir: Path) -> Path:
     return existing
 
 
-def deploy(config: ForgeConfig, workdir: Path, target: str, dry_run: bool = False, *, die_with_caller: bool = False) -> dict:
-    """`deploy start` with deploy.server trtllm-serve: start it here (local) or write the docker/Kubernetes rendering."""
-    import socket
-
+def rendering(config: ForgeConfig, workdir: Path, target: str) -> tuple[Path, str]:
+    """(file, text) of the docker (a `docker run` script) or kubernetes (Deployment + Service) rendering."""
     model, options = _built(workdir)
     out = workdir / "deploy"
     if target == "docker":
-        path, text = out / "trtllm-serve-docker.sh", "#!/bin/sh\nexec " + shlex.join(docker_argv(config, model, str(options))) + "\n"
-    elif target == "kubernetes":
-        path, text = out / "trtllm-serve.yaml", kubernetes_manifest(config, model, str(options))
-    else:
-        port = config.triton.http_port
-        if not port:
-            with socket.socket() as sock:
-                sock.bind((config.triton.bind_address, 0))
-                port = sock.getsockname()[1]
-        host = config.triton.bind_address
-        argv = serve_argv(config, model, str(options), host=host, port=port)
-        url = f"http://{host}:{port}"
-        described = {"server": "trtllm-serve", "argv": argv, "url": url, "stand_in": is_stand_in(config)}
-        if dry_run:
-            return {**described, "dry_run": True}
-        server = start_local(
-            argv, url, workdir / "logs" / "trtllm-serve.log", config.deploy.ready_timeout_s, die_with_caller=die_with_caller
-        )
-        described.update(pid=server.pid, log=str(server.log))
-        out.mkdir(parents=True, exist_ok=True)
-        (out / STATE).write_text(json.dumps(described, indent=2) + "\n")
-        return described
-    if not dry_run:
-        out.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return {"server": "trtllm-serve", "target": target, "file": str(path), "dry_run": dry_run}
+        return out / "trtllm-serve-docker.sh", "#!/bin/sh\nexec " + shlex.join(docker_argv(config, model, str(options))) + "\n"
+    return out / "trtllm-serve.yaml", kubernetes_manifest(config, model, str(options))
 
 
-def stop(workdir: Path) -> dict | None:
-    """Stop the local trtllm-serve recorded in <workdir>/deploy/trtllm-serve.json (its whole process group)."""
-    path = workdir / "deploy" / STATE
-    if not path.is_file():
-        return None
-    from trtllm_forge.processes import group_members, terminate
+def local_command(config: ForgeConfig, workdir: Path) -> tuple[list[str], str]:
+    """(argv, url) of a local start: on triton.http_port, or a free port when it is 0."""
+    import socket
 
-    state = json.loads(path.read_text())
-    pid = int(state["pid"])
-    if is_running(state):  # a recycled pid running another program is never signalled
-        survivors = terminate(lambda: group_members(pid), STOP_GRACE_S)
-        if survivors:
-            raise StepError("deploy stop", f"trtllm-serve processes {survivors} survived SIGKILL", "check them with ps")
-    with contextlib.suppress(ChildProcessError):  # started by this process (`run`): reap it, or it stays a zombie
-        os.waitpid(pid, os.WNOHANG)
-    path.unlink()
-    return state
+    model, options = _built(workdir)
+    host, port = config.triton.bind_address, config.triton.http_port
+    if not port:
+        with socket.socket() as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+    return serve_argv(config, model, str(options), host=host, port=port), f"http://{host}:{port}"
 
 
-def is_running(state: dict) -> bool:
-    """The recorded server's pid still runs the recorded command."""
-    from trtllm_forge.processes import cmdline
+def start_recorded(
+    config: ForgeConfig, workdir: Path, ready_timeout_s: float | None = None, *, die_with_caller: bool = False
+) -> dict[str, Any]:
+    """Start it here, wait for /health, and record it in <workdir>/deploy/trtllm-serve.json (argv, url, pid, log,
+    stand_in); refused while the one recorded there runs."""
+    refuse_running(workdir)
+    argv, url = local_command(config, workdir)
+    timeout = config.deploy.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
+    server = start_local(argv, url, workdir / "logs" / LOG, timeout, die_with_caller=die_with_caller)
+    described = {"argv": argv, "url": url, "stand_in": is_stand_in(config), "pid": server.pid, "log": str(server.log)}
+    from trtllm_forge.stages import write_json_atomic
 
-    return cmdline(int(state["pid"])) == list(state["argv"])
-
-
-def _state(workdir: Path) -> dict | None:
-    path = workdir / "deploy" / STATE
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def served_url(workdir: Path) -> str | None:
-    state = _state(workdir)
-    return state["url"] if state else None
-
-
-def served_model(workdir: Path) -> str | None:
-    """trtllm-serve names the model by the path it was given (its /v1/models id)."""
-    state = _state(workdir)
-    return state["argv"][state["argv"].index("--backend") - 1] if state else None
+    write_json_atomic(workdir / "deploy" / STATE, described)
+    return described
 
 
-@dataclass
-class OpenAIDeployment:
-    """A local trtllm-serve (or its CPU stand-in) as `run` hands it to smoke, verify and bench: they talk to its
-    OpenAI endpoint (`llmapi_requests.llmapi_generate` and the bench's `openai` target), not to Triton."""
-
-    url: str
-    model: str  # the /v1/models id: trtllm-serve names the model by the path it was given
-    pid: int
-    log: str
-    argv: list[str]
-    stand_in: bool
-
-    @property
-    def http_url(self) -> str:
-        return self.url
-
-    @property
-    def grpc_url(self) -> str:
-        return "none (trtllm-serve speaks OpenAI over HTTP)"
-
-    def to_dict(self) -> dict:
-        return {"server": "trtllm-serve", **asdict(self), "http_url": self.url}
-
-    def query_examples(self) -> str:
-        body = json.dumps({"model": self.model, "prompt": "The capital of France is", "max_tokens": 20})
-        return f"query it with curl (OpenAI completions):\n  curl -s {self.url}/v1/completions -H 'Content-Type: application/json' -d {shlex.quote(body)}"
-
-
-@contextmanager
-def serving_for_run(config: ForgeConfig, workdir: Path, repository: Path, keep: bool = False) -> Iterator[Any]:
-    """What `run` deploys: Triton on the rendered repository, or with deploy.server trtllm-serve the local
-    trtllm-serve (stand-in on CPU) on the llmapi build. Stopped on exit unless keep; dies with `run` unless keep."""
-    from trtllm_forge.deploy.server import serving
-
-    if config.deploy.server != "trtllm-serve":
-        with serving(config, workdir, repository, keep=keep) as deployment:
-            yield deployment
-        return
-    previous = _state(workdir)
+def refuse_running(workdir: Path) -> None:
+    """StepError when the trtllm-serve recorded in the workdir still runs (one server per workdir)."""
+    previous = recorded(workdir)
     if previous is not None and is_running(previous):
         raise StepError(
             "deploy",
             f"a trtllm-serve from this workdir is already running (pid {previous['pid']}, {previous['url']})",
             f"stop it first: `trtllm-forge deploy stop --workdir {workdir}`",
         )
-    try:  # from before the start: a SIGTERM between "ready" and the body must still stop the server
-        described = deploy(config, workdir, "local", die_with_caller=not keep)
-        yield OpenAIDeployment(
-            described["url"], str(served_model(workdir)), int(described["pid"]), described["log"], described["argv"], described["stand_in"]
-        )
-    finally:
-        if not keep:
-            stop(workdir)
+
+
+def stop(workdir: Path, grace_s: float = STOP_GRACE_S) -> dict[str, Any] | None:
+    """Stop the local trtllm-serve recorded in <workdir>/deploy/trtllm-serve.json (its whole process group) and
+    remove the record; None when none is recorded."""
+    path = workdir / "deploy" / STATE
+    state = recorded(workdir)
+    if state is None:
+        return None
+    from trtllm_forge.processes import group_members, terminate
+
+    pid = int(state["pid"])
+    if is_running(state):  # a recycled pid running another program is never signalled
+        survivors = terminate(lambda: group_members(pid), grace_s)
+        if survivors:
+            raise StepError("deploy stop", f"trtllm-serve processes {survivors} survived SIGKILL", "check them with ps")
+    with contextlib.suppress(ChildProcessError):  # started by this process (`run`): reap it, or it stays a zombie
+        os.waitpid(pid, os.WNOHANG)
+    path.unlink(missing_ok=True)
+    return state
+
+
+def is_running(state: dict[str, Any]) -> bool:
+    """The recorded server's pid still runs the recorded command."""
+    from trtllm_forge.processes import cmdline
+
+    return cmdline(int(state["pid"])) == list(state["argv"])
+
+
+def is_healthy(url: str) -> bool:
+    """trtllm-serve's /health answers 200."""
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def recorded(workdir: Path) -> dict[str, Any] | None:
+    """What <workdir>/deploy/trtllm-serve.json records (None: nothing, or a file that is not a record)."""
+    path = workdir / "deploy" / STATE
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return state if isinstance(state, dict) and {"pid", "argv", "url"} <= state.keys() else None
+
+
+def served_url(workdir: Path) -> str | None:
+    state = recorded(workdir)
+    return str(state["url"]) if state else None
+
+
+def model_of(argv: list[str]) -> str:
+    """trtllm-serve names the model by the path it was given (its /v1/models id): the argument before --backend."""
+    return argv[argv.index("--backend") - 1]
+
+
+def served_model(workdir: Path) -> str | None:
+    state = recorded(workdir)
+    return model_of(list(state["argv"])) if state else None

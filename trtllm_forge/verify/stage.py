@@ -14,7 +14,7 @@ from trtllm_forge.verify.check import VerifyReport, run_checks
 from trtllm_forge.verify.present import verify_summary, verify_table
 
 if TYPE_CHECKING:
-    from trtllm_forge.deploy.state import Deployment
+    from trtllm_forge.deploy.kinds import Deployment
 
 
 def verify_deployment(

@@ -1,0 +1,43 @@
+"""The server kinds (`deploy.server`) as the config knows them: one line each in SERVER_KINDS, the first the default.
+
+Standard library only: the config schema (its `deploy.server` choices and description) and the config rules read
+this below every stage. What a kind does (start, status, stop, render, the deployment it hands to smoke, verify and
+bench) is its module under `deploy/kinds/`, named by `implementation` and loaded by `deploy/kinds/__init__.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServerKindEntry:
+    name: str  # the deploy.server value
+    summary: str  # one line for the config schema's description of deploy.server
+    implementation: str  # "module:attribute" of its ServerKind instance (deploy/kinds/protocol.py)
+    # "module:function" of each rule applied to configs with this deploy.server (function(config) yields
+    # ConfigError); each becomes a named rule in config/checks.py RULES.
+    config_rules: tuple[str, ...] = ()
+
+    @property
+    def rule_names(self) -> tuple[str, ...]:
+        return tuple(reference.partition(":")[2] for reference in self.config_rules)
+
+
+SERVER_KINDS: tuple[ServerKindEntry, ...] = (
+    ServerKindEntry(
+        "triton",
+        "Triton on the rendered model repository (KServe v2 over gRPC and HTTP)",
+        "trtllm_forge.deploy.kinds.triton:KIND",
+    ),
+    ServerKindEntry(
+        "trtllm-serve",
+        "trtllm-serve, OpenAI-compatible, on the llmapi build (engine.target llmapi; on CPU the LLM-API stand-in's server)",
+        "trtllm_forge.deploy.kinds.trtllm_serve:KIND",
+        config_rules=(
+            "trtllm_forge.deploy.kinds.trtllm_serve:trtllm_serve_needs_llmapi",
+            "trtllm_forge.deploy.kinds.trtllm_serve:trtllm_serve_bench_is_openai",
+        ),
+    ),
+)
+DEFAULT_SERVER_KIND = SERVER_KINDS[0].name
