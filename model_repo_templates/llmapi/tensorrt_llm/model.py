@@ -19,6 +19,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -44,7 +45,7 @@ OUTPUT_FIELDS = {
 }
 
 
-def scalar(request, name):
+def scalar(request: Any, name: str) -> Any:
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     if tensor is None:
         return None
@@ -54,12 +55,12 @@ def scalar(request, name):
     return array.item(0)
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 class TritonPythonModel:
-    def initialize(self, args):
+    def initialize(self, args: dict[str, str]) -> None:
         self.model_config = json.loads(args["model_config"])
         params = {k: v.get("string_value", "") for k, v in (self.model_config.get("parameters") or {}).items()}
         path = params.get("llm_config_path") or os.environ.get("LLM_CONFIG_PATH") or str(Path(__file__).with_name("model.yaml"))
@@ -82,7 +83,7 @@ class TritonPythonModel:
         self.cancel_thread.start()
         pb_utils.Logger.log_info(f"llmapi model: LLM({', '.join(sorted(llm_args))}) from {getattr(LLM, '__module__', '?')}")
 
-    def execute(self, requests):
+    def execute(self, requests: list[Any]) -> list[Any] | None:
         if self.decoupled:
             for request in requests:
                 asyncio.run_coroutine_threadsafe(self._serve(request, request.get_response_sender()), self.loop)
@@ -92,8 +93,8 @@ class TritonPythonModel:
             asyncio.run_coroutine_threadsafe(self._serve(request, collector), self.loop)
         return [collector.wait() for collector in collectors]
 
-    def _sampling(self, request) -> dict:
-        kwargs = {}
+    def _sampling(self, request: Any) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {}
         for name in SAMPLING_INPUTS:
             value = scalar(request, f"sampling_param_{name}")
             if value is None:
@@ -105,7 +106,7 @@ class TritonPythonModel:
             kwargs["stop"] = [_text(s) for s in stop.as_numpy().reshape(-1)]
         return kwargs
 
-    def _response(self, request_output, request):
+    def _response(self, request_output: Any, request: Any) -> Any:
         outputs = request_output.outputs
         tensors = [pb_utils.Tensor("text_output", np.asarray([o.text.encode("utf-8") for o in outputs], dtype=np.object_))]
         for flag, name in OUTPUT_FIELDS.items():
@@ -123,7 +124,7 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     @staticmethod
-    def _perf_tensors(metrics) -> list:
+    def _perf_tensors(metrics: Any) -> list[Any]:
         kv, timing, spec = metrics.kv_cache_metrics, metrics.timing_metrics, metrics.speculative_decoding
         ns = lambda t: round(t.total_seconds() * 1e9) if hasattr(t, "total_seconds") else int(t)  # noqa: E731
         values = [
@@ -142,12 +143,12 @@ class TritonPythonModel:
         ]
         return [pb_utils.Tensor(name, np.asarray([value], dtype=dtype)) for name, dtype, value in values]
 
-    def _error(self, message: str):
+    def _error(self, message: str) -> Any:
         return pb_utils.InferenceResponse(
             output_tensors=[pb_utils.Tensor("text_output", np.asarray(["N/A"], dtype=np.object_))], error=pb_utils.TritonError(message)
         )
 
-    def _stop(self, user_id, sender) -> None:
+    def _stop(self, user_id: str, sender: Any) -> None:
         if not user_id:
             sender.send(
                 pb_utils.InferenceResponse(error=pb_utils.TritonError("A request id must be provided for request cancellation")),
@@ -164,7 +165,7 @@ class TritonPythonModel:
             flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
         )
 
-    async def _serve(self, request, sender):
+    async def _serve(self, request: Any, sender: Any) -> None:
         if scalar(request, "stop"):
             self._stop(request.request_id(), sender)
             return
@@ -230,7 +231,7 @@ class TritonPythonModel:
                         except Exception as exc:
                             pb_utils.Logger.log_warn(f"llmapi model: cancelled request already answered: {exc}")
 
-    def finalize(self):
+    def finalize(self) -> None:
         self.running = False
         self.loop.call_soon_threadsafe(self.loop.stop)
         shutdown = getattr(self.llm, "shutdown", None)
@@ -241,16 +242,16 @@ class TritonPythonModel:
 class _Collector:
     """The response sender of a non-decoupled request: execute() waits for its one final response."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.done = threading.Event()
-        self.response = None
+        self.response: Any = None
 
-    def send(self, response=None, flags=0):
+    def send(self, response: Any = None, flags: int = 0) -> None:
         if response is not None:
             self.response = response
         if flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL:
             self.done.set()
 
-    def wait(self):
+    def wait(self) -> Any:
         self.done.wait()
         return self.response or pb_utils.InferenceResponse(error=pb_utils.TritonError("no response"))

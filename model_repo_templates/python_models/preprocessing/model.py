@@ -8,6 +8,7 @@ No chat template is applied: raw text in, raw ids out.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -15,7 +16,7 @@ from request_checks import check_request, triton_error
 from tokenizer_loading import as_bool, load_tokenizer, model_parameters, single_token_id
 
 
-def to_word_list(words_per_item: list[list[bytes]], tokenizer) -> np.ndarray:
+def to_word_list(words_per_item: list[list[bytes]], tokenizer: Any) -> np.ndarray:
     """Strings per batch item -> INT32 [batch, 2, n]: row 0 the concatenated ids, row 1 the end offsets
     (padded with -1)."""
     rows = []
@@ -41,19 +42,19 @@ def to_word_list(words_per_item: list[list[bytes]], tokenizer) -> np.ndarray:
     return out
 
 
-def optional_input(request, name: str):
+def optional_input(request: Any, name: str) -> np.ndarray | None:
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     return None if tensor is None else tensor.as_numpy()
 
 
-def strings_per_item(array, batch: int) -> list[list[bytes]]:
+def strings_per_item(array: np.ndarray | None, batch: int) -> list[list[bytes]]:
     if array is None:
         return [[] for _ in range(batch)]
     return [[w for w in np.asarray(array[i]).reshape(-1)] for i in range(batch)]
 
 
 class TritonPythonModel:
-    def initialize(self, args):
+    def initialize(self, args: dict[str, str]) -> None:
         model_config = json.loads(args["model_config"])
         params = model_parameters(model_config)
         self.tokenizer = load_tokenizer(params)
@@ -66,7 +67,7 @@ class TritonPythonModel:
             self.pad_id = self.end_id
         self.vocab_size = len(self.tokenizer)
 
-    def execute(self, requests):
+    def execute(self, requests: list[Any]) -> list[Any]:
         responses = []
         for request in requests:
             try:
@@ -87,9 +88,12 @@ class TritonPythonModel:
             ids[index, : len(row)] = row
         return ids, lengths
 
-    def _tensors(self, request) -> list:
+    def _tensors(self, request: Any) -> list[Any]:
         check_request(lambda name: optional_input(request, name), "preprocessing", vocab_size=self.vocab_size)
         query = optional_input(request, "QUERY")
+        output_len_input = optional_input(request, "REQUEST_OUTPUT_LEN")
+        # Required inputs in config.pbtxt: Triton refuses a request without them before it gets here.
+        assert query is not None and output_len_input is not None
         batch = query.shape[0]
         input_ids, input_lengths = self._encode([np.asarray(query[i]).reshape(-1)[0] for i in range(batch)])
 
@@ -101,7 +105,7 @@ class TritonPythonModel:
             decoder_ids = np.full((batch, 1), self.pad_id, dtype=np.int32)
             decoder_lengths = np.ones((batch, 1), dtype=np.int32)
 
-        output_len = optional_input(request, "REQUEST_OUTPUT_LEN").astype(np.int32).reshape(batch, -1)
+        output_len = output_len_input.astype(np.int32).reshape(batch, -1)
         bad_words = to_word_list(strings_per_item(optional_input(request, "BAD_WORDS_DICT"), batch), self.tokenizer)
         stop_words = to_word_list(strings_per_item(optional_input(request, "STOP_WORDS_DICT"), batch), self.tokenizer)
         bias = self._embedding_bias(
@@ -133,7 +137,7 @@ class TritonPythonModel:
             pb_utils.Tensor("OUT_PROMPT_TABLE_EXTRA_IDS", extra_ids),
         ]
 
-    def _embedding_bias(self, words_per_item, weights, batch: int) -> np.ndarray:
+    def _embedding_bias(self, words_per_item: list[list[bytes]], weights: np.ndarray | None, batch: int) -> np.ndarray:
         if weights is None or not any(words_per_item):
             return np.zeros((batch, 0), dtype=np.float32)
         bias = np.zeros((batch, self.vocab_size), dtype=np.float32)

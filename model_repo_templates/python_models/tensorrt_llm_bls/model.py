@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Collection, Iterator
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -105,24 +107,24 @@ PASS_THROUGH_OUTPUTS = (
 )
 
 
-def get(request, name: str):
+def get(request: Any, name: str) -> np.ndarray | None:
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     return None if tensor is None else tensor.as_numpy()
 
 
-def first(array, default=None):
+def first(array: np.ndarray | None, default: Any = None) -> Any:
     if array is None:
         return default
     flat = np.asarray(array).reshape(-1)
     return flat[0] if flat.size else default
 
 
-def text_of(value) -> str:
+def text_of(value: object) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 class TritonPythonModel:
-    def initialize(self, args):
+    def initialize(self, args: dict[str, str]) -> None:
         model_config = json.loads(args["model_config"])
         params = model_parameters(model_config)
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(model_config)
@@ -139,9 +141,9 @@ class TritonPythonModel:
         self.output_names = {o["name"] for o in model_config.get("output", [])}
         self.forwarded_outputs = [name for name in PASS_THROUGH_OUTPUTS if name in self.output_names]
         # Finished engine streams whose map entry may still be alive in the stub (module docstring).
-        self.retired_streams: list = []
+        self.retired_streams: list[Any] = []
 
-    def execute(self, requests):
+    def execute(self, requests: list[Any]) -> list[Any] | None:
         # In this thread, one after another (module docstring).
         if not self.decoupled:
             return [self._run_collecting(request) for request in requests]
@@ -151,9 +153,9 @@ class TritonPythonModel:
 
     # --- one request --------------------------------------------------------------------------------
 
-    def _run_collecting(self, request):
+    def _run_collecting(self, request: Any) -> Any:
         """Non-decoupled: one response holding the whole text."""
-        stream: dict = {}
+        stream: dict[str, Any] = {}
         try:
             response = self._collect(request, stream)
         except Exception as exc:
@@ -161,9 +163,9 @@ class TritonPythonModel:
         self._release_engine_stream(request, stream)
         return response
 
-    def _run_streaming(self, request):
+    def _run_streaming(self, request: Any) -> None:
         sender = request.get_response_sender()
-        stream: dict = {}
+        stream: dict[str, Any] = {}
         last = None
         try:
             if bool(first(get(request, "stream"), False)):
@@ -181,14 +183,14 @@ class TritonPythonModel:
         else:
             sender.send(last, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
-    def _collect(self, request, stream: dict):
+    def _collect(self, request: Any, stream: dict[str, Any]) -> Any:
         pieces, last = [], {}
         for text, tensors in self._generate(request, False, stream):
             pieces.append(text)
             last = tensors
         return self._response("".join(pieces), last)
 
-    def _release_engine_stream(self, request, stream: dict) -> None:
+    def _release_engine_stream(self, request: Any, stream: dict[str, Any]) -> None:
         """Consume the engine stream to its end, then drop it only once the stub's map has let go of it
         (module docstring): `is_cancelled()` returns after the stub-to-parent thread handled every message
         queued before it, the stream's cleanup included."""
@@ -210,7 +212,7 @@ class TritonPythonModel:
         except Exception as exc:
             pb_utils.Logger.log_warn(f"tensorrt_llm_bls: is_cancelled failed, engine streams kept: {exc}")
 
-    def _response(self, text: str, tensors: dict):
+    def _response(self, text: str, tensors: dict[str, np.ndarray]) -> Any:
         # 1-D, one string per request, like NVIDIA's BLS (its text_output is the postprocessing OUTPUT).
         outputs = [pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=object))]
         for name, value in tensors.items():
@@ -218,7 +220,7 @@ class TritonPythonModel:
                 outputs.append(pb_utils.Tensor(name, value))
         return pb_utils.InferenceResponse(output_tensors=outputs)
 
-    def _generate(self, request, streaming: bool, stream: dict):
+    def _generate(self, request: Any, streaming: bool, stream: dict[str, Any]) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
         """Yield (new text, engine outputs to forward) until the engine is done or a stop word is seen."""
         text_input = get(request, "text_input")
         max_tokens = get(request, "max_tokens")
@@ -239,6 +241,7 @@ class TritonPythonModel:
 
         num_draft = self._num_draft_tokens(request)
         pre = self._preprocess(request)
+        steps: Iterator[tuple[list[int] | None, dict[str, np.ndarray]]]  # new ids (None: outputs only), outputs to forward
         if num_draft:
             steps = self._draft_target_steps(request, pre, num_draft, stream)
         else:
@@ -269,7 +272,7 @@ class TritonPythonModel:
             yield tail, {}
 
     @staticmethod
-    def _stop_position(text: str, stop_words: list[str], searched_until: int):
+    def _stop_position(text: str, stop_words: list[str], searched_until: int) -> int | None:
         """End of the first stop word in `text` that ends after `searched_until`, or None."""
         best = None
         for word in stop_words:
@@ -280,7 +283,7 @@ class TritonPythonModel:
         return best
 
     @staticmethod
-    def _cancel(stream: dict) -> None:
+    def _cancel(stream: dict[str, Any]) -> None:
         iterator = stream.get("iterator")
         if iterator is not None and hasattr(iterator, "cancel"):
             with contextlib.suppress(Exception):
@@ -288,7 +291,7 @@ class TritonPythonModel:
 
     # --- calls to the other models -------------------------------------------------------------------
 
-    def _preprocess(self, request) -> dict:
+    def _preprocess(self, request: Any) -> dict[str, np.ndarray]:
         inputs = [
             pb_utils.Tensor("QUERY", np.asarray(get(request, "text_input"), dtype=object).reshape(1, 1)),
             pb_utils.Tensor("REQUEST_OUTPUT_LEN", np.asarray(get(request, "max_tokens"), dtype=np.int32).reshape(1, 1)),
@@ -323,12 +326,20 @@ class TritonPythonModel:
             reraise(pb_utils, response.error(), self.preprocessing_model)
         return {t.name(): t.as_numpy() for t in response.output_tensors()}
 
-    def _engine_request(self, request, pre: dict, streaming: bool):
+    def _engine_request(self, request: Any, pre: dict[str, np.ndarray], streaming: bool) -> Any:
         return pb_utils.InferenceRequest(
             model_name=self.engine_model, inputs=self._engine_tensors(request, pre, streaming), requested_output_names=[]
         )
 
-    def _engine_tensors(self, request, pre: dict, streaming: bool, input_ids=None, output_len=None, skip=()):
+    def _engine_tensors(
+        self,
+        request: Any,
+        pre: dict[str, np.ndarray],
+        streaming: bool,
+        input_ids: np.ndarray | None = None,
+        output_len: int | None = None,
+        skip: Collection[str] = (),
+    ) -> list[Any]:
         """The engine model's inputs for this request: the prompt (or `input_ids`) and the request's own inputs,
         except those named in `skip`."""
         if input_ids is None:
@@ -361,7 +372,7 @@ class TritonPythonModel:
                 tensors.append(pb_utils.Tensor(target, value.reshape(1, 1) if source in SCALAR_INPUTS else value))
         return tensors
 
-    def _engine_steps(self, engine_request, stream: dict):
+    def _engine_steps(self, engine_request: Any, stream: dict[str, Any]) -> Iterator[tuple[list[int] | None, dict[str, np.ndarray]]]:
         """(new token ids or None, engine outputs to forward) for each engine response."""
         for response in self._engine_responses(engine_request, stream):
             if response.has_error():
@@ -372,12 +383,12 @@ class TritonPythonModel:
             yield self._new_ids(outputs), forwarded
 
     @staticmethod
-    def _prompt_ids(pre: dict):
+    def _prompt_ids(pre: dict[str, np.ndarray]) -> np.ndarray:
         """The prompt's token ids from the preprocessing outputs (INPUT_ID is padded to the batch's longest)."""
         return pre["INPUT_ID"].reshape(-1)[: int(pre["REQUEST_INPUT_LEN"].reshape(-1)[0])]
 
     @staticmethod
-    def _new_ids(outputs: dict):
+    def _new_ids(outputs: dict[str, Any]) -> list[int] | None:
         """The generated ids of a response (the engine is asked to leave the input out), or None without output_ids."""
         output_ids = outputs.get("output_ids")
         if output_ids is None:
@@ -390,7 +401,7 @@ class TritonPythonModel:
 
     # --- draft-target speculative decoding -----------------------------------------------------------
 
-    def _num_draft_tokens(self, request) -> int:
+    def _num_draft_tokens(self, request: Any) -> int:
         """Tokens to draft per step: the request's num_draft_tokens, else default_num_draft_tokens (0: no drafting)."""
         value = get(request, "num_draft_tokens")
         wanted = self.default_draft_tokens if value is None or np.asarray(value).size == 0 else int(first(value))
@@ -407,7 +418,9 @@ class TritonPythonModel:
             raise InvalidInput("beam_width/num_return_sequences: draft-target decoding returns one greedy or sampled sequence")
         return wanted
 
-    def _draft_target_steps(self, request, pre: dict, num_draft: int, stream: dict):
+    def _draft_target_steps(
+        self, request: Any, pre: dict[str, np.ndarray], num_draft: int, stream: dict[str, Any]
+    ) -> Iterator[tuple[list[int], dict[str, np.ndarray]]]:
         """NVIDIA's draft-target loop (tensorrt_llm_bls/1/lib/decode.py `_spec_generate`): the draft model proposes
         up to `num_draft` tokens after the sequence so far, the target model checks them in one step and returns the
         ones it accepts plus one of its own; repeat until max_tokens, the end token or no new token. Each step is a
@@ -445,7 +458,9 @@ class TritonPythonModel:
             if len(drafted) and new_ids == drafted.tolist():
                 return  # every draft token and no token of its own: the target stopped at the end token
 
-    def _draft(self, request, pre: dict, sequence, wanted: int, use_logits: bool, skip):
+    def _draft(
+        self, request: Any, pre: dict[str, np.ndarray], sequence: np.ndarray, wanted: int, use_logits: bool, skip: Collection[str]
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """`wanted` tokens from the draft model after `sequence` (min_tokens keeps it from ending early, as in
         NVIDIA's loop), and their logits when the target should accept by logits."""
         tensors = self._engine_tensors(request, pre, False, sequence, wanted, skip=skip)
@@ -464,18 +479,18 @@ class TritonPythonModel:
             logits = values.reshape(-1, values.shape[-2], values.shape[-1])[0]
         return drafted, logits
 
-    def _use_draft_logits(self, request) -> bool:
+    def _use_draft_logits(self, request: Any) -> bool:
         value = get(request, "use_draft_logits")
         return self.default_draft_logits if value is None or np.asarray(value).size == 0 else bool(first(value))
 
-    def _retire_engine_stream(self, stream: dict) -> None:
+    def _retire_engine_stream(self, stream: dict[str, Any]) -> None:
         """A finished step's engine stream joins the ones kept until the stub has let go of them (module docstring)."""
         iterator = stream.pop("iterator", None)
         stream.pop("finished", None)
         if iterator is not None:
             self.retired_streams.append(iterator)
 
-    def _engine_responses(self, engine_request, stream: dict):
+    def _engine_responses(self, engine_request: Any, stream: dict[str, Any]) -> Iterator[Any]:
         """The engine's responses; a decoupled stream's iterator is left in `stream` for _release_engine_stream."""
         if self.engine_decoupled:
             stream["iterator"] = engine_request.exec(decoupled=True)

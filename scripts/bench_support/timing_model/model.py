@@ -14,16 +14,19 @@ Triton. On Linux this is the same CLOCK_MONOTONIC the client's time.perf_counter
 client can compare its receive stamp with the true send time.
 """
 
+from __future__ import annotations
+
 import heapq
 import json
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
-def _optional(request, name, default):
+def _optional(request: Any, name: str, default: int) -> Any:
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     if tensor is None:
         return default
@@ -46,7 +49,9 @@ class _Stream:
         "total",
     )
 
-    def __init__(self, sender, total, first_ns, gap_ns, stream, count_tokens, batched, tokens):
+    def __init__(
+        self, sender: Any, total: int, first_ns: int, gap_ns: int, stream: bool, count_tokens: bool, batched: bool, tokens: bool
+    ) -> None:
         self.sender = sender
         self.total = total
         self.sent = 0
@@ -62,21 +67,21 @@ class _Stream:
 
 
 class TritonPythonModel:
-    def initialize(self, args):
+    def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         self.default_ttft_ms = float(params.get("ttft_ms", "20"))
         self.default_gap_ms = float(params.get("gap_ms", "10"))
         self.batched = int(config.get("max_batch_size", 0)) > 0
         self.tokens = params.get("contract", "text") == "tokens"
-        self.heap = []
+        self.heap: list[tuple[int, int, _Stream]] = []  # (due time ns, arrival order, stream)
         self.seq = 0
         self.cond = threading.Condition()
         self.running = True
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
 
-    def execute(self, requests):
+    def execute(self, requests: list[Any]) -> None:
         now = time.monotonic_ns()
         for request in requests:
             params = json.loads(request.parameters() or "{}")
@@ -108,7 +113,7 @@ class TritonPythonModel:
                 self.cond.notify()
         return None
 
-    def _response(self, state, n_tokens):
+    def _response(self, state: _Stream, n_tokens: int) -> Any:
         shape = (1, 1) if state.batched else (1,)
         if state.tokens:
             ids = np.full((1, 1, n_tokens) if state.batched else (1, n_tokens), 7, dtype=np.int32)
@@ -135,7 +140,7 @@ class TritonPythonModel:
         outputs.append(pb_utils.Tensor("send_time_ns", np.array([time.monotonic_ns()], dtype=np.int64).reshape(shape)))
         return pb_utils.InferenceResponse(output_tensors=outputs)
 
-    def _emit(self, state):
+    def _emit(self, state: _Stream) -> int | None:
         """Send what is due for `state`; return the next due time, or None when the request is done."""
         if state.total == 0:
             state.sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -151,7 +156,7 @@ class TritonPythonModel:
             return None
         return state.first_ns + state.sent * state.gap_ns
 
-    def _loop(self):
+    def _loop(self) -> None:
         while True:
             with self.cond:
                 while self.running and not self.heap:
@@ -173,7 +178,7 @@ class TritonPythonModel:
                 with self.cond:
                     heapq.heappush(self.heap, (next_due, seq, state))
 
-    def finalize(self):
+    def finalize(self) -> None:
         with self.cond:
             self.running = False
             self.cond.notify()
