@@ -159,6 +159,11 @@ def served_token_ids(target: Any, model: str, prompt_ids: list[int], max_tokens:
     return _flatten_ids(result.responses)
 
 
+def answer_ids(ids: list[int], end_id: int) -> list[int]:
+    """The tokens compared: an answer without its end id (transformers' closing EOS, an engine's end padding)."""
+    return [t for t in ids if t != end_id]
+
+
 def is_quantized(config: ForgeConfig) -> bool:
     return config.quantization.algorithm != "none" or config.quantization.kv_cache != "none"
 
@@ -234,7 +239,7 @@ def run_checks(config: ForgeConfig, deployment: Any, checkpoint_dir: Path, engin
     checks = []
     for prompt in config.verify.prompts:
         answer = reference.greedy(prompt, max_tokens)
-        ref_ids_cmp = [t for t in answer.output_ids if t != end_id]
+        ref_ids_cmp = answer_ids(answer.output_ids, end_id)
         if is_llmapi(config):
             # NVIDIA's llmapi model returns text only: the served tokens are its text tokenized again.
             from trtllm_forge.llmapi_requests import llmapi_generate
@@ -244,7 +249,7 @@ def run_checks(config: ForgeConfig, deployment: Any, checkpoint_dir: Path, engin
             got_ids_cmp = list(reference.tokenizer.encode(text.text, add_special_tokens=False))
         else:
             got_ids = served_token_ids(deployment, names.tensorrt_llm, answer.prompt_ids, max_tokens, end_id, pad_id)
-            got_ids_cmp = [t for t in got_ids if t != end_id]
+            got_ids_cmp = answer_ids(got_ids, end_id)
             text = generate(deployment, prompt, max_tokens, model=entry, stream=False, end_id=end_id, pad_id=pad_id)
             streamed = generate(deployment, prompt, max_tokens, model=entry, stream=True, end_id=end_id, pad_id=pad_id)
         checks.append(
