@@ -14,8 +14,8 @@ fp32 and int4 builds, made once for both (`shared_across_workers`).
 - `cpu_engine_server`: the CPU `tensorrt_llm` engine model alone (minimal repository) on that build.
 - `tiny_triton`: a Triton on tiny python models (`echo`, `words`), no engine.
 - `timing_triton`: a Triton on the bench's timing model (known TTFT and token gap), for the bench tests.
-- `reference_model` / `transformers_greedy`, `smollm2_gguf_tokenizer`: the transformers reference model (loaded once)
-  and the GGUF's tokenizer.
+- `reference_model` / `transformers_greedy` / `reference_perplexity`, `smollm2_gguf_tokenizer`: the transformers
+  reference model (loaded once), its greedy answers and perplexity on the shipped text, and the GGUF's tokenizer.
 - `triton_launcher`: start a server of your own (stopped at session end) when a test kills a stub, stops the
   server or needs other settings; `triton_for_test` / `triton_for_module` for a server of one test or module (stopped
   when it ends: a CPU engine server holds ~1.7 GB).
@@ -538,6 +538,12 @@ def reference_model(smollm2_checkpoint):
     from trtllm_forge.verify.reference import ReferenceModel
 
     return ReferenceModel(smollm2_checkpoint)
+
+
+@pytest.fixture(scope="session")
+def reference_perplexity(reference_model):
+    """`reference_model`'s perplexity on the shipped text (what verify holds a quantized engine's against)."""
+    return reference_model.perplexity()
 
 
 @pytest.fixture(scope="session")

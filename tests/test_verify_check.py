@@ -114,11 +114,6 @@ def test_a_quantized_engine_that_was_never_built_is_not_checked():
 
 
 @pytest.fixture(scope="module")
-def reference_perplexity(reference_model) -> Perplexity:
-    return reference_model.perplexity()
-
-
-@pytest.fixture(scope="module")
 def int4_check(ort_engine_int4, reference_perplexity) -> PerplexityCheck:
     engine_dir = ort_engine_int4[1].engine_dir
     assert engine_dir is not None

@@ -120,8 +120,8 @@ def test_ignore_eos_runs_past_the_reference_end_and_fails_an_exact_verify(refere
 
 
 @pytest.mark.slow
-def test_perplexity_on_the_shipped_text_is_plausible(reference):
-    result = reference.perplexity()
+def test_perplexity_on_the_shipped_text_is_plausible(reference, reference_perplexity):
+    result = reference_perplexity
     assert result.text_source.endswith("perplexity_en.txt")
     assert math.isfinite(result.perplexity)
     assert 5 < result.perplexity < 60  # 135M instruct model on plain English: about 22

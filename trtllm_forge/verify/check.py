@@ -113,7 +113,7 @@ class VerifyReport:
 
     @property
     def agreement_only(self) -> bool:
-        """A quantized engine that passed on token agreement without its perplexity checked."""
+        """A quantized engine whose perplexity verify could not check: judged on token agreement alone."""
         return self.quantized and self.perplexity.status is PerplexityStatus.NOT_CHECKED
 
     def to_json(self) -> dict[str, Any]:
