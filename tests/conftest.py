@@ -3,9 +3,10 @@
 The suite must stay fast on 2 cores, so what is expensive exists once per session; new tests should use these
 instead of making their own (each is read-only for its users; copy it to change it). `make test` runs the suite in two
 pytest-xdist workers, a file per worker at a time: session fixtures exist once per worker, except the import and the
-fp32 build, made once for both (`shared_across_workers`).
+fp32 and int4 builds, made once for both (`shared_across_workers`).
 
 - `imported_smollm2` / `smollm2_checkpoint`: the one import of the built-in SmolLM2 (through the real CLI).
+- `ort_engine_int4`: the one quantized engine, an int4 ONNX Runtime GenAI build (`onnxruntime_int4_config()`).
 - `cpu_engine_fp32`: the one fp32 OpenVINO build of that checkpoint (configs/smollm2-cpu.yaml's build);
   `cpu_engine_llmapi`: configs/smollm2-cpu-llmapi.yaml's (it reuses that export). A test of `run` links the
   import and the build into its own workdir (`chain_helpers.link_stages`): `run` finds both up to date and skips them.
@@ -13,8 +14,8 @@ fp32 build, made once for both (`shared_across_workers`).
 - `cpu_engine_server`: the CPU `tensorrt_llm` engine model alone (minimal repository) on that build.
 - `tiny_triton`: a Triton on tiny python models (`echo`, `words`), no engine.
 - `timing_triton`: a Triton on the bench's timing model (known TTFT and token gap), for the bench tests.
-- `reference_model` / `transformers_greedy`, `smollm2_gguf_tokenizer`: the transformers reference model (loaded once)
-  and the GGUF's tokenizer.
+- `reference_model` / `transformers_greedy` / `reference_perplexity`, `smollm2_gguf_tokenizer`: the transformers
+  reference model (loaded once), its greedy answers and perplexity on the shipped text, and the GGUF's tokenizer.
 - `triton_launcher`: start a server of your own (stopped at session end) when a test kills a stub, stops the
   server or needs other settings; `triton_for_test` / `triton_for_module` for a server of one test or module (stopped
   when it ends: a CPU engine server holds ~1.7 GB).
@@ -483,6 +484,25 @@ def cpu_engine_llmapi(smollm2_checkpoint, cpu_engine_fp32, tmp_path_factory):
     return workdir, build_engine(load_config(CONFIGS / "smollm2-cpu-llmapi.yaml"), workdir, smollm2_checkpoint)
 
 
+def onnxruntime_int4_config():
+    """configs/smollm2-cpu-onnxruntime.yaml quantized to int4 (int4_wo, blocks of 32 weights)."""
+    from trtllm_forge.config import ForgeConfig, load_config
+
+    data = load_config(CONFIGS / "smollm2-cpu-onnxruntime.yaml").model_dump(mode="json")
+    data["quantization"].update({"algorithm": "int4_wo", "group_size": 32})
+    return ForgeConfig.model_validate({**data, "config_dir": str(CONFIGS)})
+
+
+@pytest.fixture(scope="session")
+def ort_engine_int4(smollm2_checkpoint, tmp_path_factory):
+    """(workdir, BuildResult) of `onnxruntime_int4_config()`'s build: the suite's one quantized engine (the smallest
+    and quickest to build, ~15-25 s here), for the int4 export test and verify's perplexity. One for all workers."""
+    from trtllm_forge.builders.onnxruntime import build_engine
+
+    with shared_across_workers(tmp_path_factory, "build-ort-int4") as workdir:
+        return workdir, build_engine(onnxruntime_int4_config(), workdir, smollm2_checkpoint)
+
+
 @pytest.fixture(scope="session")
 def cpu_engine_server(cpu_engine_fp32, triton_launcher, tmp_path_factory):
     """A real Triton server running the CPU `tensorrt_llm` model on the fp32 engine."""
@@ -518,6 +538,12 @@ def reference_model(smollm2_checkpoint):
     from trtllm_forge.verify.reference import ReferenceModel
 
     return ReferenceModel(smollm2_checkpoint)
+
+
+@pytest.fixture(scope="session")
+def reference_perplexity(reference_model):
+    """`reference_model`'s perplexity on the shipped text (what verify holds a quantized engine's against)."""
+    return reference_model.perplexity()
 
 
 @pytest.fixture(scope="session")

@@ -117,20 +117,13 @@ def test_sampling_runs_and_stays_in_the_vocabulary(served):
     assert 1 <= len(tokens) <= 12 and all(0 <= t < 49152 for t in tokens)
 
 
-def test_int4_export_loads_and_generates_sensible_tokens(served, tmp_path):
+def test_int4_export_loads_and_generates_sensible_tokens(served, ort_engine_int4):
     """builder output exists, is much smaller than fp32, loads in the adapter and continues the prompt sensibly."""
     from transformers import AutoTokenizer
-    from trtllm_forge.builders.onnxruntime.builder import build_engine
-
-    from trtllm_forge.config import ForgeConfig, load_config
 
     workdir = served[0]
-    data = load_config(CONFIG).model_dump(mode="json")
-    data["quantization"].update({"algorithm": "int4_wo", "group_size": 32})
-    config = ForgeConfig.model_validate({**data, "config_dir": str(CONFIGS)})
     checkpoint = workdir / "import" / "checkpoint"
-    result = build_engine(config, tmp_path / "int4", checkpoint)
-    engine_dir = result.engine_dir
+    engine_dir = ort_engine_int4[1].engine_dir  # the session's int4 build of this config
     assert engine_dir is not None
     fp32_size = (workdir / "build" / "engine" / "model.onnx.data").stat().st_size
     assert (engine_dir / "model.onnx.data").stat().st_size < fp32_size / 4

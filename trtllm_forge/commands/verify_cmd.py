@@ -18,8 +18,10 @@ from trtllm_forge.ui import emit_json
 def verify(config_file: Path, workdir: Path | None, as_json: bool) -> None:
     """Send the config's verify prompts (greedy) through the running deployment and compare with transformers.
 
-    Unquantized engines must match token for token; quantized ones are held to verify.min_token_agreement and
-    verify.max_perplexity_increase. Writes <workdir>/verify/report.json; exits 1 when a check fails.
+    Unquantized engines must match token for token (an answer that runs past transformers' end is a mismatch);
+    quantized ones are held to verify.min_token_agreement and, where verify can load the engine (OpenVINO, ONNX
+    Runtime), verify.max_perplexity_increase; where it cannot (TensorRT-LLM), the report says the perplexity was
+    not checked. Writes <workdir>/verify/report.json; exits 1 when a check fails.
     """
     from trtllm_forge.verify.stage import verify_deployment
 

@@ -4,13 +4,18 @@ For every prompt, three answers are collected from the running server:
 - token ids straight from the engine model (`tensorrt_llm`), greedy: compared token by token with the reference;
 - the ensemble's text, not streamed: must equal the reference text when the tokens agree;
 - the ensemble's text, streamed: the pieces joined must equal the non-streamed text.
+An answer that stops early or runs on past transformers' end of sequence is a mismatch like a different token.
 Quantized engines may differ from the reference; for them the perplexity of the engine itself on a local text
-is compared with the reference model's, against `verify.max_perplexity_increase`.
+is compared with the reference model's, against `verify.max_perplexity_increase`, wherever verify can load the
+engine (`engine_scorers.engine_scorer`: the scorer the engine's descriptor names). Where it cannot, the report says the perplexity was not checked and why,
+and the quantized engine passes on token agreement alone unless `verify.require_perplexity` is set.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +23,7 @@ import numpy as np
 
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.entrypoint import entry_model, is_llmapi
+from trtllm_forge.verify.engine_scorers import Unscorable, engine_scorer
 from trtllm_forge.verify.reference import Agreement, Perplexity, compare_tokens, mean_agreement
 from trtllm_forge.verify.reference_cache import CachedReference
 
@@ -38,11 +44,56 @@ class PromptCheck:
     def stream_matches(self) -> bool:
         return self.streamed_text == self.served_text
 
-    def to_json(self) -> dict:
+    @property
+    def runs_past_end(self) -> bool:
+        """The served answer holds all of transformers' and goes on after transformers' end of sequence."""
+        return len(self.served_ids) > len(self.reference_ids) and self.served_ids[: len(self.reference_ids)] == self.reference_ids
+
+    def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["agreement"] = self.agreement.to_json()
         data["stream_matches"] = self.stream_matches
+        data["runs_past_end"] = self.runs_past_end
         return data
+
+
+class PerplexityStatus(StrEnum):
+    CHECKED = "checked"  # the engine's perplexity was measured and compared with the reference's
+    NOT_CHECKED = "not_checked"  # a quantized engine verify cannot score (reason says why)
+    NOT_NEEDED = "not_needed"  # an unquantized engine: held to exact token agreement instead
+
+
+@dataclass(frozen=True)
+class PerplexityCheck:
+    status: PerplexityStatus
+    reason: str | None = None
+    reference: Perplexity | None = None
+    engine: Perplexity | None = None
+    max_increase: float | None = None
+
+    @property
+    def increase(self) -> float | None:
+        """Relative rise of the engine's perplexity over the reference's (0.05 = 5% higher)."""
+        if self.reference is None or self.engine is None:
+            return None
+        return self.engine.perplexity / self.reference.perplexity - 1.0
+
+    @property
+    def within_limit(self) -> bool | None:
+        increase = self.increase
+        if increase is None or self.max_increase is None:
+            return None
+        return increase <= self.max_increase
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": str(self.status),
+            "reason": self.reason,
+            "reference": self.reference.to_json() if self.reference else None,
+            "engine": self.engine.to_json() if self.engine else None,
+            "increase": self.increase,
+            "max_increase": self.max_increase,
+        }
 
 
 @dataclass
@@ -51,37 +102,30 @@ class VerifyReport:
     agreement: Agreement
     min_token_agreement: float
     quantized: bool
-    reference_perplexity: Perplexity | None = None
-    engine_perplexity: Perplexity | None = None
-    max_perplexity_increase: float | None = None
+    perplexity: PerplexityCheck
     problems: list[str] = field(default_factory=list)
     reference_source: str = "transformers"  # or "cache": every reference answer came from an earlier run's
     reference_cache: str | None = None
 
     @property
-    def perplexity_increase(self) -> float | None:
-        if not (self.reference_perplexity and self.engine_perplexity):
-            return None
-        return self.engine_perplexity.perplexity / self.reference_perplexity.perplexity - 1.0
-
-    @property
     def passed(self) -> bool:
         return not self.problems
 
-    def to_json(self) -> dict:
+    @property
+    def agreement_only(self) -> bool:
+        """A quantized engine whose perplexity verify could not check: judged on token agreement alone."""
+        return self.quantized and self.perplexity.status is PerplexityStatus.NOT_CHECKED
+
+    def to_json(self) -> dict[str, Any]:
         return {
             "passed": self.passed,
             "problems": self.problems,
             "quantized": self.quantized,
+            "agreement_only": self.agreement_only,
             "min_token_agreement": self.min_token_agreement,
             "reference": {"source": self.reference_source, "cache": self.reference_cache},
             "agreement": self.agreement.to_json(),
-            "perplexity": {
-                "reference": self.reference_perplexity.to_json() if self.reference_perplexity else None,
-                "engine": self.engine_perplexity.to_json() if self.engine_perplexity else None,
-                "increase": self.perplexity_increase,
-                "max_increase": self.max_perplexity_increase,
-            },
+            "perplexity": self.perplexity.to_json(),
             "prompts": [c.to_json() for c in self.checks],
         }
 
@@ -115,17 +159,69 @@ def served_token_ids(target: Any, model: str, prompt_ids: list[int], max_tokens:
     return _flatten_ids(result.responses)
 
 
+def answer_ids(ids: list[int], end_id: int) -> list[int]:
+    """The tokens compared: an answer without its end id (transformers' closing EOS, an engine's end padding)."""
+    return [t for t in ids if t != end_id]
+
+
 def is_quantized(config: ForgeConfig) -> bool:
     return config.quantization.algorithm != "none" or config.quantization.kv_cache != "none"
 
 
-def engine_perplexity(config: ForgeConfig, engine_dir: Path, text: str | None = None) -> Perplexity | None:
-    """Perplexity of the built engine itself; only the OpenVINO engine can be loaded on this machine."""
-    if config.engine.backend != "openvino":
-        return None
-    from trtllm_forge.verify.openvino_engine import OpenVINOEngineModel
+def check_perplexity(config: ForgeConfig, engine_dir: Path | None, reference: Callable[[], Perplexity]) -> PerplexityCheck:
+    """The quantized engine's perplexity against the reference model's (`reference()`, asked only when the engine
+    is scored), where verify can load the engine."""
+    if not is_quantized(config):
+        return PerplexityCheck(PerplexityStatus.NOT_NEEDED, "unquantized: held to exact token agreement")
+    scorer = engine_scorer(config.engine.backend)
+    if isinstance(scorer, Unscorable):
+        return PerplexityCheck(PerplexityStatus.NOT_CHECKED, scorer.reason)
+    if engine_dir is None:
+        return PerplexityCheck(
+            PerplexityStatus.NOT_CHECKED, "no built engine in the workdir to load (run `trtllm-forge build-engine CONFIG`)"
+        )
+    return PerplexityCheck(
+        PerplexityStatus.CHECKED,
+        reference=reference(),
+        engine=scorer(config, engine_dir),
+        max_increase=config.verify.max_perplexity_increase,
+    )
 
-    return OpenVINOEngineModel(engine_dir, config.engine.cpu_inference_precision).perplexity(text)
+
+def perplexity_problems(check: PerplexityCheck, required: bool) -> list[str]:
+    """What fails verify in a perplexity check; `required` is verify.require_perplexity."""
+    if check.status is PerplexityStatus.NOT_CHECKED:
+        return [f"perplexity not checked ({check.reason}) and verify.require_perplexity is true"] if required else []
+    increase = check.increase
+    if check.within_limit is False and increase is not None and check.max_increase is not None:
+        return [f"perplexity rose {increase:.1%} over the unquantized model (verify.max_perplexity_increase {check.max_increase:.1%})"]
+    return []
+
+
+def build_report(config: ForgeConfig, checks: list[PromptCheck], perplexity: PerplexityCheck) -> VerifyReport:
+    """The verdict on the prompts' answers and the perplexity check, against the config's thresholds."""
+    threshold = config.verify.min_token_agreement
+    if threshold is None:
+        threshold = QUANTIZED_DEFAULT_AGREEMENT if is_quantized(config) else 1.0
+    report = VerifyReport(
+        checks=checks,
+        agreement=mean_agreement([(c.reference_ids, c.served_ids) for c in checks]),
+        min_token_agreement=threshold,
+        quantized=is_quantized(config),
+        perplexity=perplexity,
+    )
+    if report.agreement.prefix < threshold:
+        report.problems.append(f"token agreement {report.agreement.prefix:.1%} is below verify.min_token_agreement {threshold:.1%}")
+    for check in checks:
+        if not check.stream_matches:
+            report.problems.append(f"streamed text differs from the non-streamed text for {check.prompt!r}")
+        if check.runs_past_end and threshold >= 1.0:  # named for an exact engine; a quantized one may well go on
+            surplus = len(check.served_ids) - len(check.reference_ids)
+            report.problems.append(f"the answer to {check.prompt!r} runs {surplus} tokens past transformers' end of sequence")
+        if check.agreement.identical and check.served_text.strip() != check.reference_text.strip():
+            report.problems.append(f"served text differs from transformers' text for {check.prompt!r} although the tokens agree")
+    report.problems.extend(perplexity_problems(perplexity, config.verify.require_perplexity))
+    return report
 
 
 def run_checks(config: ForgeConfig, deployment: Any, checkpoint_dir: Path, engine_dir: Path | None) -> VerifyReport:
@@ -143,7 +239,7 @@ def run_checks(config: ForgeConfig, deployment: Any, checkpoint_dir: Path, engin
     checks = []
     for prompt in config.verify.prompts:
         answer = reference.greedy(prompt, max_tokens)
-        ref_ids_cmp = [t for t in answer.output_ids if t != end_id]
+        ref_ids_cmp = answer_ids(answer.output_ids, end_id)
         if is_llmapi(config):
             # NVIDIA's llmapi model returns text only: the served tokens are its text tokenized again.
             from trtllm_forge.llmapi_requests import llmapi_generate
@@ -153,7 +249,7 @@ def run_checks(config: ForgeConfig, deployment: Any, checkpoint_dir: Path, engin
             got_ids_cmp = list(reference.tokenizer.encode(text.text, add_special_tokens=False))
         else:
             got_ids = served_token_ids(deployment, names.tensorrt_llm, answer.prompt_ids, max_tokens, end_id, pad_id)
-            got_ids_cmp = [t for t in got_ids if t != end_id]
+            got_ids_cmp = answer_ids(got_ids, end_id)
             text = generate(deployment, prompt, max_tokens, model=entry, stream=False, end_id=end_id, pad_id=pad_id)
             streamed = generate(deployment, prompt, max_tokens, model=entry, stream=True, end_id=end_id, pad_id=pad_id)
         checks.append(
@@ -168,34 +264,7 @@ def run_checks(config: ForgeConfig, deployment: Any, checkpoint_dir: Path, engin
             )
         )
 
-    quantized = is_quantized(config)
-    threshold = config.verify.min_token_agreement
-    if threshold is None:
-        threshold = QUANTIZED_DEFAULT_AGREEMENT if quantized else 1.0
-    report = VerifyReport(
-        checks=checks,
-        agreement=mean_agreement([(c.reference_ids, c.served_ids) for c in checks]),
-        min_token_agreement=threshold,
-        quantized=quantized,
-        reference_cache=str(reference.path) if reference.path else None,
-    )
-    if report.agreement.prefix < threshold:
-        report.problems.append(f"token agreement {report.agreement.prefix:.1%} is below verify.min_token_agreement {threshold:.1%}")
-    for check in checks:
-        if not check.stream_matches:
-            report.problems.append(f"streamed text differs from the non-streamed text for {check.prompt!r}")
-        if check.agreement.identical and check.served_text.strip() != check.reference_text.strip():
-            report.problems.append(f"served text differs from transformers' text for {check.prompt!r} although the tokens agree")
-    if quantized and engine_dir is not None:
-        report.engine_perplexity = engine_perplexity(config, engine_dir)
-        if report.engine_perplexity is not None:
-            report.reference_perplexity = reference.perplexity()
-            report.max_perplexity_increase = config.verify.max_perplexity_increase
-            increase = report.perplexity_increase
-            if increase is not None and increase > config.verify.max_perplexity_increase:
-                report.problems.append(
-                    f"perplexity rose {increase:.1%} over the unquantized model "
-                    f"(verify.max_perplexity_increase {config.verify.max_perplexity_increase:.1%})"
-                )
+    report = build_report(config, checks, check_perplexity(config, engine_dir, reference.perplexity))
+    report.reference_cache = str(reference.path) if reference.path else None
     report.reference_source = reference.source
     return report

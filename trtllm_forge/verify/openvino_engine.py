@@ -11,7 +11,7 @@ from trtllm_forge.verify.reference import ReferenceModel
 class OpenVINOEngineModel(ReferenceModel):
     """Same interface as ReferenceModel (encode, perplexity), backed by the engine directory's IR."""
 
-    def __init__(self, engine_dir: Path, inference_precision: str = "f32"):
+    def __init__(self, engine_dir: Path, inference_precision: str = "f32") -> None:
         from optimum.intel import OVModelForCausalLM
         from transformers import AutoConfig, AutoTokenizer
 

@@ -5,9 +5,10 @@ Prompts are tokenized the way the served preprocessing does it (`AutoTokenizer`,
 serving side can be compared token for token with `compare_tokens`.
 
 Agreement between a reference sequence `ref` and a served sequence `got` is reported two ways:
-- prefix agreement (`token_agreement`): the share of `ref` matched before the first position where the
-  two differ. Greedy decoding feeds each token back, so after one divergence the rest is a different
-  continuation; this is the strict measure and the one thresholds apply to.
+- prefix agreement (`token_agreement`): the share matched before the first position where the two differ,
+  over the longer of the two sequences: an answer that stops early and one that runs on past the reference's
+  end of sequence both fall short of 1.0. Greedy decoding feeds each token back, so after one divergence the
+  rest is a different continuation; this is the strict measure and the one thresholds apply to.
 - positionwise agreement: the share of positions holding the same token, over the longer of the two
   sequences (a missing or surplus token counts as a mismatch). It shows how far apart two continuations
   are after they diverge, e.g. a quantized engine that differs by one token and then re-converges.
@@ -16,12 +17,13 @@ Agreement between a reference sequence `ref` and a served sequence `got` is repo
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
 DEFAULT_TEXT = "data/perplexity_en.txt"
+PERPLEXITY_WINDOW = 512  # tokens per window of the perplexity text
 
 
 @dataclass(frozen=True)
@@ -47,18 +49,23 @@ def first_divergence(ref: Sequence[int], got: Sequence[int]) -> int | None:
     return None if len(ref) == len(got) else min(len(ref), len(got))
 
 
+def longer_length(ref: Sequence[int], got: Sequence[int]) -> int:
+    """What agreement is a share of: the longer sequence (a missing or surplus token is a mismatch)."""
+    return max(len(ref), len(got))
+
+
 def token_agreement(ref: Sequence[int], got: Sequence[int]) -> float:
-    """Share of the reference matched up to the first divergence (1.0 = identical prefix of len(ref))."""
-    if not ref:
-        return 1.0 if not got else 0.0
+    """Share of the longer sequence matched up to the first divergence: 1.0 only when `got` equals `ref`."""
+    longest = longer_length(ref, got)
+    if longest == 0:
+        return 1.0
     diverged = first_divergence(ref, got)
-    matched = len(ref) if diverged is None else min(diverged, len(ref))
-    return matched / len(ref)
+    return (longest if diverged is None else diverged) / longest
 
 
 def positionwise_agreement(ref: Sequence[int], got: Sequence[int]) -> float:
     """Share of positions with equal tokens, over the longer sequence."""
-    longest = max(len(ref), len(got))
+    longest = longer_length(ref, got)
     if longest == 0:
         return 1.0
     return sum(1 for a, b in zip(ref, got, strict=False) if a == b) / longest
@@ -75,16 +82,17 @@ def compare_tokens(ref: Sequence[int], got: Sequence[int]) -> Agreement:
 
 
 def mean_agreement(pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Agreement:
-    """Agreement over many prompts: prefix and positionwise shares weighted by reference tokens."""
-    results = [compare_tokens(r, g) for r, g in pairs]
-    total = sum(r.reference_tokens for r in results) or 1
-    divergences = [r.first_divergence for r in results if r.first_divergence is not None]
+    """Agreement over many prompts: prefix and positionwise shares weighted by each pair's compared length
+    (the longer of the two), so every token either side counts once."""
+    results = [(compare_tokens(r, g), longer_length(r, g)) for r, g in pairs]
+    total = sum(length for _, length in results) or 1
+    divergences = [r.first_divergence for r, _ in results if r.first_divergence is not None]
     return Agreement(
-        prefix=sum(r.prefix * r.reference_tokens for r in results) / total,
-        positionwise=sum(r.positionwise * r.reference_tokens for r in results) / total,
+        prefix=sum(r.prefix * length for r, length in results) / total,
+        positionwise=sum(r.positionwise * length for r, length in results) / total,
         first_divergence=min(divergences) if divergences else None,
-        reference_tokens=sum(r.reference_tokens for r in results),
-        compared_tokens=sum(r.compared_tokens for r in results),
+        reference_tokens=sum(r.reference_tokens for r, _ in results),
+        compared_tokens=sum(r.compared_tokens for r, _ in results),
     )
 
 
@@ -110,6 +118,35 @@ class Perplexity:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+def text_perplexity(
+    encode: Callable[[str], list[int]],
+    window_nll: Callable[[Sequence[int]], float],
+    text: str | None = None,
+    window: int = PERPLEXITY_WINDOW,
+) -> Perplexity:
+    """Perplexity over consecutive non-overlapping windows of `window` tokens, for any model that gives the summed
+    negative log-likelihood of a window (`window_nll`): the reference and every engine verify loads share this, so
+    their figures differ only by the model. The first token of each window has no context and is not predicted."""
+    source = "argument"
+    if text is None:
+        text, source = default_text()
+    ids = encode(text)
+    if len(ids) < 2:
+        raise ValueError("perplexity needs a text of at least two tokens")
+    total_nll = 0.0
+    predicted = 0
+    windows = 0
+    for start in range(0, len(ids), window):
+        chunk = ids[start : start + window]
+        if len(chunk) < 2:
+            break
+        total_nll += window_nll(chunk)
+        predicted += len(chunk) - 1
+        windows += 1
+    mean = total_nll / predicted
+    return Perplexity(math.exp(mean), mean, predicted, windows, window, source)
 
 
 def default_text() -> tuple[str, str]:
@@ -169,33 +206,15 @@ class ReferenceModel:
             results.append(Generation(prompt, prompt_ids, output_ids, self.decode(output_ids)))
         return results
 
-    def perplexity(self, text: str | None = None, window: int = 512) -> Perplexity:
-        """Perplexity over consecutive non-overlapping windows of `window` tokens (text tokenized like prompts).
+    def perplexity(self, text: str | None = None, window: int = PERPLEXITY_WINDOW) -> Perplexity:
+        """Perplexity on `text` (default: the shipped one), tokenized like prompts (`text_perplexity`)."""
+        return text_perplexity(self.encode, self.window_nll, text, window)
 
-        The first token of each window has no context and is not predicted.
-        """
+    def window_nll(self, ids: Sequence[int]) -> float:
+        """Summed negative log-likelihood of ids[1:], each predicted from the ids before it."""
         import torch
 
-        source = "argument"
-        if text is None:
-            text, source = default_text()
-        ids = self.encode(text)
-        if len(ids) < 2:
-            raise ValueError("perplexity needs a text of at least two tokens")
-        total_nll = 0.0
-        predicted = 0
-        windows = 0
+        tensor = torch.tensor([list(ids)], dtype=torch.long)
         with torch.no_grad():
-            for start in range(0, len(ids), window):
-                chunk = ids[start : start + window]
-                if len(chunk) < 2:
-                    break
-                tensor = torch.tensor([chunk], dtype=torch.long)
-                logits = self.model(tensor).logits.float()[0, :-1]
-                targets = tensor[0, 1:]
-                nll = torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
-                total_nll += float(nll)
-                predicted += len(chunk) - 1
-                windows += 1
-        mean = total_nll / predicted
-        return Perplexity(math.exp(mean), mean, predicted, windows, window, source)
+            logits = self.model(tensor).logits.float()[0, :-1]
+            return float(torch.nn.functional.cross_entropy(logits, tensor[0, 1:], reduction="sum"))
