@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from trtllm_forge.config.schema import ForgeConfig
+from trtllm_forge.deploy.kinds.protocol import Deployment, Speaks
 from trtllm_forge.entrypoint import entry_model, is_llmapi
 from trtllm_forge.verify.engine_scorers import Unscorable, engine_scorer
 from trtllm_forge.verify.reference import Agreement, Perplexity, compare_tokens, mean_agreement
@@ -224,7 +225,7 @@ def build_report(config: ForgeConfig, checks: list[PromptCheck], perplexity: Per
     return report
 
 
-def run_checks(config: ForgeConfig, deployment: Any, checkpoint_dir: Path, engine_dir: Path | None) -> VerifyReport:
+def run_checks(config: ForgeConfig, deployment: Deployment, checkpoint_dir: Path, engine_dir: Path | None) -> VerifyReport:
     from trtllm_forge.client import generate
 
     names = config.triton.model_names
@@ -240,8 +241,8 @@ def run_checks(config: ForgeConfig, deployment: Any, checkpoint_dir: Path, engin
     for prompt in config.verify.prompts:
         answer = reference.greedy(prompt, max_tokens)
         ref_ids_cmp = answer_ids(answer.output_ids, end_id)
-        if is_llmapi(config):
-            # NVIDIA's llmapi model returns text only: the served tokens are its text tokenized again.
+        if is_llmapi(config) or deployment.speaks is Speaks.OPENAI:
+            # NVIDIA's llmapi model and OpenAI's API return text only: the served tokens are its text tokenized again.
             from trtllm_forge.llmapi_requests import llmapi_generate
 
             text = llmapi_generate(deployment, prompt, max_tokens, model=entry_model(config), stream=False)
