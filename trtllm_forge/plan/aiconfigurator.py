@@ -231,9 +231,10 @@ def predict(plan: Plan, python: Path | None = None) -> Prediction:
         return Prediction(status="unsupported", reason=asked.line)
     answer = call_bridge({"op": "estimate", "model": asked.model, "system": asked.system, "arguments": asked.arguments}, python)
     versions = answer.get("versions") or {}
+    status: Status = answer["status"] if answer["status"] in ("simulated", "unsupported") else "unavailable"
     prediction = Prediction(
-        status=answer["status"],
-        reason=answer.get("reason"),
+        status=status,
+        reason=answer.get("reason") or (None if status != "unavailable" else "AIConfigurator's bridge gave no estimate"),
         version=versions.get(SOURCE),
         database_version=versions.get(DATABASE_SOURCE),
         backend_version=answer.get("backend_version"),
