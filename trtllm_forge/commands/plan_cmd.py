@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,7 +14,7 @@ from trtllm_forge.ui import emit_json, info, warn
 
 if TYPE_CHECKING:
     from trtllm_forge.config.schema import ForgeConfig
-    from trtllm_forge.plan.planner import Workload
+    from trtllm_forge.plan.planner import Plan, Workload
 
 
 @click.command("plan")
@@ -38,6 +38,12 @@ if TYPE_CHECKING:
     help="Output tokens of the workload. Default: the first bench workload, else max_seq_len - max_input_len.",
 )
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Write the roofline PNG.")
+@click.option(
+    "--predict",
+    is_flag=True,
+    help="Also ask NVIDIA AIConfigurator (installed by `make setup`, offline) for its simulated TTFT, TPOT, tokens/s "
+    "per GPU and per user and memory at this GPU, model, parallelism, batch size and input/output lengths.",
+)
 @workdir_option
 @json_option
 @dry_run_option
@@ -47,6 +53,7 @@ def plan(
     input_len: int | None,
     output_len: int | None,
     plot: bool,
+    predict: bool,
     workdir: Path | None,
     as_json: bool,
     dry_run: bool,
@@ -91,6 +98,9 @@ def plan(
     for item in data["fact_warnings"]:
         warn(escape(f"{item['field']}: {item['message']} [{item['code']}]"))
 
+    if predict:
+        data["prediction"] = _predict(the_plan)
+
     out_dir = wd / "plan"
     files = [out_dir / "plan.json"] + ([out_dir / "roofline.png"] if plot and the_plan.machine else [])
     if dry_run:
@@ -110,6 +120,18 @@ def plan(
         info("wrote " + ", ".join(str(p) for p in files))
     if as_json:
         emit_json(data)
+
+
+def _predict(the_plan: Plan) -> dict[str, Any]:
+    """AIConfigurator's prediction as plan.json's `prediction`; a refusal is one warning line, and the plan goes on."""
+    from rich.markup import escape
+
+    from trtllm_forge.plan.aiconfigurator import predict
+
+    prediction = predict(the_plan)
+    if prediction.status != "simulated":
+        warn(escape(f"prediction {'refused' if prediction.status == 'unsupported' else 'unavailable'}: {prediction.reason}"))
+    return prediction.to_dict()
 
 
 def _workload(config: ForgeConfig, default: Workload, input_len: int | None, output_len: int | None) -> Workload:

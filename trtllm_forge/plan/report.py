@@ -188,6 +188,9 @@ def show_report(plan: Plan, data: dict) -> None:
             else "decode stays memory-bound at every batch for this context (KV reads grow as fast as FLOPs); "
             f"without KV reads it would turn compute-bound at batch {roof['compute_bound_batch_without_kv']}"
         )
+    prediction = data.get("prediction")
+    if prediction and prediction["status"] == "simulated":
+        show_prediction(prediction, data)
     if "recommendations" in data:
         rec = data["recommendations"]
         rtab = Table(title="Recommended settings")
@@ -212,3 +215,55 @@ def show_report(plan: Plan, data: dict) -> None:
     console.print(qt)
     for note in plan.notes:
         console.print(f"note: {note}")
+
+
+def roofline_at(data: dict, batch: int) -> dict[str, float] | None:
+    """forge's roofline at one batch size in the prediction's terms (None without device numbers or that batch)."""
+    roof, mem, kv = data["roofline"], data["memory"], data["kv_cache"]
+    key = str(batch)
+    if not roof["available"] or key not in roof["tpot_ms"]:
+        return None
+    gpus = data["parallel"]["tp"] * data["parallel"]["pp"]
+    workload = kv["workload"]
+    kv_bytes = min(kv["bytes_per_token"] * batch * (workload["input_len"] + workload["output_len"]), mem["kv_cache_bytes_per_gpu"])
+    held = mem["weights_bytes_per_gpu"] + mem["activation_bytes_per_gpu"] + mem["runtime_overhead_bytes"] + kv_bytes
+    return {
+        "ttft_ms": roof["ttft_ms"]["1"],  # one prompt prefilled alone: the least time to a request's first token
+        "tpot_ms": roof["tpot_ms"][key],
+        "tokens_per_s_per_gpu": roof["decode_tokens_per_s"][key] / gpus,
+        "tokens_per_s_per_user": 1e3 / roof["tpot_ms"][key],
+        "memory_gib_per_gpu": held / GiB,
+    }
+
+
+def show_prediction(prediction: dict, data: dict) -> None:
+    """AIConfigurator's simulated numbers beside forge's roofline at the same batch size and lengths."""
+    inputs, values = prediction["inputs"], prediction["values"]
+    batch = inputs["batch_size"]
+    table = Table(
+        title=f"Prediction at batch {batch}, {inputs['isl']}+{inputs['osl']} tokens: AIConfigurator {prediction['version']} "
+        f"(simulated; database {prediction['database_source']} {prediction['database_version']}, TensorRT-LLM "
+        f"{prediction['backend_version']}, {prediction['system']}) beside forge's roofline"
+    )
+    for col in ("", "TTFT ms", "TPOT ms", "tokens/s/GPU", "tokens/s/user", "memory/GPU"):
+        table.add_column(col, justify="right")
+
+    def row(label: str, v: dict[str, float]) -> None:
+        table.add_row(
+            label,
+            f"{v['ttft_ms']:,.1f}",
+            f"{v['tpot_ms']:.2f}",
+            f"{v['tokens_per_s_per_gpu']:,.0f}",
+            f"{v['tokens_per_s_per_user']:,.1f}",
+            f"{v['memory_gib_per_gpu']:,.2f} GiB",
+        )
+
+    row("AIConfigurator (simulated)", values)
+    roof = roofline_at(data, batch)
+    if roof is not None:
+        row("forge roofline (limit)", roof)
+    console.print(table)
+    if roof is not None:
+        console.print("prediction: the roofline's TTFT is one prompt prefilled alone; its memory holds the batch's KV cache")
+    for note in prediction["notes"]:
+        console.print(f"prediction: {note}")
