@@ -622,3 +622,19 @@ def cpu_container_image(container_runtime, tmp_path_factory) -> str:
     if build.built:
         print(f"built {build.tag} ({', '.join(f'{k} {v:.0f} s' for k, v in build.seconds.items())}); log {log}")
     return build.tag
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 64 KB tmpfs with about 2 KB left (root only): the point's records do not fit."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({made.stderr.strip()}): needs root")
+    try:
+        free = shutil.disk_usage(mount).free
+        (mount / "filler").write_bytes(b"\0" * max(free - 2048, 0))
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -523,7 +524,6 @@ def test_bench_tokenizer_is_the_served_loader_and_counts_like_transformers(smoll
     """With a tokenizer.json the bench loads the tokenizer as the served preprocessing does (the `tokenizers`
     library, no transformers import: ~7 s per bench process here) and counts, decodes and excludes special tokens
     exactly as transformers' AutoTokenizer."""
-    import subprocess
     import sys
 
     from trtllm_forge.bench.workload import load_tokenizer
@@ -587,3 +587,20 @@ def test_a_silent_server_and_sigterm_end_the_run_with_records_and_exit_1(timing_
     assert 5 <= summary["requests"]["sent"] < 200 and summary["requests"]["completed"] >= 5
     assert set(summary["requests"]["errors_by_kind"]) <= {"interrupted"} and summary["aborted"] == "interrupted by SIGTERM"
     assert any("interrupted by SIGTERM" in w for w in summary["warnings"])
+
+
+def test_a_full_disk_keeps_what_was_measured_and_names_the_path(full_disk):
+    """Issue #35.3: the summaries are printed (and in --json) before anything is written; a write that fails is one
+    error line naming the path (exit 1, not 'internal'), the sweep goes on, and no partial temp file is left."""
+    url, stop = start_openai_server(ttft_ms=5.0, gap_ms=1.0)
+    try:
+        proc, doc = bench_run(url, target="openai", model="timing", concurrency="1,2", num_requests=6, output_len=4, out=full_disk / "run")
+    finally:
+        stop()
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "internal" not in errors[0], proc.stderr[-2000:]
+    assert errors[0].startswith(f"error: bench --out: could not write {full_disk}/run") and "No space left on device" in errors[0]
+    assert doc is not None and [p["requests"]["completed"] for p in doc["points"]] == [6, 6]  # both points measured, shown
+    assert doc["not_written"]["path"].startswith(str(full_disk))
+    assert not [p for p in full_disk.rglob("*") if p.name.endswith(".tmp")], sorted(map(str, full_disk.rglob("*")))

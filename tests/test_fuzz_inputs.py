@@ -281,3 +281,12 @@ def test_a_file_name_with_a_newline_stays_on_the_error_line(tmp_path):
     assert outcome.returncode == 2, outcome.stderr
     errors = outcome.stderr.strip().splitlines()
     assert len(errors) == 1 and errors[0].startswith(f"error: {tmp_path}/a\\x0ab.yaml: "), outcome.stderr
+
+
+def test_a_full_disk_is_one_line_naming_the_file_and_leaves_no_temp_file(full_disk):
+    """Issue #35.3 for every stage that writes: the OSError of a full disk names its file (exit 1, not 'internal')."""
+    outcome = run_in_process("plan", str(CONFIGS / "smollm2-cpu.yaml"), "--workdir", str(full_disk / "work"))
+    assert outcome.exception is None and outcome.returncode == 1, outcome.stderr
+    assert f"could not write {full_disk}/work/plan/plan.json: No space left on device" in outcome.stderr, outcome.stderr
+    assert "internal" not in outcome.stderr
+    assert not [p for p in full_disk.rglob("*") if ".tmp" in p.name], sorted(map(str, full_disk.rglob("*")))

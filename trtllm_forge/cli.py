@@ -6,14 +6,16 @@ the commands that use them, so `--help` and `config ...` work without them.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 import traceback
+from typing import NoReturn
 
 import click
 
 from trtllm_forge import __version__
-from trtllm_forge.errors import ConfigError, ForgeError
+from trtllm_forge.errors import ConfigError, ForgeError, StepError
 
 # (module, attribute) of every command; each module registers one command or group.
 COMMANDS: list[tuple[str, str]] = [
@@ -91,10 +93,27 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("error: interrupted; partial outputs were discarded, logs kept", err=True)
         sys.exit(130)
+    except OSError as exc:
+        if debug:
+            traceback.print_exc()
+        if exc.errno not in _STORAGE_ERRNOS:
+            _internal(exc)
+        # Every stage builds into a temporary folder and renames it into place, so nothing half-written is left.
+        where = f"could not write {exc.filename}" if exc.filename else "could not write"
+        StepError("(disk)", f"{where}: {exc.strerror}", "free space there (or choose another --workdir / --out) and rerun").show()
+        sys.exit(1)
     except Exception as exc:
         if debug:
             traceback.print_exc()
-        first_line = (str(exc).strip().splitlines() or [""])[0]
-        click.echo(f"error: internal: {type(exc).__name__}: {first_line}; rerun with --debug for a traceback", err=True)
-        sys.exit(1)
+        _internal(exc)
     sys.exit(0)
+
+
+# A full disk, a quota, a read-only filesystem: the user's storage, not a bug of ours.
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+
+
+def _internal(exc: BaseException) -> NoReturn:
+    first_line = (str(exc).strip().splitlines() or [""])[0]
+    click.echo(f"error: internal: {type(exc).__name__}: {first_line}; rerun with --debug for a traceback", err=True)
+    sys.exit(1)

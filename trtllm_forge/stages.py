@@ -24,7 +24,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -35,6 +34,7 @@ from types import FrameType
 from typing import Any, NoReturn, TextIO
 
 from trtllm_forge import __version__, third_party_env
+from trtllm_forge.atomic_files import write_json_atomic
 from trtllm_forge.errors import StepError
 from trtllm_forge.locks import file_lock
 from trtllm_forge.processes import RUN_MARK, dying_with_parent, marked_processes, new_run_id, terminate
@@ -75,15 +75,6 @@ def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     hash_path(path, digest)
     return digest.hexdigest()
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True, default=str)
-        handle.write("\n")
-    os.replace(tmp, path)
 
 
 def rotate_log(path: Path, keep: int = KEEP_LOGS) -> None:

@@ -100,6 +100,13 @@ def options_from_config(
 
 def fail_on_errors(documents: list[dict]) -> None:
     points = [p for d in documents for p in (d.get("points") or [d])]
+    unwritten = next((d["not_written"] for d in [*documents, *points] if d.get("not_written")), None)
+    if unwritten:
+        raise StepError(
+            "bench --out",
+            f"could not write {unwritten['path']}: {unwritten['error']}",
+            "free space there or pass another --out; the measured summary was printed above (and by --json)",
+        )
     failed = sum(p["requests"]["failed"] for p in points)
     aborted = next((p["aborted"] for p in points if p.get("aborted")), None)
     if aborted and not failed:

@@ -15,11 +15,10 @@ timing points, as on GenAI-Perf's OpenAI path and in AIPerf.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
+from trtllm_forge.atomic_files import write_json_atomic
 from trtllm_forge.bench.records import RequestRecord
 from trtllm_forge.bench.tools.aggregate_exports import SUMMARY_METRICS
 from trtllm_forge.bench.tools.protocol import ExportFile, ExportProblem, ImportedPoint
@@ -92,10 +91,7 @@ def write_point(point_dir: Path, summary: dict[str, Any], records: list[RequestR
     if records is not None and "self_checks" in summary:
         report.write_point(point_dir, summary, records)
         return
-    point_dir.mkdir(parents=True, exist_ok=True)
-    tmp = point_dir / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, point_dir / "summary.json")
+    write_json_atomic(point_dir / "summary.json", summary)
 
 
 def print_imported(summary: dict[str, Any], title: str) -> None:

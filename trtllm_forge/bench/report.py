@@ -5,11 +5,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from pathlib import Path
 
 from rich.table import Table
 
+from trtllm_forge.atomic_files import write_text_atomic
 from trtllm_forge.bench.records import RequestRecord, write_jsonl
 from trtllm_forge.ui import console
 
@@ -25,19 +25,13 @@ SYSTEM_METRICS = (
 )
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_point(out: Path, summary: dict, records: list[RequestRecord]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     buffer = io.StringIO()
     write_jsonl(records, buffer)
-    _atomic_write(out / "requests.jsonl", buffer.getvalue())
-    _atomic_write(out / "summary.csv", to_csv(summary))
-    _atomic_write(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
+    write_text_atomic(out / "requests.jsonl", buffer.getvalue())
+    write_text_atomic(out / "summary.csv", to_csv(summary))
+    write_text_atomic(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def to_csv(summary: dict) -> str:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -13,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trtllm_forge import __version__
+from trtllm_forge.atomic_files import write_json_atomic
 from trtllm_forge.bench import plots, report, server_metrics
 from trtllm_forge.bench.metrics import summarize
 from trtllm_forge.bench.options import BenchOptions
@@ -219,18 +218,36 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
     for load, summary, records in results:
         point_dir = out / load.label if multi else out
         summary["out_dir"] = str(point_dir)
-        if options.plots:
-            summary["plots"] = _plots(partial(plots.point_plots, point_dir, records, f"{options.model} {load.label}"), point_dir)
-        report.write_point(point_dir, summary, records)
+        # Shown before it is written: what was measured reaches the terminal (and --json) even when the disk is full.
         report.print_point(summary, f"{options.target} {options.model} {load.label}")
+        _written(summary, point_dir, partial(_write_point, options, point_dir, summary, records, load.label))
         summaries.append(summary)
     if not multi:
         return summaries[0]
     report.print_sweep(summaries)
     document = {"schema": "trtllm-forge.bench-sweep/1", "points": summaries, "out_dir": str(out)}
+    _written(document, out, partial(_write_sweep, options, out, document, summaries))
+    return document
+
+
+def _write_point(options: BenchOptions, point_dir: Path, summary: dict[str, Any], records: list[RequestRecord], label: str) -> None:
+    if options.plots:
+        summary["plots"] = _plots(partial(plots.point_plots, point_dir, records, f"{options.model} {label}"), point_dir)
+    report.write_point(point_dir, summary, records)
+
+
+def _write_sweep(options: BenchOptions, out: Path, document: dict[str, Any], summaries: list[dict[str, Any]]) -> None:
     if options.plots:
         document["plots"] = _plots(lambda: [plots.sweep_plot(out, summaries)], out)
-    tmp = out / "sweep.json.tmp"
-    tmp.write_text(json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, out / "sweep.json")
-    return document
+    write_json_atomic(out / "sweep.json", document)
+
+
+def _written(document: dict[str, Any], where: Path, write: Callable[[], None]) -> None:
+    """Run `write`; a write that fails (a full disk, a read-only folder) is recorded in the document as
+    `not_written` instead of losing the measurement (config_runs.fail_on_errors then ends the command with it)."""
+    try:
+        write()
+    except OSError as exc:
+        path = exc.filename or where
+        document["not_written"] = {"path": str(path), "error": exc.strerror or str(exc)}
+        warn(f"not written: {path}: {exc.strerror or exc}")

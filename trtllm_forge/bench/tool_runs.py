@@ -11,14 +11,13 @@ config), streaming. Each tool run has its own log; a run that fails keeps its lo
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import shlex
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from trtllm_forge.atomic_files import write_json_atomic
 from trtllm_forge.bench.exports import import_export, print_imported, write_point
 from trtllm_forge.bench.options import BenchOptions
 from trtllm_forge.bench.run import build_requests, make_target
@@ -187,7 +186,5 @@ def run_tool(options: BenchOptions, name: str) -> dict[str, Any]:
     if not multi:
         return summaries[0]
     document = {"schema": "trtllm-forge.bench-sweep/1", "points": summaries, "out_dir": str(options.out), "source": name}
-    tmp = options.out / "sweep.json.tmp"
-    tmp.write_text(json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, options.out / "sweep.json")
+    write_json_atomic(options.out / "sweep.json", document)
     return document

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from trtllm_forge.atomic_files import write_json_atomic
 from trtllm_forge.bench import options as bench_options
 from trtllm_forge.bench.tools.registry import NAMES as TOOL_NAMES
 from trtllm_forge.commands.deploy_cmd import DefaultCommandGroup
@@ -133,8 +134,6 @@ def bench_import(exports: tuple[Path, ...], out: Path, tokenizer: Path | None, a
     perf_analyzer's profile_export.json, AIPerf's profile_export_aiperf.json/.csv (both schemas) and
     profile_export.jsonl, GenAI-Perf's profile_export_genai_perf.json/.csv and analyze_export_genai_perf.csv
     (or a folder holding one). Anything else exits 2 naming the file."""
-    import json
-    import os
 
     from trtllm_forge.bench.exports import import_export, write_point
     from trtllm_forge.bench.workload import load_tokenizer
@@ -154,17 +153,9 @@ def bench_import(exports: tuple[Path, ...], out: Path, tokenizer: Path | None, a
                 label = point.summary.get("config_name") or f"{k:02d}-{load.get('mode', 'point')}{load.get('value', k)}"
                 write_point(run_dir / label, point.summary, point.records)
                 summaries.append(point.summary)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            tmp = run_dir / "sweep.json.tmp"
-            tmp.write_text(
-                json.dumps(
-                    {"schema": "trtllm-forge.bench-sweep/1", "points": summaries, "source": points[0].summary["source"]},
-                    indent=2,
-                    default=str,
-                )
-                + "\n"
+            write_json_atomic(
+                run_dir / "sweep.json", {"schema": "trtllm-forge.bench-sweep/1", "points": summaries, "source": points[0].summary["source"]}
             )
-            os.replace(tmp, run_dir / "sweep.json")
         info(f"imported {export} ({points[0].summary['source']}, {len(points)} point(s)) -> {run_dir}")
         written.append(str(run_dir))
     if as_json:

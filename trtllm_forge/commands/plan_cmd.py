@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from trtllm_forge.atomic_files import write_json_atomic
 from trtllm_forge.commands.options import dry_run_option, json_option, load, optional_config_argument, workdir_option
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.ui import emit_json, info, warn
@@ -166,7 +166,4 @@ def _measure_host(dry_run: bool) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    tmp.replace(path)
+    write_json_atomic(path, data)

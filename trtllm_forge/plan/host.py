@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 import platform
 import time
@@ -12,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
+from trtllm_forge.atomic_files import write_json_atomic
 from trtllm_forge.hardware import hardware_table, host_profile_path
 
 COPY_BYTES = 256 * 1024**2  # well beyond any last-level cache
@@ -85,9 +85,6 @@ def measure_host(budget_s: float = BUDGET_S) -> dict:
 def store_host_profile(profile: dict, path: Path | None = None) -> Path:
     """Write the measured entry atomically and make the hardware table pick it up."""
     path = path or host_profile_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(profile, indent=2) + "\n")
-    tmp.replace(path)
+    write_json_atomic(path, profile)
     hardware_table.cache_clear()
     return path
