@@ -30,6 +30,11 @@ PERF_OUTPUTS = ("arrival_time_ns", "first_scheduled_time_ns", "first_token_time_
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.max_send_message_length", 64 << 20),
+    # After a server restart the readiness call waits at most 2 s (_lane): grpcio's reconnect backoff (1 s, growing
+    # by 1.6x to 120 s) would otherwise let a server that has been back for seconds look down.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 _STREAM_METHOD = b"/inference.GRPCInferenceService/ModelStreamInfer"
 
