@@ -137,6 +137,8 @@ CPU_BASE = {"model": {"source": "smollm2-135m"}, "engine": {"backend": "openvino
 GPU_BASE = {
     "model": {"source": "/models/Llama-3.1-8B-Instruct", "name": "meta-llama/Llama-3.1-8B-Instruct"},
     "engine": {"backend": "tensorrt-llm"},
+    # Local calibration data, which quantize.py's formats need (builders/tensorrt_llm/rules.py); unused otherwise.
+    "quantization": {"calibration": {"dataset": "/data/calibration.jsonl"}},
     "hardware": {"gpu": "H100-SXM"},
 }
 

@@ -148,7 +148,11 @@ def test_docker_target_renders_the_run_command(tmp_path, write_config, repo):
     assert "--gpus 3" in script and "--shm-size=1g" in script
     assert "-p 127.0.0.1:9000:8000" in script
     # The serving image of the pinned TensorRT-LLM 1.2.1 (no NGC image ships it: docker/Dockerfile on 25.12).
-    assert f"-v {workdir}:{workdir}:ro trtllm-forge:0.1.0-trtllm1.2.1 mpirun -n 3 tritonserver" in script
+    # Every rank in the container: the image's tritonserver, rank 0 on every interface (not the rendered local
+    # command, which binds triton.bind_address: the published port could never reach it).
+    inside = f"-v {workdir}:{workdir}:ro trtllm-forge:0.1.0-trtllm1.2.1 mpirun --allow-run-as-root -n 1 /opt/tritonserver/bin/tritonserver "
+    assert inside in script and "mpirun -n 3 tritonserver" not in script
+    assert script.count("--http-address=0.0.0.0") == 3 and "127.0.0.1 " not in script.split("trtllm-forge:0.1.0")[1]
 
 
 def test_kubernetes_target_renders_a_valid_manifest(tmp_path, write_config, repo):
@@ -160,8 +164,8 @@ def test_kubernetes_target_renders_a_valid_manifest(tmp_path, write_config, repo
     )
     assert result.returncode == 0, result.stderr
     assert not workdir.exists()
-    deployment, service = yaml.safe_load_all(result.stdout)
-    assert deployment["kind"] == "Deployment" and service["kind"] == "Service"
+    claim, deployment, service = yaml.safe_load_all(result.stdout)
+    assert claim["kind"] == "PersistentVolumeClaim" and deployment["kind"] == "Deployment" and service["kind"] == "Service"
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "forge-cpu:1"
     assert container["command"][:2] == ["tritonserver", f"--model-repository={repo.resolve()}"]

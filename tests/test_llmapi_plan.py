@@ -1,5 +1,5 @@
-"""The LLM API path without a server: `run --dry-run` over every shipped config (also checkpoints that live only
-on the build host), the LLM-API argument check, the typed build hand-off and the CPU llmapi repository layout."""
+"""The LLM API path without a server: `run --dry-run` over every shipped config (refusing checkpoints that are not
+here), the LLM-API argument check, the typed build hand-off and the CPU llmapi repository layout."""
 
 from __future__ import annotations
 
@@ -17,28 +17,57 @@ from trtllm_forge.stages import StageResult
 SHIPPED = sorted(CONFIGS.glob("*.yaml"))
 
 
+def _with_public_checkpoint(config_file, tmp_path):
+    """A GPU example whose checkpoints are folders here holding the public config.json shape (catalog), so the
+    dry run has what it reads; CPU examples are used as shipped."""
+    from trtllm_forge.model_shape import model_catalog
+
+    data = yaml.safe_load(config_file.read_text())
+    if data["model"]["source"].startswith("/"):
+        for section, key, model_id in (("model", "source", data["model"].get("name")), ("engine.speculative", "draft_model", None)):
+            holder = data
+            for part in section.split("."):
+                holder = holder.get(part, {})
+            if not holder.get(key):
+                continue
+            folder = tmp_path / "models" / key
+            folder.mkdir(parents=True)
+            (folder / "config.json").write_text(json.dumps(model_catalog().get(model_id or "", {})))
+            for name in ("model.safetensors", "tokenizer.json"):  # named only: the dry run reads neither
+                (folder / name).write_bytes(b"")
+            holder[key] = str(folder)
+    path = tmp_path / config_file.name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
 @pytest.mark.parametrize("config_file", SHIPPED, ids=[p.stem for p in SHIPPED])
 def test_run_dry_run_prints_the_whole_plan(config_file, tmp_path):
-    proc = run_in_process("run", str(config_file), "--dry-run", "--workdir", str(tmp_path / "wd"))
+    config = _with_public_checkpoint(config_file, tmp_path)
+    proc = run_in_process("run", str(config), "--dry-run", "--workdir", str(tmp_path / "wd"))
     assert proc.returncode == 0, proc.stderr
     for step in ("1. import", "2. build", "trtllm-forge render", "trtllm-forge deploy", "trtllm-forge verify", "deploy stop"):
         assert step in proc.stderr, step
     assert not (tmp_path / "wd").exists() or not any((tmp_path / "wd").iterdir())
 
 
-def test_dry_run_of_a_checkpoint_missing_here_plans_with_its_path(tmp_path):
+@pytest.mark.parametrize("field", ["model.source", "engine.speculative.draft_model"])
+def test_dry_run_refuses_a_checkpoint_that_is_not_here(tmp_path, field):
     source = yaml.safe_load((CONFIGS / "llama3.1-8b-fp8-h100.yaml").read_text())
-    source["model"]["source"] = "/models/not-on-this-machine"
     source["engine"]["target"] = "llmapi"
+    present = tmp_path / "present"
+    present.mkdir()
+    source["model"]["source"] = str(present)
+    section, key = field.rsplit(".", 1)
+    holder = source
+    for part in section.split("."):
+        holder = holder[part]
+    holder[key] = "/models/not-on-this-machine"
     path = tmp_path / "gpu-llmapi.yaml"
     path.write_text(yaml.safe_dump(source))
     proc = run_in_process("run", str(path), "--dry-run", "--json", "--workdir", str(tmp_path / "wd"))
-    assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
-    assert doc["import"]["checkpoint_dir"] == "/models/not-on-this-machine"
-    assert "not on this machine" in doc["import"]["notes"][0]
-    assert doc["build"]["target"] == "llmapi"
-    assert doc["build"]["llmapi"]["model_yaml"]["model"] == "/models/not-on-this-machine"
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"{path}: {field}: /models/not-on-this-machine does not exist on this machine" in proc.stderr
 
 
 def test_unknown_llm_api_option_is_one_line_with_the_nearest_key(tmp_path):

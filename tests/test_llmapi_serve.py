@@ -37,7 +37,8 @@ def test_docker_and_kubernetes_run_the_same_command():
     assert docker[:2] == ["docker", "run"] and "--gpus" in docker and "trtllm" in image  # the pinned NGC image carries trtllm-serve
     assert docker[docker.index(image) + 1 :] == inside
     assert "/models/llama:/models/llama:ro" in docker
-    deployment, service = yaml.safe_load_all(trtllm_serve.kubernetes_manifest(config, "/models/llama", "/wd/opts/extra.yaml"))
+    claim, deployment, service = yaml.safe_load_all(trtllm_serve.kubernetes_manifest(config, "/models/llama", "/wd/opts/extra.yaml"))
+    assert claim["kind"] == "PersistentVolumeClaim"
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == inside and container["image"] == image
     assert container["readinessProbe"]["httpGet"]["path"] == "/health"

@@ -41,7 +41,7 @@ def test_plan_json_keys_and_files(tmp_path, write_config):
     config = write_config("""
 model: {source: /nonexistent/Llama-3.1-8B-Instruct, name: meta-llama/Llama-3.1-8B-Instruct, dtype: bfloat16}
 engine: {backend: tensorrt-llm, max_batch_size: 64, max_input_len: 4096, max_seq_len: 8192, max_num_tokens: 8192}
-quantization: {algorithm: fp8, kv_cache: fp8}
+quantization: {algorithm: fp8, kv_cache: fp8, calibration: {dataset: /data/calibration.jsonl}}
 hardware: {gpu: H100-SXM}
 """)
     result = run_in_process("plan", str(config), "--json", "--workdir", str(tmp_path / "wd"))

@@ -151,7 +151,9 @@ def test_docker_and_kubernetes_renderings_serve_the_draft_model(tmp_path, target
     workdir = tmp_path / "wd"
     engine = build_layout(workdir)
     cfg = tmp_path / "draft.yaml"
-    cfg.write_text((CONFIGS / f"{EXAMPLE}.yaml").read_text())
+    data = yaml.safe_load((CONFIGS / f"{EXAMPLE}.yaml").read_text())
+    data.setdefault("deploy", {})["target"] = target  # rendered for a container: its python models use the image's Python
+    cfg.write_text(yaml.safe_dump(data))
     rendered = run_in_process("render", str(cfg), "--engine-dir", str(engine), "--workdir", str(workdir))
     assert rendered.returncode == 0, rendered.stderr
     repo = workdir / "render" / "model_repository"
@@ -166,7 +168,9 @@ def test_docker_and_kubernetes_renderings_serve_the_draft_model(tmp_path, target
     else:
         [pod] = [d["spec"]["template"]["spec"] for d in yaml.safe_load_all(result.stdout) if d["kind"] == "Deployment"]
         command = " ".join(pod["containers"][0]["command"])
-        assert pod["volumes"][0]["hostPath"]["path"] == str(workdir)
+        mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == str(workdir))
+        assert mount["readOnly"] and mount["subPath"] == str(workdir).lstrip("/")
+        assert next(v for v in pod["volumes"] if v["name"] == mount["name"])["persistentVolumeClaim"]
     # rank 0 loads every model of the repository, rank 1 the two engine models
     assert command.count("--model-control-mode=none") == 1
     assert "--model-control-mode=explicit --load-model=tensorrt_llm --load-model=tensorrt_llm_draft " in command

@@ -62,7 +62,7 @@ def renderings(config: ForgeConfig, workdir: Path, repository: Path) -> dict[str
     ports = (deploy.ports["http"], deploy.ports["grpc"], deploy.ports["metrics"])
     script = render_launch.plan_launch(config, repository, install=install, backend_dir=deploy.backend_dir, ports=ports).script()
     docker = targets.docker_argv(config, workdir, repository)
-    kubernetes = targets.kubernetes_documents(config, workdir, repository)[0]
+    [kubernetes] = [d for d in targets.kubernetes_documents(config, workdir, repository) if d["kind"] == "Deployment"]
     return {
         "deploy": deploy.argv[1:],
         "launch.sh": launch_script_args(script),

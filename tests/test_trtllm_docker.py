@@ -46,6 +46,46 @@ def test_container_command_mounts_every_input_at_the_same_path(tmp_path):
     assert build[:4] == ["docker", "build", "-f", "docker/Dockerfile"] and f"BASE_IMAGE={SPEC.base_image}" in build
 
 
+def test_build_container_names_the_config_file_it_was_given(tmp_path):
+    """Two files in one folder with the same `name:`: the command runs build-engine on the one that was loaded."""
+    source = (REPO / "configs" / "qwen2.5-7b-fp16-l40s-tp2.yaml").read_text()
+    (tmp_path / "a-first.yaml").write_text(source.replace("max_batch_size: ", "max_batch_size: 1", 1))
+    given = tmp_path / "b-given.yaml"
+    given.write_text(source)
+    config = example(given)
+    run = container_command(config, plan_build(config), tmp_path / "wd")["docker_run"]
+    assert run[run.index("build-engine") + 1] == str(given)
+
+
+def test_the_commands_name_the_example_scripts_where_the_image_has_them(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRTLLM_FORGE_EXAMPLES_DIR", raising=False)
+    text = (REPO / "docker" / "Dockerfile").read_text()
+    image_dir = re.search(r"^ENV TRTLLM_FORGE_EXAMPLES_DIR=(\S+)$", text, re.M).group(1)
+    assert 'mv /tmp/trtllm/examples "$TRTLLM_FORGE_EXAMPLES_DIR"' in text
+    plan = plan_build(example(REPO / "configs" / "qwen2.5-7b-fp16-l40s-tp2.yaml"))
+    scripts = [arg for step in plan.steps for arg in step.argv if arg.endswith(".py")]
+    assert scripts and all(s.startswith(image_dir + "/") for s in scripts)
+
+
+def test_a_multi_node_engine_is_built_on_one_node(tmp_path):
+    config = example(REPO / "configs" / "llama3.1-405b-bf16-h100x16-2node.yaml")
+    plan = plan_build(config)
+    run = container_command(config, plan, tmp_path / "wd")["docker_run"]
+    assert run[run.index("--gpus") + 1] == str(config.parallel.gpus_per_node) == "8"  # one 8-GPU node, not 16 GPUs
+    build = next(step.argv for step in plan.steps if step.tool == "trtllm-build")
+    assert build[build.index("--workers") + 1] == "8"
+    assert len([f for f in plan.files if f.startswith("engine/rank")]) == 16
+    assert any(w.code == "multi_node_build_on_one_node" for w in plan.warnings)
+
+
+def test_the_image_has_kubectl_for_the_multi_node_launcher():
+    from trtllm_forge.deploy.kubernetes import rsh_agent_script
+
+    text = (REPO / "docker" / "Dockerfile").read_text()
+    assert "/usr/local/bin/kubectl" in text and "sha256sum --check" in text
+    assert "exec kubectl exec" in rsh_agent_script("tritonserver")
+
+
 def _fake_forge(tmp_path, fail_step: str | None):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

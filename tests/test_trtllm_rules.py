@@ -238,3 +238,50 @@ def test_llm_api_equivalent_is_valid_python_with_the_same_settings():
     kwargs = equivalent["kwargs"]
     assert kwargs["tensor_parallel_size"] == 2 and kwargs["build_config"]["max_batch_size"] == 8
     assert kwargs["build_config"]["plugin_config"]["gemm_plugin"] == "disable"
+
+
+def _written(tmp_path, source: str, edit) -> str:
+    import yaml
+    from trtllm_helpers import REPO
+
+    data = yaml.safe_load((REPO / "configs" / source).read_text())
+    edit(data)
+    path = tmp_path / source
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def _drop_calibration(data: dict) -> None:
+    data["quantization"].pop("calibration")
+
+
+def _fp8(data: dict) -> None:
+    data["quantization"] = {"algorithm": "fp8", "kv_cache": "fp8", "calibration": {"dataset": "/data/calibration.jsonl"}}
+
+
+@pytest.mark.parametrize(
+    ("source", "edit", "problem"),
+    [
+        ("llama3.1-70b-fp8-h200-tp4.yaml", _drop_calibration, "quantization.calibration.dataset: fp8 (KV fp8) needs calibration data"),
+        ("llama3.1-405b-bf16-h100x16-2node.yaml", _fp8, "onto the GPUs of one node (8 x H100-SXM = 640 GiB): it does not fit"),
+    ],
+    ids=["fp8-without-calibration", "405b-quantized-on-one-node"],
+)
+def test_config_validate_refuses_what_the_build_dry_run_refuses(tmp_path, source, edit, problem):
+    """One set of rules: `config validate` and `build-engine --dry-run` refuse the same config with the same line."""
+    from cli_inprocess import run_in_process
+
+    config = _written(tmp_path, source, edit)
+    validated = run_in_process("config", "validate", config)
+    planned = run_in_process("build-engine", config, "--dry-run", "--workdir", str(tmp_path / "wd"))
+    assert validated.returncode == planned.returncode == 2
+    assert problem in validated.stderr and validated.stderr == planned.stderr
+    if "does not fit" in problem:
+        assert "start from a checkpoint quantized elsewhere" in validated.stderr and "engine.target: llmapi" in validated.stderr
+
+
+def test_the_plan_raises_the_shared_rules_for_configs_loaded_without_them():
+    """plan_build itself refuses (configs built in memory skip the load-time checks)."""
+    config = unchecked_config(quantization={"algorithm": "fp8", "kv_cache": "fp8"})
+    with pytest.raises(ConfigError, match=r"needs calibration data"):
+        plan_build(config)

@@ -81,6 +81,13 @@ def docker_build_argv(base_image: str, trtllm_version: str) -> list[str]:
     ]
 
 
+def build_gpus(config: ForgeConfig) -> int:
+    """GPUs the build uses on its one node: trtllm-build builds every rank's engine, one rank per GPU at a time
+    (--workers), so a multi-node engine (tp x pp > gpus_per_node) is built on one node and its ranks are served from
+    storage every node reads."""
+    return min(config.parallel.world_size, config.parallel.gpus_per_node)
+
+
 def docker_run_argv(
     config: ForgeConfig,
     config_file: Path | None,
@@ -89,8 +96,9 @@ def docker_run_argv(
     trtllm_version: str,
     extra_args: list[str] | None = None,
 ) -> list[str]:
-    """`docker run` of `trtllm-forge build-engine` in the container, every path mounted at the same place."""
-    gpus = config.parallel.world_size
+    """`docker run` of `trtllm-forge build-engine CONFIG_FILE` in the container on ONE node, every path mounted at
+    the same place; `config_file` is the file the config was loaded from (None: a config built in memory)."""
+    gpus = build_gpus(config)
     argv = [
         "docker",
         "run",

@@ -38,21 +38,6 @@ LOG_METRICS = {
 }
 
 
-def _config_file(config: ForgeConfig) -> Path | None:
-    """The YAML this config was loaded from (for the container command), found by its name."""
-    if config.config_dir is None:
-        return None
-    for candidate in sorted(Path(config.config_dir).glob("*.y*ml")):
-        if candidate.stem == config.name:
-            return candidate
-        try:
-            if (yaml.safe_load(candidate.read_text()) or {}).get("name") == config.name:
-                return candidate
-        except (yaml.YAMLError, AttributeError):
-            continue
-    return None
-
-
 def container_command(config: ForgeConfig, plan: BuildPlan, workdir: Path) -> dict:
     spec = load_spec(plan.trtllm_version)
     host_paths = [plan.model_dir]
@@ -65,7 +50,7 @@ def container_command(config: ForgeConfig, plan: BuildPlan, workdir: Path) -> di
     if plan.calibration_source:
         host_paths.append(plan.calibration_source)
     host_paths += [p.path for p in plan.custom_plugins]
-    run = container.docker_run_argv(config, _config_file(config), workdir, host_paths, plan.trtllm_version)
+    run = container.docker_run_argv(config, config.config_file, workdir, host_paths, plan.trtllm_version)
     build = container.docker_build_argv(spec.base_image, plan.trtllm_version)
     return {"image": container.image_tag(plan.trtllm_version), "base_image": spec.base_image, "docker_build": build, "docker_run": run}
 

@@ -21,15 +21,17 @@ from trtllm_forge.builders.tensorrt_llm.adjust import (
     PlanWarning,
     effective_build,
 )
+from trtllm_forge.builders.tensorrt_llm.container import build_gpus
 from trtllm_forge.builders.tensorrt_llm.plugins import CustomPlugin, custom_plugins, draft_plugin_flags, plugin_flags, preload_value
 from trtllm_forge.builders.tensorrt_llm.quant import CONVERT_WEIGHT_ONLY, QuantChoice, capability_problems, choose, plain, sm_of
+from trtllm_forge.builders.tensorrt_llm.rules import build_refusals, family_of
 from trtllm_forge.builders.tensorrt_llm.spec import TOOL_TABLES, Spec, load_spec
 
 from trtllm_forge.config.checks import shape_for
 from trtllm_forge.config.schema import ForgeConfig, ParallelConfig
 from trtllm_forge.dtypes import resolve_model_dtype
 from trtllm_forge.errors import ConfigError, ConfigErrors
-from trtllm_forge.hardware import find_device
+from trtllm_forge.hardware import Device, find_device
 from trtllm_forge.model_shape import ModelShape
 
 PYTHON = "python3"
@@ -156,14 +158,14 @@ def model_source(config: ForgeConfig, checkpoint_dir: Path | None) -> Path:
     return config.resolve_path(config.model.source)
 
 
-def _family(config: ForgeConfig, shape: ModelShape | None) -> str:
-    family = config.model.family or (shape.model_type if shape else None)
-    if family not in ("llama", "mistral", "mixtral", "qwen2"):
-        raise ConfigError(
-            "model.family",
-            f"cannot plan a TensorRT-LLM conversion for model family {family!r}",
-            "one of llama, mistral, mixtral, qwen2 (set model.family or model.name)",
-        )
+def _family(config: ForgeConfig, shape: ModelShape | None, device: Device, spec: Spec) -> str:
+    """The model family, once the shared rules (rules.py, also run when the config is loaded) found nothing to refuse."""
+    quant = config.quantization
+    problems = build_refusals(config, shape, device, choose(quant.algorithm, quant.kv_cache, spec))
+    if problems:
+        raise ConfigErrors(problems) if len(problems) > 1 else problems[0]
+    family = family_of(config, shape)
+    assert family is not None  # build_refusals refuses an unknown family
     return family
 
 
@@ -171,13 +173,7 @@ def _calibration_step(config: ForgeConfig, choice: QuantChoice, warnings: list[P
     if not choice.needs_calibration:
         return None, None
     calib = config.quantization.calibration
-    if not calib.dataset:
-        raise ConfigError(
-            "quantization.calibration.dataset",
-            f"{choice.algorithm} (KV {choice.kv_cache}) needs calibration data, and quantize.py's default "
-            "(cnn_dailymail) is downloaded from a hub at run time",
-            'set a local JSONL file (one {"text": ...} per line) or a plain-text file',
-        )
+    assert calib.dataset is not None  # rules.py build_refusals refuses calibration without data
     source = str(config.resolve_path(calib.dataset))
     if any(marker in source.lower() for marker in HUB_DATASET_MARKERS):
         warnings.append(
@@ -307,11 +303,6 @@ def _eagle_step(config: ForgeConfig, choice: QuantChoice, model_dir: str, dtype:
     return _converter_step("convert", "eagle/convert_checkpoint.py", argv, choice, par, out, what)
 
 
-# EAGLE's convert_checkpoint.py quantizes only weight-only (CONVERT_WEIGHT_ONLY, no calibration); the converter reads a
-# LlamaConfig and asserts pp_size == 1 (spec convert_checkpoint_eagle).
-EAGLE_FAMILIES = ("llama", "mistral")
-
-
 def _build_argv(config: ForgeConfig, spec: Spec, checkpoint: str, out: str, flags: dict[str, str], draft_engine: bool = False) -> list[str]:
     eng, sp = config.engine, config.engine.speculative
     argv = [
@@ -335,7 +326,7 @@ def _build_argv(config: ForgeConfig, spec: Spec, checkpoint: str, out: str, flag
         "--tokens_per_block",
         str(eng.tokens_per_block),
         "--workers",
-        str(config.parallel.world_size),
+        str(build_gpus(config)),
         "--output_timing_cache",
         "model.cache",
         "--log_level",
@@ -431,7 +422,7 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
         raise ConfigError("hardware.gpu", f"{config.hardware.gpu!r} is not a GPU of the hardware table", "e.g. H100-SXM, L40S, A10G")
     sm = sm_of(device.compute_capability)
     shape = shape_for(config)
-    family = _family(config, shape)
+    family = _family(config, shape, device, spec)
     architecture = spec.architectures[family]
     model_dir = model_source(config, checkpoint_dir)
     dtype = resolve_model_dtype(config, model_dir)
@@ -439,20 +430,8 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
     sp = config.engine.speculative
     warnings: list[PlanWarning] = []
 
-    if plain(sp.mode) == "medusa":
-        raise ConfigError(
-            "engine.speculative.mode",
-            "medusa engines (Vicuna-only in 1.2.x) are not planned by trtllm-forge",
-            "use eagle, draft_target or lookahead, or engine.target: llmapi",
-        )
     if sp.mode == "eagle":
-        choice = _eagle_choice(config, family, choice, dtype, warnings)
-    if choice.tool == "quantize.py" and config.parallel.moe_ep is not None:
-        raise ConfigError(
-            "parallel.moe_ep",
-            "quantize.py (ModelOpt) cannot set expert parallelism",
-            "drop moe_ep/moe_tp for quantized MoE models, or use quantization.algorithm none / int8_wo / int4_wo",
-        )
+        choice = _eagle_choice(config, choice, dtype, warnings)
 
     flags = plugin_flags(config, is_moe=bool(shape and shape.is_moe))
     if plain(sp.mode) == "prompt_lookup":
@@ -547,7 +526,7 @@ def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> Build
         draft = {"model_dir": draft_dir, "engine_dir": DRAFT_ENGINE_DIR, "max_draft_len": sp.max_draft_len}
 
     _check_steps(steps, spec, warnings)
-    warnings += serving_route_warnings(spec)
+    warnings += serving_route_warnings(spec) + multi_node_build_notes(config)
     requested = {
         "max_batch_size": config.engine.max_batch_size,
         "max_input_len": config.engine.max_input_len,
@@ -613,27 +592,8 @@ def _prompt_lookup_rules(config: ForgeConfig, spec: Spec, flags: dict[str, str],
         )
 
 
-def _eagle_choice(config: ForgeConfig, family: str, choice: QuantChoice, dtype: str, warnings: list[PlanWarning]) -> QuantChoice:
-    """What NVIDIA's EAGLE converter can build: Llama-family models, pp 1, weight-only int8/int4 or no quantization."""
-    if family not in EAGLE_FAMILIES:
-        raise ConfigError(
-            "engine.speculative.mode",
-            f"eagle on the engine target reads the base model as a LlamaConfig (TensorRT-LLM 1.2.x examples/eagle/convert_checkpoint.py), "
-            f"which a {family} model is not",
-            "use engine.target: llmapi for EAGLE with this model, or another speculative mode (draft_target, lookahead)",
-        )
-    if config.parallel.pp > 1:
-        raise ConfigError(
-            "parallel.pp",
-            f"NVIDIA's EAGLE converter asserts pp_size == 1 (got {config.parallel.pp})",
-            "use tensor parallelism only (pp: 1) with eagle",
-        )
-    if choice.quant_algo is not None and choice.algorithm not in CONVERT_WEIGHT_ONLY:
-        raise ConfigError(
-            "quantization.algorithm",
-            f"NVIDIA's EAGLE converter quantizes only weight-only int8/int4 without calibration; {choice.algorithm} cannot be applied",
-            f"one of none, {', '.join(CONVERT_WEIGHT_ONLY)}, or engine.target: llmapi with a pre-quantized checkpoint",
-        )
+def _eagle_choice(config: ForgeConfig, choice: QuantChoice, dtype: str, warnings: list[PlanWarning]) -> QuantChoice:
+    """What NVIDIA's EAGLE converter builds (its limits are rules.py's): weight-only or no quantization, no KV quantization."""
     if config.quantization.kv_cache != "none":
         warnings.append(
             PlanWarning(
@@ -644,6 +604,22 @@ def _eagle_choice(config: ForgeConfig, family: str, choice: QuantChoice, dtype: 
             )
         )
     return QuantChoice(choice.algorithm, "none", choice.quant_algo, None, "eagle/convert_checkpoint.py", None, False)
+
+
+def multi_node_build_notes(config: ForgeConfig) -> list[PlanWarning]:
+    """A multi-node engine is built on one node: say so, and where its ranks must be for serving."""
+    par = config.parallel
+    if par.world_size <= par.gpus_per_node:
+        return []
+    return [
+        PlanWarning(
+            "multi_node_build_on_one_node",
+            "parallel.nodes",
+            f"the {par.world_size} rank engines are built on one node of {par.gpus_per_node} GPUs (trtllm-build --workers "
+            f"{build_gpus(config)}, one rank per GPU at a time); every one of the {par.nodes} serving nodes reads them "
+            "from the same storage (deploy.kubernetes.storage: pvc)",
+        )
+    ]
 
 
 def serving_route_warnings(spec: Spec) -> list[PlanWarning]:
@@ -685,7 +661,7 @@ def plan_llmapi(config: ForgeConfig, checkpoint_dir: Path | None, spec: Spec) ->
     if device is None or device.compute_capability is None:
         raise ConfigError("hardware.gpu", f"{config.hardware.gpu!r} is not a GPU of the hardware table", "e.g. H100-SXM, L40S, A10G")
     shape = shape_for(config)
-    family = _family(config, shape)
+    _family(config, shape, device, spec)
     model_dir = model_source(config, checkpoint_dir)
     warnings: list[PlanWarning] = []
     note = llmapi.pytorch_quantization_note(config)
@@ -733,7 +709,7 @@ def plan_llmapi(config: ForgeConfig, checkpoint_dir: Path | None, spec: Spec) ->
         container_image=spec.container_image,
         gpu=device.name,
         sm=sm_of(device.compute_capability),
-        architecture=spec.architectures[family],
+        architecture=spec.architectures[family_of(config, shape) or "llama"],
         dtype=resolve_model_dtype(config, model_dir),
         model_dir=str(model_dir),
         tp=config.parallel.tp,

@@ -49,5 +49,6 @@ def show(config_file: Path, as_json: bool) -> None:
 def schema() -> None:
     """Print the JSON Schema of the config file (every field with its description and default)."""
     data = ForgeConfig.model_json_schema()
-    data["properties"].pop("config_dir", None)
+    for internal in ("config_dir", "config_file"):
+        data["properties"].pop(internal, None)
     click.echo(json.dumps(data, indent=2))

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from trtllm_forge.commands.options import config_argument, force_option, json_option, load, workdir_option
+from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.errors import error_document
 from trtllm_forge.ui import emit_json
 
@@ -42,6 +43,7 @@ def run(
     try:
         config, workdir = load(config_file, workdir)
         if dry_run:
+            refuse_missing_inputs(config)
             show_dry_run(config, config_file, workdir, as_json)
             return
         report = RunReport(config.name or "config", workdir)
@@ -57,3 +59,25 @@ def run(
         emit_json(report.to_json())
     if not report.passed:
         raise SystemExit(1)
+
+
+def refuse_missing_inputs(config: ForgeConfig) -> None:
+    """The dry run plans with the checkpoints the run would read: one that is not there is refused (exit 2)
+    before anything is planned, naming its field, as the run itself would refuse it at import."""
+    from trtllm_forge.config.schema import BUILTIN_MODELS
+    from trtllm_forge.errors import ConfigError, ConfigErrors
+
+    fields = {
+        "model.source": None if config.model.source in BUILTIN_MODELS else config.model.source,
+        "model.tokenizer": config.model.tokenizer,
+        "engine.speculative.draft_model": config.engine.speculative.draft_model,
+    }
+    problems = [
+        ConfigError(name, f"{config.resolve_path(value)} does not exist on this machine", "give the path of the checkpoint here")
+        for name, value in fields.items()
+        if value and not config.resolve_path(value).exists()
+    ]
+    if config.config_file is not None:
+        problems = [problem.located(str(config.config_file)) for problem in problems]
+    if problems:
+        raise ConfigErrors(problems) if len(problems) > 1 else problems[0]

@@ -47,7 +47,7 @@ def _explain(error: ErrorDetails) -> ConfigError:
     kind = error["type"]
     if kind == "extra_forbidden":
         owner = _model_at(loc, ForgeConfig)
-        valid_keys = [k for k in (owner.model_fields if owner else {}) if k != "config_dir"]
+        valid_keys = [k for k in (owner.model_fields if owner else {}) if k not in ("config_dir", "config_file")]
         close = difflib.get_close_matches(str(loc[-1]), valid_keys, n=1, cutoff=0.6)
         hint = f"did you mean '{close[0]}'?" if close else f"valid keys: {', '.join(valid_keys)}"
         return ConfigError(where, "unknown key", hint)
@@ -101,6 +101,7 @@ def load_config(path: str | Path) -> ForgeConfig:
 
     try:
         config = parse_config(document.data, config_dir=path.resolve().parent, name=path.stem)
+        config.config_file = path.resolve()
     except ConfigErrors as exc:
         raise ConfigErrors([located(e) for e in exc.errors]) from None
     except ConfigError as exc:

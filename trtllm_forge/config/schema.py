@@ -328,6 +328,64 @@ class ResourceConfig(Section):
     gpus: int | None = Field(default=None, ge=0, description="GPUs (docker/kubernetes); default tp*pp.")
 
 
+# Kubernetes names: an RFC 1123 label (a claim, service account or resource name), a label key/value.
+K8sName = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")]
+K8sLabel = Annotated[str, Field(pattern=r"^([A-Za-z0-9][-A-Za-z0-9_./]{0,251}[A-Za-z0-9])?$")]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class Toleration(Section):
+    key: K8sLabel | None = Field(default=None, description="Taint key (unset with operator Exists: every taint).")
+    operator: Literal["Exists", "Equal"] = Field(default="Exists", description="Exists, or Equal to value.")
+    value: K8sLabel | None = Field(default=None, description="Taint value (operator Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(default=None, description="Taint effect; unset: all.")
+
+
+class RdmaConfig(Section):
+    resource: K8sLabel | None = Field(
+        default=None,
+        description="Extended resource of the RDMA/InfiniBand device plugin each pod requests (e.g. rdma/ib, "
+        "nvidia.com/hostdev, vpc.amazonaws.com/efa); also adds the IPC_LOCK capability RDMA needs to pin memory.",
+    )
+    count: int = Field(default=1, ge=1, description="How many of that resource each pod requests.")
+
+
+class KubernetesConfig(Section):
+    storage: Literal["pvc", "host_path"] = Field(
+        default="pvc",
+        description="Where pods read the workdir and every path the models read (engine, tokenizer, checkpoint): pvc, "
+        "a PersistentVolumeClaim holding them at the same absolute paths (mounted read-only by sub-path); host_path, "
+        "the node's own directories (single node, and only when the files are on that node).",
+    )
+    volume_claim: K8sName | None = Field(
+        default=None, description="An existing claim to mount (storage pvc); unset: the manifest creates <name>-data."
+    )
+    storage_class: K8sName | None = Field(default=None, description="Storage class of the created claim; unset: the cluster default.")
+    storage_gb: int = Field(default=1024, ge=1, description="Size of the created claim (checkpoint, converted checkpoint and engine).")
+    node_selector: dict[K8sLabel, K8sLabel] = Field(
+        default_factory=dict,
+        description="Node labels the pods must match, e.g. {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}: engines run "
+        "only on the GPU model that built them.",
+    )
+    tolerations: list[Toleration] | None = Field(
+        default=None,
+        description="Taints the pods tolerate; unset: GPU pods tolerate nvidia.com/gpu NoSchedule (as NVIDIA's Helm charts do).",
+    )
+    shm_gb: float | None = Field(
+        default=None, gt=0, description="Size of /dev/shm (a memory emptyDir); unset: 1 on CPU, 64 on GPU pods (NCCL and MPI use it)."
+    )
+    service_account: K8sName | None = Field(
+        default=None,
+        description="Multi-node: the service account of the leader (it needs get/list/watch on pods and create on "
+        "pods/exec); unset: the manifest creates <name>-launcher with that Role.",
+    )
+    rdma: RdmaConfig = Field(default_factory=RdmaConfig, description="RDMA/InfiniBand devices for multi-node NCCL.")
+    nccl_env: dict[EnvName, str] = Field(
+        default_factory=dict,
+        description="Environment of every rank, e.g. {NCCL_IB_HCA: mlx5, NCCL_SOCKET_IFNAME: eth0, NCCL_DEBUG: INFO}.",
+    )
+
+
 # deploy.server: one of the registered server kinds (trtllm_forge/server_kinds.py SERVER_KINDS).
 if TYPE_CHECKING:
     ServerKindName = str
@@ -346,6 +404,7 @@ class DeployConfig(Section):
     )
     resources: ResourceConfig = Field(default_factory=ResourceConfig, description="Resources.")
     ready_timeout_s: float = Field(default=300.0, gt=0, description="Seconds to wait for every model to be ready.")
+    kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig, description="Kubernetes rendering (deploy.target kubernetes).")
 
 
 class WorkloadName(Section):
@@ -424,6 +483,8 @@ class ForgeConfig(Section):
 
     # Set by the loader, not by the user: where relative paths are resolved from.
     config_dir: Path | None = Field(default=None, exclude=True, description="(internal)")
+    # Set by the loader: the file this config was read from (the build container runs build-engine on it).
+    config_file: Path | None = Field(default=None, exclude=True, description="(internal)")
 
     def resolve_path(self, value: str) -> Path:
         path = Path(value).expanduser()  # a config's paths were checked to expand (check_local_path)

@@ -167,6 +167,27 @@ def rendered_leader_command(workdir: Path, world_size: int) -> list[str]:
     return command
 
 
+def container_leader_command(config: ForgeConfig, repository: Path, ports: dict[str, int]) -> list[str]:
+    """The MPI leader-mode argv inside a container or pod (docker, Kubernetes): the image's tritonserver on every
+    rank, rank 0 listening on every interface (the published ports, the probes and the Service reach it there),
+    ranks > 0 loading only the engine models. Not the rendered local command, which binds triton.bind_address."""
+    from trtllm_forge.render.draft import drafts
+    from trtllm_forge.render.launch import plan_launch as plan_rendered_launch
+    from trtllm_forge.render.values import choose_kind
+
+    in_container = config.model_copy(update={"deploy": config.deploy.model_copy(update={"target": "kubernetes"})})
+    names = config.triton.model_names
+    engine_models = (names.tensorrt_llm,) + ((names.tensorrt_llm_draft,) if drafts(config, choose_kind(config, None)) else ())
+    plan = plan_rendered_launch(
+        in_container,
+        repository,
+        world_size=config.parallel.world_size,
+        engine_models=engine_models,
+        ports=(ports["http"], ports["grpc"], ports["metrics"]),
+    )
+    return plan.argv
+
+
 def plan_launch(config: ForgeConfig, workdir: Path, repository: Path | None = None) -> LaunchPlan:
     repository = (repository or default_repository(workdir)).resolve()
     models = repository_models(repository)

@@ -4,7 +4,7 @@ Rendered only: nothing here talks to a Docker engine or a cluster. The workdir i
 inside the container, so the absolute paths the rendered repository holds (engine dir, tokenizer) resolve.
 The GPU image comes from the serving-image table (builders/tensorrt_llm/spec/serving-images.json): the one image
 that built the engine serves it, and an engine whose TensorRT-LLM differs from the image's is refused.
-Multi-node (parallel.nodes > 1) renders a LeaderWorkerSet (a CRD: the LWS controller must be installed).
+The Kubernetes documents (storage, probes, multi-node LeaderWorkerSet) are built by deploy/kubernetes.py.
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ import re
 import shlex
 from pathlib import Path
 
-import yaml
-
 from trtllm_forge.builders.tensorrt_llm.images import check_engine_for_config, check_host_driver, describe_image, serving_image
 from trtllm_forge.config import ForgeConfig
-from trtllm_forge.deploy.launch import rendered_leader_command
+from trtllm_forge.deploy.launch import container_leader_command
 from trtllm_forge.deploy.server_argv import bind_address, tritonserver_argv
 from trtllm_forge.engine_config import read_engine_config
 from trtllm_forge.errors import ConfigError
@@ -27,7 +25,6 @@ CONTAINER_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 CONTAINER_TRITONSERVER = "tritonserver"  # on PATH in the serving images
 # The CPU engine needs openvino-genai inside the image; docker/ holds the recipe for one.
 DEFAULT_CPU_IMAGE = "trtllm-forge-cpu:latest"
-LWS_API = "leaderworkerset.x-k8s.io/v1"
 
 
 def image_for(config: ForgeConfig) -> str:
@@ -58,7 +55,7 @@ def _gpus(config: ForgeConfig) -> int:
 
 def container_command(config: ForgeConfig, workdir: Path, repository: Path) -> list[str]:
     if config.parallel.world_size > 1:
-        return rendered_leader_command(workdir, config.parallel.world_size)
+        return container_leader_command(config, repository, CONTAINER_PORTS)
     return tritonserver_argv(CONTAINER_TRITONSERVER, repository, CONTAINER_PORTS, bind_address(config, in_container=True))
 
 
@@ -91,132 +88,66 @@ def docker_argv(config: ForgeConfig, workdir: Path, repository: Path) -> list[st
     return argv + container_command(config, workdir, repository)
 
 
-def _labels(config: ForgeConfig) -> dict[str, str]:
-    return {"app.kubernetes.io/name": _name(config), "app.kubernetes.io/managed-by": "trtllm-forge"}
+def served_paths(config: ForgeConfig, workdir: Path, repository: Path) -> list[Path]:
+    """Every path a Triton pod reads: the workdir, the repository and the absolute paths its config.pbtxt files
+    name (engine, tokenizer, ...), the custom plugin libraries; before render, the tokenizer the render would name.
+    ConfigError when a model would run this host's Python environment (the image has its own)."""
+    from trtllm_forge.render.stub_env import project_env
+    from trtllm_forge.render.values import IMAGE_PATH_PARAMETERS, choose_kind, tokenizer_dir_for
 
+    paths = [workdir.resolve(), repository.resolve()]
+    paths += [config.resolve_path(p) for p in config.engine.plugins.custom_libraries]
+    if not any(repository.glob("*/config.pbtxt")):
+        return [*paths, tokenizer_dir_for(config, workdir, choose_kind(config, None), None)]
+    from trtllm_forge.containers.mounts import path_parameters
 
-def _resources(config: ForgeConfig, gpus: int) -> dict:
-    resources: dict[str, dict[str, str]] = {"limits": {}, "requests": {}}
-    if config.deploy.resources.cpus:
-        resources["requests"]["cpu"] = resources["limits"]["cpu"] = f"{config.deploy.resources.cpus:g}"
-    if config.deploy.resources.memory_gb:
-        resources["requests"]["memory"] = resources["limits"]["memory"] = f"{config.deploy.resources.memory_gb:g}Gi"
-    if gpus:
-        resources["limits"]["nvidia.com/gpu"] = str(gpus)
-    return {k: v for k, v in resources.items() if v}
-
-
-def _pod_spec(config: ForgeConfig, workdir: Path, command: list[str], gpus: int, serving: bool) -> dict:
-    container = {
-        "name": "tritonserver",
-        "image": image_for(config),
-        "command": command,
-        "env": [{"name": k, "value": v} for k, v in _env(config).items()],
-        "resources": _resources(config, gpus),
-        "volumeMounts": [{"name": "workdir", "mountPath": str(workdir), "readOnly": True}, {"name": "shm", "mountPath": "/dev/shm"}],
-    }
-    if serving:
-        container["ports"] = [{"name": n, "containerPort": p} for n, p in CONTAINER_PORTS.items()]
-        container["readinessProbe"] = {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "periodSeconds": 5}
-        container["livenessProbe"] = {"httpGet": {"path": "/v2/health/live", "port": "http"}, "periodSeconds": 10}
-        container["startupProbe"] = {
-            "httpGet": {"path": "/v2/health/ready", "port": "http"},
-            "periodSeconds": 10,
-            "failureThreshold": max(1, int(config.deploy.ready_timeout_s // 10)),
-        }
-    return {
-        "containers": [container],
-        "volumes": [
-            # Single-node: the workdir as a host path. Use a PersistentVolumeClaim on a real cluster.
-            {"name": "workdir", "hostPath": {"path": str(workdir), "type": "Directory"}},
-            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
-        ],
-    }
-
-
-def _service(config: ForgeConfig, selector: dict[str, str]) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": _name(config), "labels": _labels(config)},
-        "spec": {"selector": selector, "ports": [{"name": n, "port": p, "targetPort": n} for n, p in CONTAINER_PORTS.items()]},
-    }
-
-
-def gpus_per_pod(config: ForgeConfig) -> int:
-    nodes, world = config.parallel.nodes, config.parallel.world_size
-    if world % nodes or world // nodes > config.parallel.gpus_per_node:
-        raise ConfigError(
-            "parallel.nodes",
-            f"tp x pp = {world} ranks cannot be spread evenly over {nodes} nodes of {config.parallel.gpus_per_node} GPUs",
-            "nodes must divide tp x pp, with tp x pp / nodes <= gpus_per_node",
-        )
-    return world // nodes
-
-
-def leader_script(launch: list[str]) -> str:
-    """The LWS leader's shell: mpirun over the group's pods, addressed by the names LWS gives them
-    (leader `<set>-<group>.<set>.<ns>` in LWS_LEADER_ADDRESS, worker i `<set>-<group>-<i>.<set>.<ns>`)."""
-    if launch[:2] != ["mpirun", "--allow-run-as-root"]:
-        raise ConfigError(
-            "parallel.nodes",
-            "multi-node serving needs the MPI leader-mode launch command from `trtllm-forge render`",
-            "render with tp x pp > 1 first",
-        )
-    return (
-        'hosts="$LWS_LEADER_ADDRESS"; i=1; '
-        'while [ "$i" -lt "$LWS_GROUP_SIZE" ]; do hosts="$hosts,${LWS_LEADER_ADDRESS%%.*}-$i.${LWS_LEADER_ADDRESS#*.}"; i=$((i+1)); done; '
-        'exec mpirun --allow-run-as-root -H "$hosts" ' + shlex.join(launch[2:])
-    )
+    host_env = project_env().resolve()
+    for parameter in path_parameters(repository):
+        if parameter.key in IMAGE_PATH_PARAMETERS:
+            continue
+        path = parameter.path.resolve()
+        if path == host_env or host_env in path.parents:
+            raise ConfigError(
+                f"{parameter.config} parameter {parameter.key}",
+                f"{parameter.path} is this host's Python environment ({host_env}); the container has its own",
+                f"render with deploy.target: {config.deploy.target if config.deploy.target != 'local' else 'kubernetes'} "
+                "(no EXECUTION_ENV_PATH), then deploy",
+            )
+        paths.append(path)
+    return paths
 
 
 def kubernetes_documents(config: ForgeConfig, workdir: Path, repository: Path) -> list[dict]:
-    """Deployment + Service on one node; LeaderWorkerSet + Service (to the leader) when parallel.nodes > 1."""
-    labels = _labels(config)
+    """PersistentVolumeClaim, Deployment and Service on one node; for parallel.nodes > 1 the launcher, its RBAC,
+    a LeaderWorkerSet and a Service to the leader (deploy/kubernetes.py)."""
+    from trtllm_forge.deploy import kubernetes
+    from trtllm_forge.deploy.launch import container_leader_command
+
+    name = _name(config)
+    pod = kubernetes.ServerPod(
+        container="tritonserver",
+        image=image_for(config),
+        command=[],
+        gpus=_gpus(config),
+        paths=served_paths(config, workdir, repository),
+        env=_env(config),
+        ports=dict(CONTAINER_PORTS),
+        probes=kubernetes.Probes(ready="/v2/health/ready", live="/v2/health/live"),
+    )
     if config.parallel.nodes <= 1 or config.engine.backend != "tensorrt-llm":
-        deployment = {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": _name(config), "labels": labels},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": _pod_spec(config, workdir, container_command(config, workdir, repository), _gpus(config), True),
-                },
-            },
-        }
-        return [deployment, _service(config, labels)]
-    gpus = gpus_per_pod(config)
-    launch = rendered_leader_command(workdir, config.parallel.world_size)
-    leader_labels = {**labels, "trtllm-forge/role": "leader"}
-    # Workers only host MPI ranks started by the leader's mpirun (over ssh): the image must run sshd with keys
-    # shared by the group, which the NGC images do not set up on their own.
-    lws = {
-        "apiVersion": LWS_API,
-        "kind": "LeaderWorkerSet",
-        "metadata": {"name": _name(config), "labels": labels},
-        "spec": {
-            "replicas": 1,
-            "leaderWorkerTemplate": {
-                "size": config.parallel.nodes,
-                "leaderTemplate": {
-                    "metadata": {"labels": leader_labels},
-                    "spec": _pod_spec(config, workdir, ["/bin/sh", "-c", leader_script(launch)], gpus, True),
-                },
-                "workerTemplate": {
-                    "metadata": {"labels": {**labels, "trtllm-forge/role": "worker"}},
-                    "spec": _pod_spec(config, workdir, ["/usr/sbin/sshd", "-D"], gpus, False),
-                },
-            },
-        },
-    }
-    return [lws, _service(config, leader_labels)]
+        if config.parallel.world_size > 1:
+            pod.command = container_leader_command(config, repository, CONTAINER_PORTS)
+        else:
+            pod.command = tritonserver_argv(CONTAINER_TRITONSERVER, repository, CONTAINER_PORTS, bind_address(config, in_container=True))
+        return kubernetes.single_node(config, name, pod)
+    mpi_argv = container_leader_command(config, repository, CONTAINER_PORTS)
+    return kubernetes.multi_node(config, name, pod, mpi_argv[2:])  # after `mpirun --allow-run-as-root`
 
 
 def kubernetes_manifest(config: ForgeConfig, workdir: Path, repository: Path) -> str:
-    return yaml.safe_dump_all(kubernetes_documents(config, workdir, repository), sort_keys=False)
+    from trtllm_forge.deploy.kubernetes import dump_all
+
+    return dump_all(kubernetes_documents(config, workdir, repository))
 
 
 def render_target(config: ForgeConfig, workdir: Path, repository: Path, target: str) -> tuple[Path, str]:

@@ -89,40 +89,48 @@ def docker_argv(config: ForgeConfig, model: str, options: str) -> list[str]:
     return [*argv, image_for(config), *inside]
 
 
+LLMAPI_LAUNCH = "trtllm-llmapi-launch"  # TensorRT-LLM's multi-node launcher of LLM-API programs (rank 0 serves)
+
+
+def served_paths(config: ForgeConfig, model: str, options: str) -> list[Path]:
+    """What a trtllm-serve pod reads: the checkpoint, the options file's folder, the tokenizer, the draft model
+    (speculative decoding) and the custom plugin libraries."""
+    paths = [Path(model), Path(options).parent]
+    for value in (config.model.tokenizer, config.engine.speculative.draft_model):
+        if value:
+            paths.append(config.resolve_path(value))
+    return paths + [config.resolve_path(p) for p in config.engine.plugins.custom_libraries]
+
+
+def kubernetes_documents(config: ForgeConfig, model: str, options: str) -> list[dict[str, Any]]:
+    """One node: PersistentVolumeClaim, Deployment and Service. parallel.nodes > 1: NVIDIA's multi-node LLM-API
+    launch (NVIDIA/TensorRT-LLM@0bd8871:examples/llm-api/llm_mgmn_trtllm_serve.sh: one MPI process per GPU, each
+    running `trtllm-llmapi-launch trtllm-serve ...`; rank 0 serves, the others are its workers) with `mpirun` over a
+    LeaderWorkerSet (deploy/kubernetes.py)."""
+    from trtllm_forge.deploy import kubernetes
+
+    name = kubernetes.app_name(config, "trtllm-serve")
+    argv = serve_argv(config, model, options, host="0.0.0.0", port=CONTAINER_PORT)
+    libraries = config.engine.plugins.custom_libraries
+    pod = kubernetes.ServerPod(
+        container="trtllm-serve",
+        image=image_for(config),
+        command=argv,
+        gpus=config.deploy.resources.gpus if config.deploy.resources.gpus is not None else config.parallel.world_size,
+        paths=served_paths(config, model, options),
+        env={"LD_PRELOAD": ":".join(str(config.resolve_path(p)) for p in libraries)} if libraries else {},
+        ports={"http": CONTAINER_PORT},
+        probes=kubernetes.Probes(ready="/health", live="/health"),
+    )
+    if config.parallel.nodes <= 1:
+        return kubernetes.single_node(config, name, pod)
+    return kubernetes.multi_node(config, name, pod, ["-np", str(config.parallel.world_size), LLMAPI_LAUNCH, *argv])
+
+
 def kubernetes_manifest(config: ForgeConfig, model: str, options: str) -> str:
-    name = _name(config)
-    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "trtllm-forge"}
-    gpus = config.deploy.resources.gpus if config.deploy.resources.gpus is not None else config.parallel.world_size
-    container = {
-        "name": "trtllm-serve",
-        "image": image_for(config),
-        "command": serve_argv(config, model, options, host="0.0.0.0", port=CONTAINER_PORT),
-        "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
-        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-        "readinessProbe": {"httpGet": {"path": "/health", "port": CONTAINER_PORT}, "periodSeconds": 10},
-        "volumeMounts": [{"name": "model", "mountPath": str(Path(model))}, {"name": "options", "mountPath": str(Path(options).parent)}],
-    }
-    volumes = [
-        {"name": "model", "hostPath": {"path": str(Path(model))}},
-        {"name": "options", "hostPath": {"path": str(Path(options).parent)}},
-    ]
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container], "volumes": volumes}},
-        },
-    }
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"selector": labels, "ports": [{"name": "http", "port": CONTAINER_PORT, "targetPort": CONTAINER_PORT}]},
-    }
-    return yaml.safe_dump_all([deployment, service], sort_keys=False)
+    from trtllm_forge.deploy.kubernetes import dump_all
+
+    return dump_all(kubernetes_documents(config, model, options))
 
 
 @dataclass
@@ -213,9 +221,21 @@ def options_file_for(llmapi_dir: Path) -> Path:
     return existing
 
 
+def planned(config: ForgeConfig, workdir: Path) -> tuple[str, Path]:
+    """(model path, options file) the TensorRT-LLM llmapi build will record, for a rendering before the build."""
+    from trtllm_forge.builders.tensorrt_llm.plan import LLMAPI_DIR, model_source
+
+    return str(model_source(config, None)), workdir / "build" / LLMAPI_DIR / "extra_llm_api_options.yaml"
+
+
 def rendering(config: ForgeConfig, workdir: Path, target: str) -> tuple[Path, str]:
-    """(file, text) of the docker (a `docker run` script) or kubernetes (Deployment + Service) rendering."""
-    model, options = _built(workdir)
+    """(file, text) of the docker (a `docker run` script) or kubernetes rendering; before the llmapi build, of the
+    paths the build will write (the same ones, so the rendering does not change once it has run)."""
+    from trtllm_forge.stage_results import BuildResult
+
+    built = BuildResult.in_workdir(workdir)
+    unbuilt = (built is None or built.model_yaml is None) and not is_stand_in(config)
+    model, options = planned(config, workdir) if unbuilt else _built(workdir)
     out = workdir / "deploy"
     if target == "docker":
         return out / "trtllm-serve-docker.sh", "#!/bin/sh\nexec " + shlex.join(docker_argv(config, model, str(options))) + "\n"

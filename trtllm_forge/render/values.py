@@ -30,6 +30,8 @@ TRITON_DTYPES = {
 
 # The C++ backend executes its workers from this path inside NVIDIA's Triton TRT-LLM containers.
 EXECUTOR_WORKER_PATH = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
+# Parameters naming a path inside the serving image, not on the host: a container or pod mounts nothing for them.
+IMAGE_PATH_PARAMETERS = ("executor_worker_path",)
 
 
 def choose_kind(config: ForgeConfig, kind: str | None) -> str:
