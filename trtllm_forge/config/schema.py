@@ -393,6 +393,24 @@ else:
     ServerKindName = Literal[tuple(entry.name for entry in SERVER_KINDS)]
 
 
+class DynamoConfig(Section):
+    """NVIDIA Dynamo (deploy.server dynamo): an OpenAI frontend with a router in front of workers, aggregated (each
+    worker prefills and decodes) or disaggregated (prefill workers hand their KV cache to decode workers)."""
+
+    workers: int = Field(
+        default=2, ge=1, le=64, description="Aggregated workers (disaggregated: ignored, see prefill_workers/decode_workers)."
+    )
+    router_mode: Literal["kv", "round-robin", "random"] = Field(
+        default="kv", description="How the frontend picks a worker: kv = the KV-cache-aware router (prefix overlap and load)."
+    )
+    disaggregated: bool = Field(default=False, description="Separate prefill and decode workers (GPU renderings only).")
+    prefill_workers: int = Field(default=1, ge=1, le=64, description="Prefill workers when disaggregated.")
+    decode_workers: int = Field(default=1, ge=1, le=64, description="Decode workers when disaggregated.")
+    gpus_per_worker: int | None = Field(
+        default=None, ge=1, description="GPUs per worker (GPU renderings); default parallel.tp × parallel.pp."
+    )
+
+
 class DeployConfig(Section):
     target: Literal["local", "docker", "kubernetes"] = Field(default="local", description="Where to serve.")
     server: ServerKindName = Field(
@@ -405,6 +423,7 @@ class DeployConfig(Section):
     resources: ResourceConfig = Field(default_factory=ResourceConfig, description="Resources.")
     ready_timeout_s: float = Field(default=300.0, gt=0, description="Seconds to wait for every model to be ready.")
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig, description="Kubernetes rendering (deploy.target kubernetes).")
+    dynamo: DynamoConfig = Field(default_factory=DynamoConfig, description="NVIDIA Dynamo deployments (deploy.server dynamo).")
 
 
 class WorkloadName(Section):
