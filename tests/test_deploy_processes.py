@@ -126,7 +126,7 @@ def test_killed_server_stubs_are_reported_and_stopped_and_its_log_is_kept(setup)
     assert not group_members(new_state["pgid"])
     after = run_cli("deploy", "status", "--workdir", str(workdir), "--json")
     assert after.returncode == 3 and json.loads(after.stdout)["running"] is False
-    from trtllm_forge.deploy.server import pid_alive
+    from trtllm_forge.deploy.local_runner import pid_alive
 
     assert not pid_alive(state["pid"])  # reaps the killed server (our child)
 
