@@ -112,7 +112,7 @@ def docker_config(tmp_path_factory) -> Path:
 def docker_run(docker_config, cpu_container_image, imported_smollm2, cpu_engine_fp32, chain_host_profile, tmp_path_factory):
     """(workdir, `run --keep-serving --json` of the docker config): the session's import and build reused, its
     container kept for the tests below (and removed at the end whatever they did)."""
-    workdir = reused_workdir(tmp_path_factory.mktemp("docker-run"), imported_smollm2.parent / "import", cpu_engine_fp32[0] / "build")
+    workdir = reused_workdir(tmp_path_factory.mktemp("docker-run"), imported_smollm2.parent, cpu_engine_fp32[0] / "build")
     try:
         yield workdir, run_chain(workdir, docker_config, "--keep-serving", host_profile=chain_host_profile, timeout=900)
     finally:
