@@ -146,8 +146,8 @@ def test_run_serves_smoke_verify_and_bench_through_the_container(docker_run, con
     assert "Paris" in doc["answer"] and doc["stream_matches"] and doc["verify"]["passed"]
     serving = doc["serving"]
     assert serving["target"] == "docker" and serving["image"] == cpu_container_image and serving["container"]
-    points = doc["bench"]["workloads"][0]["points"]
-    assert [p["requests"]["completed"] for p in points] == [4] and points[0]["requests"]["failed"] == 0
+    requests = doc["bench"]["workloads"][0]["requests"]  # one load point: the workload's document is that point
+    assert requests["completed"] == 4 and requests["failed"] == 0, requests
     # What smoke, verify and bench reached: the container's ports, published on 127.0.0.1 (nothing served from here).
     state = containers.state(container_runtime, serving["container"], tmp_path / "runtime.log")
     assert state is not None and state.running and state.labels[containers.RUN_LABEL] == serving["run_id"]

@@ -66,6 +66,9 @@ def deploy_group() -> None:
     deploy stop [CONFIG]   SIGTERM, then SIGKILL after a grace period; no process left (also the
                            python stubs a killed Triton left behind)
 
+    deploy.target docker (or --target docker) runs a CPU config's Triton in a container of the CPU image
+    (podman, else docker), its ports published on triton.bind_address; status and stop work on it the same way.
+
     One server per workdir. For Triton, start and stop hold <workdir>/deploy/state.lock, so a second
     `deploy` waits for the first to launch and then reports it as already running. The server's log is
     <workdir>/logs/tritonserver.log; earlier ones are kept as tritonserver.1.log, .2.log, ...

@@ -267,7 +267,8 @@ def server_status(workdir: Path) -> TritonDeployment | None:
 @contextmanager
 def serving(config: ForgeConfig, workdir: Path, repository: Path | None = None, keep: bool = False) -> Iterator[TritonDeployment]:
     """A running server for the body of a `with` block; stopped on exit (errors and Ctrl-C too) unless keep.
-    Unless keep, the server also dies when this process is killed with SIGKILL."""
+    Unless keep, a local server also dies when this process is killed with SIGKILL (a container does not: `deploy
+    stop` or the next start removes it)."""
     launched: list[TritonDeployment] = []
     started = False
     try:  # from before the start: a SIGTERM between "ready" and the body must still stop the server
