@@ -188,9 +188,9 @@ def test_stop_never_signals_a_process_the_deployment_did_not_start(tmp_path):
 # where racing commands used to each start a server.
 SLOW_DEPLOY = """
 import sys, time
-import trtllm_forge.deploy.server as server
+import trtllm_forge.deploy.local_runner as local_runner
 
-real = server.plan_launch
+real = local_runner.plan_launch
 
 
 def slow(*args, **kwargs):
@@ -199,7 +199,7 @@ def slow(*args, **kwargs):
     return plan
 
 
-server.plan_launch = slow
+local_runner.plan_launch = slow  # what the local runner's plan calls, with the deploy lock held
 from trtllm_forge.cli import main
 
 main(sys.argv[1:])

@@ -188,7 +188,8 @@ def _wait_ready(runner: Runner, deployment: TritonDeployment, plan: ServerPlan, 
                         raise PortTaken()
                     runner.save_log(deployment)
                     failed = "; ".join(f"model {n}: {why}" for n, why in failed_models(plan.log).items())
-                    problem = f"tritonserver ({where}) exited with code {code} during start-up" + (f" ({failed})" if failed else "")
+                    server = f"tritonserver in {where}" if deployment.container else "tritonserver"
+                    problem = f"{server} exited with code {code} during start-up" + (f" ({failed})" if failed else "")
                     raise _fail(runner, deployment, problem, f"see the log {plan.log}")
                 if server_live(deployment.http_url):
                     ready = model_readiness(deployment.http_url, plan.models)
