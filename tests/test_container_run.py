@@ -1,28 +1,32 @@
-"""A real container run on CPU (issue #31.2): the session's CPU repository, rendered for `deploy.target: docker`,
-served by tritonserver inside the project's CPU image (docker/Containerfile.cpu) through published ports, gives the
-same tokens and text as the host-served model; stopped, nothing of it is left. And the mounts: every path a
-config.pbtxt names is mounted read-only at the same path, none points into the host's venv."""
+"""A real container run on CPU (issue #31.2): configs/smollm2-cpu.yaml with `deploy.target: docker`, served by
+tritonserver inside the project's CPU image (docker/Containerfile.cpu) through ports published on 127.0.0.1.
+
+`run` end to end (the session's import and build reused, a tiny bench) keeps its container; a `podman kill` of it is
+reported by `deploy status` (non-zero, naming the container and its exit code), `deploy stop` leaves no container of
+the workdir. Then `deploy --target docker` on the same workdir: `--dry-run` prints the runtime's commands and writes
+nothing; for real, `deploy status` says running with the published URLs, the served tokens and text equal the
+host-served model's, and `deploy stop` leaves nothing (checked by label). Two container starts in all, on the
+session's one image. And the mounts: every path a config.pbtxt names is mounted read-only at the same path, none
+points into the host's venv."""
 
 from __future__ import annotations
 
+import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import cpu_test_config
+import yaml
+from chain_helpers import reused_workdir, run_chain
+from conftest import CONFIGS, cpu_test_config, run_cli
 
 from trtllm_forge.client import generate, stream_request
 from trtllm_forge.containers import run as containers
 from trtllm_forge.containers.image import CONTAINERFILE, ensure_image, plan_image, project_digest
 from trtllm_forge.containers.mounts import path_parameters, repository_mounts
-from trtllm_forge.containers.serve import serving_spec
-from trtllm_forge.deploy.launch import free_port
-from trtllm_forge.deploy.server import log_tail, server_ready
 from trtllm_forge.errors import ConfigError
 
-READY_TIMEOUT_S = 240.0
 PROMPT_IDS = [504, 3575, 282, 4649, 314]  # "The capital of France is" in SmolLM2's tokenizer
 
 
@@ -87,51 +91,141 @@ def test_image_is_keyed_by_its_content(container_runtime, tmp_path):
     assert not (tmp_path / "context").exists() and not (tmp_path / "image.log").exists()
 
 
-def _wait_ready(runtime, name: str, http_url: str, log: Path, server_log: Path) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server_ready(http_url):
-            return
-        current = containers.state(runtime, name, log)
-        if current is None or not current.running:
-            break
-        time.sleep(1.0)
-    containers.save_logs(runtime, name, log, server_log)
-    pytest.fail(
-        f"the container's server is not ready at {http_url} (state {containers.state(runtime, name, log)}):\n{log_tail(server_log)}"
-    )
-
-
 def _tokens(target: str) -> list[int]:
     values = {"input_ids": PROMPT_IDS, "input_lengths": len(PROMPT_IDS), "request_output_len": 12, "temperature": 0.0, "runtime_top_k": 1}
     responses = stream_request(target, "tensorrt_llm", values).responses
     return [int(t) for r in responses for t in np.ravel(r["output_ids"])]
 
 
-@pytest.mark.slow
-def test_cpu_repository_served_from_the_container(container_runtime, cpu_container_image, container_repository, cpu_deployment, tmp_path):
-    runtime, log, server_log = container_runtime, tmp_path / "container.log", tmp_path / "tritonserver.log"
-    taken: set[int] = set()
-    ports = {}
-    for name in ("http", "grpc", "metrics"):
-        ports[name] = free_port("127.0.0.1", taken)
-        taken.add(ports[name])
-    spec = serving_spec(cpu_container_image, container_repository, tmp_path, ports)
-    label = {containers.DEPLOYMENT_LABEL: spec.labels[containers.DEPLOYMENT_LABEL]}
-    # The image holds this source tree (its layers are keyed by content: a stale one would fail here).
-    installed = runtime.run(["run", "--rm", cpu_container_image, "cat", "/opt/trtllm-forge/source.sha256"], log).stdout.strip()
-    assert installed == project_digest()
-    argv = containers.start(runtime, spec, log, dry_run=True)
-    assert "--init" in argv and f"127.0.0.1:{ports['grpc']}:8001" in argv and "--http-address=0.0.0.0" in argv
+@pytest.fixture(scope="module")
+def docker_config(tmp_path_factory) -> Path:
+    """configs/smollm2-cpu.yaml with deploy.target docker and a bench of four short requests."""
+    data = yaml.safe_load((CONFIGS / "smollm2-cpu.yaml").read_text())
+    data["deploy"]["target"] = "docker"
+    data["bench"]["workloads"][0].update(concurrency=[1], num_requests=4, input_len=16, output_len=8)
+    path = tmp_path_factory.mktemp("docker-config") / "smollm2-docker.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def docker_run(docker_config, cpu_container_image, imported_smollm2, cpu_engine_fp32, chain_host_profile, tmp_path_factory):
+    """(workdir, `run --keep-serving --json` of the docker config): the session's import and build reused, its
+    container kept for the tests below (and removed at the end whatever they did)."""
+    workdir = reused_workdir(tmp_path_factory.mktemp("docker-run"), imported_smollm2.parent, cpu_engine_fp32[0] / "build")
     try:
-        containers.start(runtime, spec, log)
-        _wait_ready(runtime, spec.name, f"http://127.0.0.1:{ports['http']}", log, server_log)
-        served = f"127.0.0.1:{ports['grpc']}"
-        tokens = _tokens(served)
+        yield workdir, run_chain(workdir, docker_config, "--keep-serving", host_profile=chain_host_profile, timeout=900)
+    finally:
+        run_cli("deploy", "stop", "--workdir", str(workdir))
+
+
+def _status(workdir: Path) -> tuple[int, dict]:
+    proc = run_cli("deploy", "status", "--workdir", str(workdir), "--json")
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def _workdir_containers(runtime, workdir: Path, log: Path) -> list[str]:
+    return containers.labeled(runtime, log, {containers.DEPLOYMENT_LABEL: str(workdir.resolve())})
+
+
+@pytest.mark.slow
+def test_run_serves_smoke_verify_and_bench_through_the_container(docker_run, container_runtime, cpu_container_image, tmp_path):
+    _, proc = docker_run
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads(proc.stdout)
+    status = {s["name"]: s["status"] for s in doc["stages"]}
+    assert status == {
+        "import": "skipped",
+        "build": "skipped",
+        "render": "done",
+        "deploy": "done",
+        "smoke": "done",
+        "verify": "done",
+        "bench": "done",
+    }
+    assert "Paris" in doc["answer"] and doc["stream_matches"] and doc["verify"]["passed"]
+    serving = doc["serving"]
+    assert serving["target"] == "docker" and serving["image"] == cpu_container_image and serving["container"]
+    requests = doc["bench"]["workloads"][0]["requests"]  # one load point: the workload's document is that point
+    assert requests["completed"] == 4 and requests["failed"] == 0, requests
+    # What smoke, verify and bench reached: the container's ports, published on 127.0.0.1 (nothing served from here).
+    state = containers.state(container_runtime, serving["container"], tmp_path / "runtime.log")
+    assert state is not None and state.running and state.labels[containers.RUN_LABEL] == serving["run_id"]
+    for name, inside in (("http", 8000), ("grpc", 8001), ("metrics", 8002)):
+        assert f"127.0.0.1:{serving['ports'][name]}:{inside}" in serving["command"]
+    assert serving["http_url"] == f"http://127.0.0.1:{serving['ports']['http']}"
+    # The repository was rendered for the container: no python model points at this host's venv.
+    assert "EXECUTION_ENV_PATH" not in {p.key for p in path_parameters(Path(serving["repository"]))}
+
+
+@pytest.mark.slow
+def test_a_killed_container_is_named_by_status_and_stop_leaves_none(docker_run, container_runtime, tmp_path):
+    workdir, proc = docker_run
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    code, before = _status(workdir)
+    assert code == 0 and before["running"] and before["processes"][0]["alive"], before
+    name = before["container"]
+    container_runtime.run(["kill", name], tmp_path / "runtime.log")
+
+    human = run_cli("deploy", "status", "--workdir", str(workdir))
+    assert human.returncode == 3, human.stderr  # not running, as for a dead local server
+    assert f"container {name} exited with code 137 (killed)" in human.stderr, human.stderr
+    code, after = _status(workdir)
+    assert code == 3 and not after["running"] and not after["processes"][0]["alive"]
+    assert any(name in problem and "137" in problem for problem in after["problems"]), after
+
+    stopped = run_cli("deploy", "stop", "--workdir", str(workdir))
+    assert stopped.returncode == 0, stopped.stderr
+    assert _workdir_containers(container_runtime, workdir, tmp_path / "runtime.log") == []
+    assert "Started GRPCInferenceService at 0.0.0.0:8001" in Path(after["log"]).read_text()  # its output, kept
+
+
+def _files(workdir: Path) -> dict[str, float]:
+    return {str(path): path.stat().st_mtime for path in sorted(workdir.rglob("*")) if path.is_file()}
+
+
+@pytest.mark.slow
+def test_deploy_dry_run_prints_the_runtime_commands_and_writes_nothing(docker_run, docker_config, container_runtime, cpu_container_image):
+    workdir, _ = docker_run
+    before = _files(workdir)
+    proc = run_cli("deploy", str(docker_config), "--workdir", str(workdir), "--target", "docker", "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["where"] == "docker" and plan["image"] == cpu_container_image and plan["image_present"] is True
+    argv = plan["argv"]
+    assert argv[:4] == [str(container_runtime.binary), "run", "--detach", "--init"]
+    assert argv[argv.index(cpu_container_image) + 1 :][:2] == ["tritonserver", f"--model-repository={plan['repository']}"]
+    assert f"127.0.0.1:{plan['ports']['grpc']}:8001" in argv and "--grpc-address=0.0.0.0" in argv
+    assert all(volume.endswith(":ro") for volume in plan["mounts"])
+    human = run_cli("deploy", str(docker_config), "--workdir", str(workdir), "--target", "docker", "--dry-run")
+    assert human.returncode == 0 and f"CONTAINERS_CONF={container_runtime.env.get('CONTAINERS_CONF')}" in human.stdout
+    assert " run --detach --init " in human.stdout and " stop --time 20 " in human.stdout
+    assert _files(workdir) == before, "a dry run must not write anything"
+    assert _workdir_containers(container_runtime, workdir, Path("/dev/null")) == []
+
+
+@pytest.mark.slow
+def test_deploy_to_docker_status_generate_stop(docker_run, docker_config, container_runtime, cpu_container_image, cpu_deployment, tmp_path):
+    workdir, _ = docker_run
+    log = tmp_path / "runtime.log"
+    # The image holds this source tree (its layers are keyed by content: a stale one would fail here).
+    installed = container_runtime.run(["run", "--rm", cpu_container_image, "cat", "/opt/trtllm-forge/source.sha256"], log).stdout.strip()
+    assert installed == project_digest()
+    started = run_cli("deploy", str(docker_config), "--workdir", str(workdir), "--target", "docker", "--json", timeout=600)
+    try:
+        assert started.returncode == 0, started.stderr[-3000:]
+        code, status = _status(workdir)
+        assert code == 0 and status["running"] and status["target"] == "docker", status
+        assert status["processes"][0]["role"] == f"container {status['container']}" and status["processes"][0]["alive"]
+        assert all(status["models"].values()) and status["grpc_url"] == f"127.0.0.1:{status['ports']['grpc']}"
+        assert _workdir_containers(container_runtime, workdir, log) == [status["container"]]
+        tokens = _tokens(status["grpc_url"])
         assert len(tokens) == 12 and tokens == _tokens(cpu_deployment.grpc_url)
-        text = generate(served, "The capital of France is", 8, temperature=0.0).text
+        text = generate(status["grpc_url"], "The capital of France is", 8, temperature=0.0).text
         assert text.strip() and text == generate(cpu_deployment, "The capital of France is", 8, temperature=0.0).text
     finally:
-        containers.stop(runtime, spec.name, log, server_log)
-    assert containers.labeled(runtime, log, label) == []
-    assert "Started GRPCInferenceService at 0.0.0.0:8001" in server_log.read_text()
+        stopped = run_cli("deploy", "stop", "--workdir", str(workdir))
+    assert stopped.returncode == 0, stopped.stderr
+    code, after = _status(workdir)
+    assert code == 3 and not after["running"] and after["problems"] == []
+    assert _workdir_containers(container_runtime, workdir, log) == []

@@ -144,6 +144,9 @@ def test_docker_target_renders_the_run_command(tmp_path, write_config, repo):
     assert result.returncode == 0, result.stderr
     script = (workdir / "deploy" / "docker-run.sh").read_text()
     assert script == result.stdout
+    # A GPU engine is never run here: the command is written and the output says so.
+    assert "written, not run: engine.backend tensorrt-llm serves on a GPU" in result.stderr
+    assert not (workdir / "deploy" / "state.json").exists()
     assert "docker run --detach --name trtllm-forge-gpu" in script
     assert "--gpus 3" in script and "--shm-size=1g" in script
     assert "-p 127.0.0.1:9000:8000" in script

@@ -103,3 +103,23 @@ def test_no_module_outside_the_kinds_switches_on_a_kind_name():
             if any(check.search(line) for check in checks):
                 found.append(f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}")
     assert found == []
+
+
+@pytest.mark.parametrize(
+    ("backend", "target", "runs"),
+    [("openvino", "local", True), ("openvino", "docker", True), ("openvino", "kubernetes", False), ("tensorrt-llm", "docker", False)],
+)
+def test_triton_runs_cpu_configs_in_a_container_and_renders_the_rest(backend, target, runs):
+    """`deploy --target docker` runs a CPU config in the CPU image's container, and only writes the `docker run`
+    script of a GPU config; Kubernetes is always rendered. The runner a start uses follows the same rule."""
+    from trtllm_forge.config.schema import ForgeConfig
+    from trtllm_forge.deploy.container_runner import CONTAINER_RUNNER
+    from trtllm_forge.deploy.server import runner_for
+
+    data = {"name": "k", "model": {"source": "smollm2-135m"}, "engine": {"backend": backend}, "deploy": {"target": target}}
+    if backend == "tensorrt-llm":
+        data["hardware"] = {"gpu": "H100-SXM"}
+    config = ForgeConfig.model_validate(data)
+    assert KINDS["triton"].runs(config) is runs
+    assert (runner_for(config) is CONTAINER_RUNNER) is (runs and target == "docker")
+    assert KINDS["trtllm-serve"].runs(config) is (target == "local")

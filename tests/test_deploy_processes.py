@@ -126,7 +126,7 @@ def test_killed_server_stubs_are_reported_and_stopped_and_its_log_is_kept(setup)
     assert not group_members(new_state["pgid"])
     after = run_cli("deploy", "status", "--workdir", str(workdir), "--json")
     assert after.returncode == 3 and json.loads(after.stdout)["running"] is False
-    from trtllm_forge.deploy.server import pid_alive
+    from trtllm_forge.deploy.local_runner import pid_alive
 
     assert not pid_alive(state["pid"])  # reaps the killed server (our child)
 
@@ -188,9 +188,9 @@ def test_stop_never_signals_a_process_the_deployment_did_not_start(tmp_path):
 # where racing commands used to each start a server.
 SLOW_DEPLOY = """
 import sys, time
-import trtllm_forge.deploy.server as server
+import trtllm_forge.deploy.local_runner as local_runner
 
-real = server.plan_launch
+real = local_runner.plan_launch
 
 
 def slow(*args, **kwargs):
@@ -199,7 +199,7 @@ def slow(*args, **kwargs):
     return plan
 
 
-server.plan_launch = slow
+local_runner.plan_launch = slow  # what the local runner's plan calls, with the deploy lock held
 from trtllm_forge.cli import main
 
 main(sys.argv[1:])

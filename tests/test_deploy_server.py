@@ -57,7 +57,7 @@ class TritonPythonModel:
 
 
 def group_alive(pgid: int) -> list[int]:
-    from trtllm_forge.deploy.server import group_members
+    from trtllm_forge.processes import group_members
 
     return group_members(pgid)
 
@@ -144,7 +144,7 @@ def test_start_status_request_stop(served):
         addresses = listening_addresses(port)
         assert addresses and addresses <= LOOPBACK, f"port {port} listens on {addresses}"
 
-    from trtllm_forge.deploy.server import _stub_shm_regions
+    from trtllm_forge.deploy.local_runner import _stub_shm_regions
 
     regions = _stub_shm_regions(group_alive(state["pgid"]))
     assert len(regions) == 3  # one python stub per model instance

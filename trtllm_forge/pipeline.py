@@ -211,7 +211,7 @@ def _run_stages(
         if run_bench:
             measure_host_once(config)
         server = kind_of(config).serving(config, workdir, rendered.repository, keep=keep_serving)
-        with stages.entered("deploy", server, lambda d: f"grpc {d.grpc_url}, http {d.http_url}") as deployment:
+        with stages.entered("deploy", server, lambda d: f"{d.where}, grpc {d.grpc_url}, http {d.http_url}") as deployment:
             report.deployment = deployment
             report.kept_serving = keep_serving
             stages.run("smoke", _smoke, config, deployment, report)
@@ -256,9 +256,7 @@ def present(report: RunReport, config: ForgeConfig) -> None:
         console.print(f"  {name:11} {plain(path)}")
     if report.deployment is not None:
         if report.kept_serving:
-            console.print(
-                f"server running (pid {report.deployment.pid}); stop it with `trtllm-forge deploy stop --workdir {report.workdir}`"
-            )
+            console.print(f"server running ({report.deployment.where}); stop it with `trtllm-forge deploy stop --workdir {report.workdir}`")
         else:
             console.print("server stopped; `trtllm-forge deploy CONFIG` (or `run --keep-serving`) serves it again, then")
         console.print(query_examples(config, report.deployment), markup=False)

@@ -66,6 +66,9 @@ def deploy_group() -> None:
     deploy stop [CONFIG]   SIGTERM, then SIGKILL after a grace period; no process left (also the
                            python stubs a killed Triton left behind)
 
+    deploy.target docker (or --target docker) runs a CPU config's Triton in a container of the CPU image
+    (podman, else docker), its ports published on triton.bind_address; status and stop work on it the same way.
+
     One server per workdir. For Triton, start and stop hold <workdir>/deploy/state.lock, so a second
     `deploy` waits for the first to launch and then reports it as already running. The server's log is
     <workdir>/logs/tritonserver.log; earlier ones are kept as tritonserver.1.log, .2.log, ...
@@ -80,7 +83,9 @@ def deploy_group() -> None:
     "--target",
     type=click.Choice(["local", "docker", "kubernetes"]),
     default=None,
-    help="Where to serve; default deploy.target. docker/kubernetes only render the command/manifest.",
+    help="Where to serve; default deploy.target. docker runs a CPU config in a container of the CPU image "
+    "(podman, else docker; built on first use) and writes the `docker run` script for GPU configs; kubernetes "
+    "writes the manifest.",
 )
 @click.option(
     "--timeout", "ready_timeout_s", type=float, default=None, help="Seconds to wait for readiness; default deploy.ready_timeout_s."
@@ -96,17 +101,21 @@ def start(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Start the deploy.server kind here and wait until it is ready (or render it for docker/kubernetes)."""
+    """Start the deploy.server kind where deploy.target (or --target) says and wait until it is ready: here, or in
+    a container for a CPU config's docker target; or write the docker/kubernetes rendering the kind does not run.
+    --dry-run prints the exact commands (the container runtime's too) and writes nothing."""
     from trtllm_forge.deploy.kinds import kind_of
     from trtllm_forge.deploy.launch import default_repository
 
     config, wd = load(config_file, workdir)
-    target = target or config.deploy.target
+    if target is not None and target != config.deploy.target:
+        config = config.model_copy(update={"deploy": config.deploy.model_copy(update={"target": target})})
+    target = config.deploy.target
     if ready_timeout_s is not None and ready_timeout_s <= 0:
         raise ConfigError("--timeout", f"must be > 0, got {ready_timeout_s:g}", "give seconds, e.g. --timeout 120")
     kind = kind_of(config)
     repo = (repository or default_repository(wd)).resolve()
-    if target != "local":
+    if not kind.runs(config):
         _write_rendering(kind.render(config, wd, repo, target), target, dry_run, as_json)
         return
     if dry_run:
@@ -136,19 +145,20 @@ def _write_rendering(rendering: Rendering, target: str, dry_run: bool, as_json: 
             os.chmod(tmp, 0o755)
         os.replace(tmp, path)
     if as_json:
-        emit_json({"target": target, "file": str(path), "written": not dry_run, "text": text})
+        emit_json({"target": target, "file": str(path), "written": not dry_run, "run": False, "note": rendering.note, "text": text})
         return
-    info(f"{'would write' if dry_run else 'wrote'} {path} (rendered only: no Docker engine or cluster is contacted)")
+    info(f"{'would write' if dry_run else 'wrote'} {path} ({rendering.note})")
     click.echo(text, nl=False)
 
 
 def _print_status(status: DeploymentStatus) -> None:
     deployment = status.deployment
     state = "[green]running[/green]" if status.running else "[red]not running[/red]"
-    info(f"{state}  {status.server} ({deployment.speaks}), pid {deployment.pid}")
-    for process in status.processes if len(status.processes) > 1 else []:
+    info(f"{state}  {status.server} ({deployment.speaks}), {deployment.where}")
+    for process in status.processes if len(status.processes) > 1 or status.problems else []:
         alive = ("ready" if process.ready else "not ready") if process.alive else "[red]dead[/red]"
-        info(f"  process {process.role} (pid {process.pid}): {alive}" + (f", log {process.log}" if process.log else ""))
+        pid = f" (pid {process.pid})" if process.pid else ""
+        info(f"  process {process.role}{pid}: {alive}" + (f", log {process.log}" if process.log else ""))
     if deployment.speaks is Speaks.TRITON:
         info(f"  grpc    {deployment.grpc_url}")
     info(f"  http    {deployment.http_url}")
@@ -201,7 +211,8 @@ def status(config_file: Path | None, workdir: Path | None, as_json: bool) -> Non
     else:
         _print_status(found)
         for problem in found.problems:
-            info(f"[red]unhealthy[/red]: {problem}; restart with `trtllm-forge deploy stop` and `trtllm-forge deploy`")
+            what = "unhealthy" if found.running else "ended"
+            info(f"[red]{what}[/red]: {problem}; restart with `trtllm-forge deploy stop` and `trtllm-forge deploy`")
         if found.leftover_pids:
             info(
                 f"  {len(found.leftover_pids)} process(es) the dead server left running: {found.leftover_pids}; "
@@ -230,7 +241,7 @@ def stop(config_file: Path | None, workdir: Path | None, grace: float, as_json: 
     if not stopped:
         info(f"nothing to stop: no deployment recorded in {wd / 'deploy'}")
     for name, deployment in stopped.items():
-        info(f"[green]✓[/green] deploy: {name} stopped (pid {deployment.pid})")
+        info(f"[green]✓[/green] deploy: {name} stopped ({deployment.where})")
     if as_json:
         documents = [{**deployment.to_dict(), "server": name} for name, deployment in stopped.items()]
         emit_json(documents[0] if len(documents) == 1 else {"running": False, "workdir": str(wd), "stopped": documents})

@@ -17,6 +17,7 @@ from trtllm_forge.containers.runtime import ContainerRuntime
 
 OWNER_LABEL = "org.trtllm-forge.owner"  # = "trtllm-forge" on every container started here
 DEPLOYMENT_LABEL = "org.trtllm-forge.deployment"  # the deployment (workdir) a container serves
+RUN_LABEL = "org.trtllm-forge.run"  # which start of the deployment (its run id in deploy/state.json)
 OWNER = "trtllm-forge"
 STOP_GRACE_S = 10
 
@@ -42,10 +43,22 @@ class ContainerSpec:
 class ContainerState:
     status: str  # "running", "exited", "created", ... as the runtime says
     exit_code: int
+    pid: int | None = None  # its first process on this host (while it runs)
+    labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def running(self) -> bool:
         return self.status == "running"
+
+    @property
+    def ended(self) -> bool:
+        """It ran and is over (a container still being created or started is not)."""
+        return self.status in ENDED_STATES
+
+
+ENDED_STATES = ("exited", "stopped", "dead", "removing")
+# The container's state and labels in one line (podman and docker both read Go templates).
+INSPECT_FORMAT = '{"State": {{json .State}}, "Labels": {{json .Config.Labels}}}'
 
 
 def run_argv(runtime: ContainerRuntime, spec: ContainerSpec) -> list[str]:
@@ -74,11 +87,17 @@ def start(runtime: ContainerRuntime, spec: ContainerSpec, log: Path, *, dry_run:
 
 def state(runtime: ContainerRuntime, name: str, log: Path) -> ContainerState | None:
     """The container's state, None when there is no container of that name."""
-    proc = runtime.run(["inspect", "--format", "{{json .State}}", name], log, check=False)
+    proc = runtime.run(["inspect", "--format", INSPECT_FORMAT, name], log, check=False)
     if proc.returncode != 0:
         return None
-    fields = json.loads(proc.stdout.strip().splitlines()[-1])
-    return ContainerState(str(fields.get("Status", "")).lower(), int(fields.get("ExitCode") or 0))
+    inspected = json.loads(proc.stdout.strip().splitlines()[-1])
+    fields, labels = inspected.get("State") or {}, inspected.get("Labels") or {}
+    return ContainerState(
+        str(fields.get("Status", "")).lower(),
+        int(fields.get("ExitCode") or 0),
+        int(fields.get("Pid") or 0) or None,
+        {str(key): str(value) for key, value in labels.items()},
+    )
 
 
 def save_logs(runtime: ContainerRuntime, name: str, log: Path, server_log: Path) -> None:

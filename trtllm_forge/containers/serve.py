@@ -8,21 +8,27 @@ the server binds `host_address` on the host's ports itself (no bridge, no NAT ru
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
 from trtllm_forge.containers.mounts import repository_mounts
-from trtllm_forge.containers.run import DEPLOYMENT_LABEL, ContainerSpec
-from trtllm_forge.deploy.server_argv import CONTAINER_BIND_ADDRESS, PORT_NAMES, tritonserver_argv
-
-CONTAINER_TRITONSERVER = "tritonserver"  # on PATH in the CPU image (containers/image_setup.py)
-CONTAINER_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}  # Triton's defaults, as the docker rendering uses
+from trtllm_forge.containers.run import DEPLOYMENT_LABEL, RUN_LABEL, ContainerSpec
+from trtllm_forge.deploy.server_argv import (
+    CONTAINER_BIND_ADDRESS,
+    CONTAINER_PORTS,
+    CONTAINER_TRITONSERVER,  # on PATH in the CPU image (containers/image_setup.py)
+    PORT_NAMES,
+    tritonserver_argv,
+)
 
 
 def container_name(workdir: Path) -> str:
-    """One container per workdir: its name says whose it is."""
-    stem = re.sub(r"[^a-z0-9-]+", "-", workdir.resolve().name.lower()).strip("-") or "default"
-    return f"trtllm-forge-{stem}"
+    """One container per workdir: its name says whose it is (the folder's name and a hash of its whole path, so
+    two workdirs of the same name never share one)."""
+    resolved = workdir.resolve()
+    stem = re.sub(r"[^a-z0-9-]+", "-", resolved.name.lower()).strip("-") or "default"
+    return f"trtllm-forge-{stem}-{hashlib.sha256(str(resolved).encode()).hexdigest()[:8]}"
 
 
 def serving_spec(
@@ -33,8 +39,10 @@ def serving_spec(
     *,
     host_address: str = "127.0.0.1",
     network_host: bool = False,
+    run_id: str | None = None,
 ) -> ContainerSpec:
-    """The container serving `repository` on `host_ports` (http/grpc/metrics) of `host_address`."""
+    """The container serving `repository` on `host_ports` (http/grpc/metrics) of `host_address`, labelled with
+    the workdir it serves and `run_id` (which start it is)."""
     repository = repository.resolve()
     if network_host:
         command = tritonserver_argv(CONTAINER_TRITONSERVER, repository, host_ports, host_address)
@@ -47,7 +55,7 @@ def serving_spec(
         image=image,
         command=command,
         mounts=repository_mounts(repository),
-        labels={DEPLOYMENT_LABEL: str(workdir.resolve())},
+        labels={DEPLOYMENT_LABEL: str(workdir.resolve()), **({RUN_LABEL: run_id} if run_id else {})},
         network_host=network_host,
         published=published,
         publish_address=host_address,

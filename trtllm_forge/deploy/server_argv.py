@@ -18,6 +18,10 @@ PORT_NAMES = ("http", "grpc", "metrics")
 EXIT_TIMEOUT_S = 10
 # Inside a container the server must listen beyond loopback to be reachable through the published ports.
 CONTAINER_BIND_ADDRESS = "0.0.0.0"
+# Inside every container (the CPU image, the GPU serving images, docker run and Kubernetes): Triton's default ports
+# and the server on PATH.
+CONTAINER_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
+CONTAINER_TRITONSERVER = "tritonserver"
 
 
 def bind_address(config: ForgeConfig, in_container: bool) -> str:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -39,7 +40,9 @@ class ServerUrls:
 
 @dataclass
 class TritonDeployment(ServerUrls):
-    """A Triton server started by `deploy` or `run`: the record in state.json (a `kinds.Deployment`)."""
+    """A Triton server started by `deploy` or `run`: the record in state.json (a `kinds.Deployment`). Where it runs
+    (`target`): "local", a process group here (`pid`, `pgid`, `run_id`); "docker", a container of the CPU image
+    (`container`, `image`, `runtime`; `run_id` is its label, `pid` its first process while it runs)."""
 
     running: bool
     pid: int | None
@@ -59,6 +62,9 @@ class TritonDeployment(ServerUrls):
     # The run mark (processes.RUN_MARK) in the environment of the server and of the python stubs it starts:
     # how `deploy stop` and the next `deploy` recognise the stubs a killed server left in its group.
     run_id: str | None = None
+    container: str | None = None  # the container's name (target docker)
+    image: str | None = None  # the image it runs
+    runtime: str | None = None  # podman or docker
 
     @property
     def speaks(self) -> Speaks:
@@ -67,6 +73,11 @@ class TritonDeployment(ServerUrls):
     @property
     def served_model(self) -> str | None:
         return None  # clients name the config's Triton models
+
+    @property
+    def where(self) -> str:
+        """The server in words: its container, else its pid."""
+        return f"container {self.container}" if self.container else f"pid {self.pid}"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -77,6 +88,11 @@ class TritonDeployment(ServerUrls):
     def from_dict(cls, data: dict[str, Any]) -> TritonDeployment:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def now() -> str:
+    """A record's timestamp (UTC)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def state_path(workdir: Path) -> Path:

@@ -16,14 +16,16 @@ from pathlib import Path
 from trtllm_forge.builders.tensorrt_llm.images import check_engine_for_config, check_host_driver, describe_image, serving_image
 from trtllm_forge.config import ForgeConfig
 from trtllm_forge.deploy.launch import container_leader_command
+
+# Defined once in server_argv.py (the CPU container, docker run and Kubernetes use the same); re-exported.
+from trtllm_forge.deploy.server_argv import CONTAINER_PORTS as CONTAINER_PORTS
+from trtllm_forge.deploy.server_argv import CONTAINER_TRITONSERVER as CONTAINER_TRITONSERVER
 from trtllm_forge.deploy.server_argv import bind_address, tritonserver_argv
 from trtllm_forge.engine_config import read_engine_config
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.stage_results import RenderResult
 
-CONTAINER_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
-CONTAINER_TRITONSERVER = "tritonserver"  # on PATH in the serving images
-# The CPU engine needs openvino-genai inside the image; docker/ holds the recipe for one.
+# The CPU configs' image in renderings (Kubernetes); `deploy --target docker` runs the one containers/image.py builds.
 DEFAULT_CPU_IMAGE = "trtllm-forge-cpu:latest"
 
 

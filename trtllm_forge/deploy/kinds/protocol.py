@@ -50,6 +50,10 @@ class Deployment(Protocol):
         """The process clients reach (Triton's server, trtllm-serve, a frontend)."""
 
     @property
+    def where(self) -> str:
+        """The process clients reach, in words: "pid 123", "container trtllm-forge-wd-1a2b3c4d"."""
+
+    @property
     def log(self) -> str: ...
 
     @property
@@ -91,7 +95,7 @@ class DeploymentStatus:
     deployment: Deployment
     processes: list[ProcessStatus]
     endpoints: dict[str, bool] = field(default_factory=dict)  # what clients call (Triton: its models) -> ready
-    problems: list[str] = field(default_factory=list)  # running but unhealthy: why
+    problems: list[str] = field(default_factory=list)  # running but unhealthy: why; not running: why it ended, if known
     leftover_pids: list[int] = field(default_factory=list)  # processes a dead deployment left running
 
     @property
@@ -125,6 +129,7 @@ class Rendering:
     path: Path
     text: str
     executable: bool = False
+    note: str = "rendered only: no Docker engine or cluster is contacted"  # why it is written, not run
 
 
 @dataclass
@@ -147,8 +152,12 @@ class ServerKind(Protocol):
 
     def serves_bench_target(self, target: str) -> bool: ...
 
+    def runs(self, config: ForgeConfig) -> bool:
+        """Whether `start`/`serving` run the config where its deploy.target says (always for local); when not,
+        `deploy` writes `render`'s file for that target instead."""
+
     def render(self, config: ForgeConfig, workdir: Path, repository: Path, target: str) -> Rendering:
-        """The docker or kubernetes rendering (`deploy --target docker|kubernetes`)."""
+        """The docker or kubernetes rendering (`deploy --target docker|kubernetes` when `runs` is False)."""
 
     def plan_local(self, config: ForgeConfig, workdir: Path, repository: Path) -> LocalPlan:
         """What `deploy` would start here (`--dry-run`): writes nothing."""

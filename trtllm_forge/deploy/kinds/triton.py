@@ -1,10 +1,11 @@
 """deploy.server `triton`: tritonserver on the rendered model repository. The work is done by `deploy/server.py`
-(start, wait, stop, status), `deploy/launch.py` (the local command) and `deploy/targets.py` (docker/Kubernetes);
-this module puts them behind the kind contract. State: `<workdir>/deploy/state.json` (`deploy/state.py`)."""
+(start, wait, stop, status), its runners (`deploy/runner.py`: where the server runs, a process group here or, for
+deploy.target docker and a CPU engine, a container of the CPU image) and `deploy/targets.py` (the docker/Kubernetes
+renderings `deploy --target` writes for what does not run here); this module puts them behind the kind contract.
+State: `<workdir>/deploy/state.json` (`deploy/state.py`)."""
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +15,6 @@ from trtllm_forge.deploy.kinds.protocol import (
     Deployment,
     DeploymentStatus,
     LocalPlan,
-    ProcessStatus,
     Rendering,
     Speaks,
 )
@@ -44,29 +44,26 @@ class TritonKind:
         from trtllm_forge.deploy.targets import render_target
 
         path, text = render_target(config, workdir, repository, target)
-        return Rendering(path, text, executable=target == "docker")
+        if target != "docker":
+            return Rendering(path, text)
+        note = f"written, not run: engine.backend {config.engine.backend} serves on a GPU, and a GPU host runs this script"
+        return Rendering(path, text, executable=True, note=note)
+
+    def runs(self, config: ForgeConfig) -> bool:
+        from trtllm_forge.deploy.runner import runs_here
+
+        return runs_here(config)
 
     def plan_local(self, config: ForgeConfig, workdir: Path, repository: Path) -> LocalPlan:
-        from trtllm_forge.deploy.launch import plan_launch
+        from trtllm_forge.deploy.server import runner_for
         from trtllm_forge.deploy.state import state_path
 
-        plan = plan_launch(config, workdir, repository)
+        runner = runner_for(config)
+        plan = runner.plan(config, workdir, repository)
         state = state_path(workdir)
         return LocalPlan(
-            document={**plan.describe(), "dry_run": True, "state": str(state)},
-            sections=[
-                ("would run (ports 0 are picked again at a real start):", [shlex.join(plan.argv)]),
-                ("environment added:", [f"{key}={value}" for key, value in plan.env.items()]),
-                (
-                    "files:",
-                    [
-                        *(f"{dest} <- {source}" for dest, source in plan.backend_files.items()),
-                        f"{plan.log} (server log)",
-                        f"{state} (deployment state)",
-                    ],
-                ),
-                (f"models to wait for: {', '.join(plan.models)}", []),
-            ],
+            document={**plan.describe(), "where": runner.where, "dry_run": True, "state": str(state)},
+            sections=runner.dry_run_sections(plan, state),
         )
 
     def start(self, config: ForgeConfig, workdir: Path, repository: Path, *, ready_timeout_s: float | None = None) -> Deployment:
@@ -87,23 +84,28 @@ class TritonKind:
         return server_status(workdir)
 
     def health(self, deployment: Deployment) -> list[str]:
-        from trtllm_forge.deploy.health import stub_health
+        from trtllm_forge.deploy.server import recorded_runner
 
         triton = _triton(deployment)
-        return stub_health(triton.pgid or triton.pid, Path(triton.repository)).problems()
+        return recorded_runner(triton).health(triton)
 
     def status(self, deployment: Deployment) -> DeploymentStatus:
-        from trtllm_forge.deploy.server import is_our_server, leftover_processes
+        from trtllm_forge.deploy.server import recorded_runner
 
         triton = _triton(deployment)
-        server = ProcessStatus("tritonserver", triton.pid, is_our_server(triton), triton.running, triton.log)
+        runner = recorded_runner(triton)
+        if triton.running:
+            problems = runner.health(triton)
+        else:  # why a started, never stopped server no longer runs (a killed container: its exit code)
+            ended = None if triton.stopped_at else runner.ended(triton)
+            problems = [ended] if ended else []
         return DeploymentStatus(
             server=self.name,
             deployment=triton,
-            processes=[server],
+            processes=[runner.process(triton)],
             endpoints=dict(triton.models),
-            problems=self.health(triton) if triton.running else [],
-            leftover_pids=[] if triton.running else leftover_processes(triton),
+            problems=problems,
+            leftover_pids=[] if triton.running else runner.leftovers(triton),
         )
 
     def stop(self, workdir: Path, *, grace_s: float) -> Deployment | None:

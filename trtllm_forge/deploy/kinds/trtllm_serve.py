@@ -51,6 +51,10 @@ class TrtllmServeDeployment:
         return self.url
 
     @property
+    def where(self) -> str:
+        return f"pid {self.pid}"
+
+    @property
     def grpc_url(self) -> str:
         return f"none ({NAME} speaks OpenAI over HTTP)"
 
@@ -95,6 +99,9 @@ class TrtllmServeKind:
 
     def serves_bench_target(self, target: str) -> bool:
         return target == OPENAI_TARGET
+
+    def runs(self, config: ForgeConfig) -> bool:
+        return config.deploy.target == "local"  # docker and Kubernetes: rendered only
 
     def render(self, config: ForgeConfig, workdir: Path, repository: Path, target: str) -> Rendering:
         from trtllm_forge.deploy.trtllm_serve import rendering
