@@ -297,21 +297,9 @@ def _gpu_matches(wanted: str, smi_line: str) -> bool:
     return key in smi_line.lower()
 
 
-class LLMAPIBuilder:
+class LLMAPIBuilder(TensorRTLLMEngineBuilder):
     """engine.target llmapi on TensorRT-LLM: no engine; writes model.yaml, the extra LLM-API options and the
-    trtllm-serve argv as the build stage. Implements builders.protocol.Builder."""
-
-    def plan(self, config: ForgeConfig, workdir: Path, checkpoint_dir: Path | None) -> BuildPlan:
-        return plan_build(config, checkpoint_dir)
-
-    def commands(self, plan: BuildPlan) -> list[list[str]]:
-        return [list(step.argv) for step in plan.steps]
-
-    def describe(self, plan: BuildPlan) -> dict[str, Any]:
-        return plan.to_dict()
-
-    def show_dry_run(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, as_json: bool) -> None:
-        TensorRTLLMEngineBuilder().show_dry_run(config, workdir, plan, as_json)
+    trtllm-serve argv as the build stage. Plans and dry-runs like the engine builder (plan_build plans both targets)."""
 
     def execute(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, force: bool = False) -> BuildResult:
         for item in plan.warnings:
