@@ -2,8 +2,9 @@
 line and a fix hint.
 
 Checks: no `${` left in any file; every config.pbtxt parses as inference.ModelConfig; directory name =
-model name; a version directory (with model.py for python models); reshape element counts; duplicate
-tensors; ensemble steps refer to real models and tensors of matching dtype and dims, every required
+model name; a version directory (with model.py for python models); dims and reshape as Triton 2.51 checks them
+(its wrapping int64 element counts, the runs between -1 dims, no empty reshape without batching); EXECUTION_ENV_PATH
+(a NUL byte ends it for Triton); duplicate tensors; ensemble steps refer to real models and tensors of matching dtype and dims, every required
 input of a step is fed, every ensemble input feeds something, every ensemble output is produced exactly
 once; no warm-up on an ensemble; ensemble max_batch_size <= every composing model's; decoupled
 consistency (BLS vs engine model; streaming wired to a non-decoupled model; one step fed by two
