@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -574,6 +575,7 @@ def test_a_silent_server_and_sigterm_end_the_run_with_records_and_exit_1(timing_
     )
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith("error: bench: 3 of 3 requests failed (stalled: 3)")
     assert doc["requests"]["errors_by_kind"] == {"stalled": 3} and any("no response" in w for w in doc["warnings"])
+    assert any("cannot check whether an engine stub died" in w for w in doc["warnings"])  # a bare --url names no deployment
     assert len(read_records(tmp_path / "stall")) == 3
 
     bench, started = start_bench(
@@ -604,3 +606,36 @@ def test_a_full_disk_keeps_what_was_measured_and_names_the_path(full_disk):
     assert doc is not None and [p["requests"]["completed"] for p in doc["points"]] == [6, 6]  # both points measured, shown
     assert doc["not_written"]["path"].startswith(str(full_disk))
     assert not [p for p in full_disk.rglob("*") if p.name.endswith(".tmp")], sorted(map(str, full_disk.rglob("*")))
+
+
+@pytest.mark.slow
+def test_a_dead_engine_stub_ends_the_point_at_once(triton_for_test, tmp_path):
+    """Issue #35.6: Triton 2.51 never errors the streams of a python stub that died (and keeps saying ready), so the
+    bench of a deployment it found in the workdir asks the stubs when a stall starts and ends the point at once."""
+    from bench_helpers import wait_for_point
+    from bench_support.local_triton import render_timing_model
+    from conftest import forge_test_config
+
+    from trtllm_forge.deploy.health import stub_pids
+
+    render_timing_model(tmp_path / "repo", "ensemble", ttft_ms=20.0, gap_ms=50.0)  # 500 tokens: 25 s per request
+    config = forge_test_config()
+    deployment = triton_for_test(tmp_path / "repo", config=config, workdir=tmp_path / "wd")
+    config_file = tmp_path / "deploy-test.yaml"
+    config_file.write_text(yaml.safe_dump(config.model_dump(mode="json", exclude_unset=True)))
+    argv = ["--workdir", str(tmp_path / "wd"), "--model", "ensemble", "--concurrency", "8", "--num-requests", "16", "--warmup", "0"]
+    argv += ["--output-len", "500", "--out", str(tmp_path / "out"), "--no-plots", "--json"]
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "trtllm_forge", "bench", str(config_file), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    started = wait_for_point(bench)
+    time.sleep(1.0)
+    (stub,) = stub_pids(deployment.pgid)[0]["ensemble"]
+    os.kill(stub, signal.SIGKILL)
+    killed = time.monotonic()
+    stdout, stderr = finish_bench(bench, started, timeout=50)  # the stall timeout is 60 s
+    assert time.monotonic() - killed < 20, stderr[-2000:]
+    assert bench.returncode == 1, stderr[-2000:]
+    summary = json.loads(stdout)
+    assert summary["aborted"].startswith("engine stub died (model ensemble: 1 of 1 python stub process(es) not running"), summary["aborted"]
+    assert summary["requests"]["errors_by_kind"] == {"stub_died": 8}, summary["requests"]

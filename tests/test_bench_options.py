@@ -96,7 +96,7 @@ def test_bad_flags_exit_2_with_one_line(args, needle, capsys):
 
 def test_every_option_field_is_a_dataclass_field():
     fields = {f.name for f in dataclasses.fields(BenchOptions)}
-    assert set(OPTIONS) <= fields and {"output_len_given", "http_url"} == fields - set(OPTIONS)
+    assert set(OPTIONS) <= fields and {"output_len_given", "http_url", "server_stubs"} == fields - set(OPTIONS)
 
 
 def test_automatic_grpc_lanes_are_one_per_request_in_flight_up_to_16():

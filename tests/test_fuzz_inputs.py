@@ -204,7 +204,23 @@ def clean_repository(tmp_path_factory) -> Path:
     return write_clean_cpu_repository(tmp_path_factory.mktemp("fuzz-clean"))
 
 
-PBTXT_EDITS = ("data_type", "dims", "name", "truncate", "bytes", "parameter", "drop_version", "loop", "brace", "key")
+PBTXT_EDITS = (
+    "data_type",
+    "dims",
+    "name",
+    "truncate",
+    "bytes",
+    "parameter",
+    "drop_version",
+    "loop",
+    "brace",
+    "key",
+    "huge_dims",  # issue #35.4: int64 extremes and element counts that wrap around in Triton's int64 arithmetic
+    "reshape",
+    "env_path",
+)
+HUGE_DIMS = ("[9223372036854775807]", "[4294967296, 4294967296]", "[4294967297, 4294967295]", "[-1, 9223372036854775807]", "[]")
+RESHAPES = ("[]", "[-1]", "[4]", "[-1, -1]", "[4294967296, 4294967296, 3]", "[9223372036854775807, 2]")
 
 
 def _edit_repository(repo: Path, model: str, edit: str, text_value: str, number: int, position: int) -> None:
@@ -234,6 +250,14 @@ def _edit_repository(repo: Path, model: str, edit: str, text_value: str, number:
         for link in (repo / model / "1" / "loop", repo / f"{model}-link"):
             if not link.is_symlink():
                 link.symlink_to(link)
+    elif edit == "huge_dims":
+        text = re.sub(r"dims: \[[^\]]*\]", f"dims: {HUGE_DIMS[position % len(HUGE_DIMS)]}", text, count=1 + position % 3)
+    elif edit == "reshape":
+        shape = RESHAPES[position % len(RESHAPES)]
+        text = re.sub(r"(dims: \[[^\]]*\])", rf"\1\n  reshape: {{ shape: {shape} }}", text, count=1 + position % 3)
+    elif edit == "env_path":  # a NUL, a newline or a control character somewhere in EXECUTION_ENV_PATH
+        escape = ("\\000", "\\n", "\\001", "")[position % 4]
+        text += f'\nparameters {{\n  key: "EXECUTION_ENV_PATH"\n  value: {{ string_value: "{escape}/x{escape}{text_value[:5]}" }}\n}}\n'
     elif edit == "brace":
         text = text.replace("}", "", 1 + position % 3)
     elif edit == "key":

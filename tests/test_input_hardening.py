@@ -295,3 +295,128 @@ def test_check_a_data_type_beyond_int32(repository):
     config.write_text(config.read_text().replace("data_type: TYPE_STRING", "data_type: 2147483648", 1))
     line = one_error(check(repository), "model_repository/preprocessing/config.pbtxt:7: does not parse as inference.ModelConfig")
     assert "2147483648" in line
+
+
+# --- render --check agrees with Triton (issue #35.4) --------------------------------------------------------
+
+BIG = 2**63 - 1
+ENV = str(REPO / ".venv")
+# model name -> (config.pbtxt fields, what Triton 2.51 said when it loaded the model: "loaded" or its refusal).
+# The test loads all of them in the real server and checks both columns: Triton still says this, and render
+# --check reports an error for exactly the models Triton refuses.
+AGAINST_TRITON = {
+    "dims_int64_max": ({"input_dims": f"[{BIG}]", "output_dims": f"[{BIG}]"}, "loaded"),
+    "dims_int64_max_batched": ({"input_dims": f"[{BIG}, {BIG}]", "max_batch_size": 8}, "loaded"),
+    "no_dims": ({"input_dims": "[]"}, "model input 'INPUT' must specify 'dims'"),
+    "reshape_wraps_equal": ({"input_dims": "[4294967296, 4294967296]", "reshape": "[4294967296, 4294967296, 3]"}, "loaded"),
+    "reshape_wraps_different": (
+        {"input_dims": "[4294967296, 4294967296]", "reshape": "[1]"},
+        "model input 'INPUT' has different size for dims and reshape",
+    ),
+    "reshape_wraps_to_minus_one": ({"input_dims": "[4294967297, 4294967295]", "reshape": "[4294967297, 4294967295, 1]"}, "loaded"),
+    "reshape_int64_max": ({"input_dims": f"[{BIG}, 2]", "reshape": f"[2, {BIG}]"}, "loaded"),
+    "reshape_empty_unbatched": (
+        {"input_dims": "[1]", "reshape": "[]"},
+        "model input 'INPUT' cannot have empty reshape for non-batching model as scalar tensors are not supported",
+    ),
+    "reshape_empty_batched": ({"input_dims": "[1]", "reshape": "[]", "max_batch_size": 4}, "loaded"),
+    "reshape_variable_to_fixed": ({"input_dims": "[-1]", "reshape": "[4]"}, "model input 'INPUT' has different size for dims and reshape"),
+    "reshape_variable_count": (
+        {"input_dims": "[-1, -1]", "reshape": "[-1]"},
+        "model input 'INPUT' has different number of variable-size dimensions for dims and reshape",
+    ),
+    "reshape_variable_runs": (
+        {"input_dims": "[2, -1, 3]", "reshape": "[3, -1, 2]"},
+        "model input 'INPUT' has different size for dims and reshape",
+    ),
+    "reshape_variable_runs_equal": ({"input_dims": "[2, 3, -1]", "reshape": "[6, -1]"}, "loaded"),
+    "reshape_variable_runs_wrap": (
+        {"input_dims": "[4294967296, 4294967296, -1]", "reshape": "[5, -1]"},
+        "model input 'INPUT' has different size for dims and reshape",
+    ),
+    "output_reshape": ({"output_dims": "[2, 3]", "output_reshape": "[5]"}, "model output 'OUTPUT' has different size for dims and reshape"),
+    "env_nul_inside": ({"env": ENV + "\\000junk"}, "loaded"),
+    "env_nul_first": ({"env": "\\000" + ENV}, "Failed to get the canonical path for "),  # the log line ends at the NUL
+}
+
+
+def _write_case(root: Path, name: str, fields: dict) -> None:
+    from conftest import _ECHO_MODEL
+
+    reshape = f"reshape: {{ shape: {fields['reshape']} }}" if "reshape" in fields else ""
+    output_reshape = f"reshape: {{ shape: {fields['output_reshape']} }}" if "output_reshape" in fields else ""
+    env = f'parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{fields["env"]}" }} }}' if "env" in fields else ""
+    (root / name / "1").mkdir(parents=True)
+    (root / name / "1" / "model.py").write_text(_ECHO_MODEL)
+    (root / name / "config.pbtxt").write_text(
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: {fields.get("max_batch_size", 0)}\n'
+        f'input [ {{ name: "INPUT" data_type: TYPE_STRING dims: {fields.get("input_dims", "[-1]")} {reshape} }} ]\n'
+        f'output [ {{ name: "OUTPUT" data_type: TYPE_STRING dims: {fields.get("output_dims", "[-1]")} {output_reshape} }} ]\n'
+        f"instance_group [ {{ kind: KIND_CPU count: 1 }} ]\n{env}\n"
+    )
+
+
+def _triton_verdicts(log: str) -> dict[str, str]:
+    """Model -> "loaded" or Triton's reason, from its log (a config Triton refuses never reaches the status table)."""
+    import re
+
+    verdicts = {name: "loaded" for name in re.findall(r"successfully loaded '([^']+)'", log)}
+    verdicts.update(re.findall(r"Poll failed for model directory '([^']+)': (.*?) for \1\"", log))
+    verdicts.update(re.findall(r"failed to load '([^']+)' version \d+: \w+: (.*?)\"", log))
+    return verdicts
+
+
+@pytest.fixture(scope="module")
+def against_triton(tmp_path_factory) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Triton's verdict per case (one server start for all) and render --check's errors per case."""
+    from conftest import forge_test_config
+
+    from trtllm_forge.deploy import start_server
+    from trtllm_forge.deploy.launch import plan_launch
+    from trtllm_forge.errors import StepError
+    from trtllm_forge.render.validate import check_repository
+
+    repository = tmp_path_factory.mktemp("against-triton") / "model_repository"
+    for name, (fields, _) in AGAINST_TRITON.items():
+        _write_case(repository, name, fields)
+    workdir = tmp_path_factory.mktemp("against-triton-wd")
+    config = forge_test_config()
+    with pytest.raises(StepError, match="exited with code"):  # it loads every model, then exits: some are refused
+        start_server(config, workdir, repository, ready_timeout_s=120)
+    log = plan_launch(config, workdir, repository).log.read_text(errors="replace")
+    errors: dict[str, list[str]] = {}
+    for problem in check_repository(repository):
+        if problem.level == "error":
+            errors.setdefault(Path(problem.file).parts[1], []).append(problem.message)
+    return _triton_verdicts(log), errors
+
+
+@pytest.mark.parametrize("name", list(AGAINST_TRITON))
+def test_check_refuses_what_triton_refuses_and_accepts_what_it_loads(against_triton, name):
+    verdicts, errors = against_triton
+    said = AGAINST_TRITON[name][1]
+    assert verdicts.get(name) == said, (name, verdicts.get(name))
+    if said == "loaded":
+        assert name not in errors, errors.get(name)
+    else:
+        assert len(errors.get(name, [])) == 1, (name, errors.get(name))
+
+
+def test_check_names_file_line_and_field_of_a_reshape_triton_refuses(repository):
+    config = repository / "tensorrt_llm" / "config.pbtxt"
+    text = config.read_text()
+    config.write_text(text.replace("dims: [-1, -1]\n  optional: true", "dims: [-1, -1]\n  reshape: { shape: [-1] }\n  optional: true", 1))
+    line = one_error(check(repository), "model_repository/tensorrt_llm/config.pbtxt:", "input 'encoder_input_features'")
+    assert "another number of variable-size (-1) dimensions" in line
+
+
+def test_check_escapes_a_nul_byte_in_execution_env_path(repository):
+    config = repository / "preprocessing" / "config.pbtxt"
+    text = config.read_text()
+    config.write_text(
+        text.replace(
+            'key: "EXECUTION_ENV_PATH"\n  value: { string_value: "', 'key: "EXECUTION_ENV_PATH"\n  value: { string_value: "\\000', 1
+        )
+    )
+    line = one_error(check(repository), "model_repository/preprocessing/config.pbtxt:", "starts with a NUL byte")
+    assert "\\x00" in line and "\x00" not in line

@@ -65,6 +65,8 @@ INPUT_NAMES: dict[str, dict[str, str]] = {
         "min_tokens": "min_tokens",
         "seed": "seed",
         "embedding_bias": "embedding_bias",
+        "stop_words": "stop_words_list",
+        "bad_words": "bad_words_list",
     },
 }
 # What a client of the ensemble calls the engine model's inputs (the ensemble maps them through unchanged).
@@ -153,6 +155,9 @@ def check_request(
         _each(name, v, lambda x: x >= 1 and (max_output_len is None or x <= max_output_len), text)
     if "bias_words" in names:
         _check_bias_lists(names["bias_words"], get(names["bias_words"]), names["bias_weights"], get(names["bias_weights"]))
+    for rule in ("stop_words", "bad_words"):
+        if rule in names:
+            _check_word_list(names[rule], get(names[rule]), vocab_size)
     if "embedding_bias" in names:
         name, v = values("embedding_bias")
         if v is not None:
@@ -170,6 +175,29 @@ def _check_bias_lists(words_name: str, words: np.ndarray | None, weights_name: s
     flat = _numbers(weights_name, weights)
     if flat is not None:
         _each(weights_name, flat, lambda x: True, "finite numbers")
+
+
+WORD_LIST_LAYOUT = "[batch, 2, N]: row 0 the words' token ids one after another, row 1 each word's end offset into row 0 (increasing, at most N), padded with -1"
+
+
+def _check_word_list(name: str, array: np.ndarray | None, vocab_size: int | None) -> None:
+    """TensorRT-LLM's word-list layout (stop_words_list, bad_words_list), as NVIDIA's preprocessing writes it: an
+    offset past the end of row 0, a decreasing one or a negative one before the -1 padding ends is refused."""
+    if array is None or np.asarray(array).size == 0:
+        return
+    items = np.asarray(array)
+    if items.ndim == 2:
+        items = items.reshape(1, *items.shape)
+    if items.ndim != 3 or items.shape[1] != 2 or items.dtype.kind not in "iu":
+        raise InvalidInput(f"{name}: shape {list(np.asarray(array).shape)} of {items.dtype}; send INT32 {WORD_LIST_LAYOUT}")
+    width = items.shape[2]
+    for index, (ids, offsets) in enumerate(items.tolist()):
+        used = offsets[: offsets.index(-1)] if -1 in offsets else offsets
+        if any(o != -1 for o in offsets[len(used) :]) or any(o < 0 or o > width for o in used) or used != sorted(used):
+            raise InvalidInput(f"{name}: end offsets {offsets} of batch item {index} do not fit {ids}; send {WORD_LIST_LAYOUT}")
+        end = used[-1] if used else 0
+        if vocab_size and any(not 0 <= t < vocab_size for t in ids[:end]):
+            raise InvalidInput(f"{name}: token ids {ids[:end]} of batch item {index} are outside 0 to {vocab_size - 1}")
 
 
 def _rows(array: np.ndarray | None) -> list[list]:

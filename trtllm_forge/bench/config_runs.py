@@ -77,6 +77,9 @@ def options_from_config(
                 run_flags["url"] = state.grpc_url if grpc else state.http_url
                 run_flags["metrics_url"] = run_flags.get("metrics_url") or state.metrics_url
                 run_flags["http_url"] = state.http_url
+                pgid, repository = getattr(state, "pgid", None), getattr(state, "repository", None)
+                if pgid and repository:  # a Triton deployment: a stall asks its python stubs
+                    run_flags["server_stubs"] = (pgid, str(repository))
             elif emit:
                 t = config.triton
                 run_flags["url"] = f"127.0.0.1:{t.grpc_port}" if grpc else f"http://127.0.0.1:{t.http_port}"

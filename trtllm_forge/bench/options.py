@@ -261,6 +261,9 @@ class BenchOptions:
         "completions", flag="--openai-endpoint", choices=OPENAI_ENDPOINTS, flag_default=True, help="For --target openai."
     )
     http_url: str | None = None  # the deployment's HTTP URL (for emitted AIPerf commands)
+    # (server process group, model repository) of the Triton deployment measured, when the bench found it in the
+    # workdir: a stall asks its python stubs (bench/runner.py StubCheck). None with a bare --url.
+    server_stubs: tuple[int, str] | None = None
 
     def loads(self) -> list[LoadSpec]:
         common: dict[str, Any] = dict(num_requests=self.num_requests, duration_s=self.duration_s, warmup_requests=self.warmup_requests)

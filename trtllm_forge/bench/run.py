@@ -16,7 +16,7 @@ from trtllm_forge.bench import plots, report, server_metrics
 from trtllm_forge.bench.metrics import summarize
 from trtllm_forge.bench.options import BenchOptions
 from trtllm_forge.bench.records import RequestRecord
-from trtllm_forge.bench.runner import LoadSpec, RunResult, run_load
+from trtllm_forge.bench.runner import LoadSpec, RunResult, StubCheck, run_load
 from trtllm_forge.bench.target import Target, now_ns
 from trtllm_forge.bench.workload import BenchRequest, from_dataset, load_tokenizer, synthetic, take
 from trtllm_forge.errors import ConfigError, StepError
@@ -66,6 +66,11 @@ def build_requests(options: BenchOptions, tokenizer: Any, n: int, rng: np.random
     return [requests[i % len(requests)] for i in range(n)]
 
 
+def stub_check(options: BenchOptions) -> StubCheck | None:
+    """What a stall asks: the deployment's python stubs, when the bench knows the deployment."""
+    return StubCheck(*options.server_stubs) if options.server_stubs else None
+
+
 def _versions() -> dict[str, str]:
     from importlib.metadata import version
 
@@ -107,7 +112,9 @@ async def _run_all(options: BenchOptions, tokenizer: Any) -> list[tuple[LoadSpec
                 if options.workers > 1:
                     result = await asyncio.get_running_loop().run_in_executor(None, run_sharded, options, load, requests, warmup)
                 else:
-                    result = await run_load(target, requests, warmup, load, options.seed, stall_s=options.stall_timeout_s)
+                    result = await run_load(
+                        target, requests, warmup, load, options.seed, stall_s=options.stall_timeout_s, stubs=stub_check(options)
+                    )
             after = server_metrics.scrape(options.metrics_url)
             context = {
                 "target": {**target.info.__dict__},
@@ -148,7 +155,9 @@ def _shard_main(
 
         try:
             mine = warmup[shard :: options.workers]
-            return await run_load(target, requests, mine, load, options.seed, (shard, options.workers), start_at, options.stall_timeout_s)
+            return await run_load(
+                target, requests, mine, load, options.seed, (shard, options.workers), start_at, options.stall_timeout_s, stub_check(options)
+            )
         finally:
             await target.close()
 

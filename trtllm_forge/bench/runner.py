@@ -12,6 +12,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -24,6 +25,11 @@ from trtllm_forge.bench.workload import BenchRequest
 
 LAG_PERIOD_S = 0.005
 SPIN_S = 0.002  # the last stretch before a scheduled send is waited by yielding, not by a coarse timer
+# A quiet spell this long on every request in flight starts a stall: the deployment's stubs are asked (at most once
+# per spell and period). Reading /proc is cheap, and it ends a point whose engine stub died at once instead of after
+# the stall timeout (Triton 2.51 never errors the streams of a dead stub and keeps saying ready).
+STALL_PROBE_S = 1.0
+NO_STUB_CHECK = "cannot check whether an engine stub died: the bench was given a bare --url (give CONFIG to name the deployment)"
 
 
 @dataclass
@@ -98,6 +104,27 @@ async def _warmup(target: Target, warmup: list[BenchRequest], concurrency: int) 
     return records
 
 
+@dataclass(frozen=True)
+class StubCheck:
+    """The deployment under measurement, as a stall asks it (deploy/health.py): its server's process group and its
+    model repository."""
+
+    pgid: int
+    repository: str
+
+    def dead_stubs(self, expected: dict[str, int]) -> list[str]:
+        """What is missing of the python stubs `expected` (model -> instances); empty while all are alive."""
+        from trtllm_forge.deploy.health import StubHealth, stub_processes
+
+        alive, dead = stub_processes(self.pgid)
+        return StubHealth(expected=expected, alive=alive, dead=dead).problems()
+
+    def expected(self) -> dict[str, int]:
+        from trtllm_forge.deploy.health import python_instances
+
+        return python_instances(Path(self.repository))
+
+
 def shard_share(total: int, shard: int, shards: int) -> int:
     return total // shards + (1 if shard < total % shards else 0)
 
@@ -111,12 +138,15 @@ async def run_load(
     shard: tuple[int, int] = (0, 1),
     start_at: Callable[[], Awaitable[int]] | None = None,
     stall_s: float = 60.0,
+    stubs: StubCheck | None = None,
 ) -> RunResult:
     """Run one sweep point. With `shard` = (k, n) this process sends only the requests whose index is k mod n
     (and k's share of the concurrency); `start_at` then returns the common start time of all shards.
     When no request in flight has received anything for `stall_s` seconds (a server that stopped answering
     without closing the connection), or on SIGINT/SIGTERM, sending stops and the requests in flight end as
-    errors, so the records and the summary of what completed are still written."""
+    errors, so the records and the summary of what completed are still written. `stubs`: the deployment's python
+    stubs, asked when a stall starts (STALL_PROBE_S without a response): a dead one ends the point at once
+    ("engine stub died"); without it a stall says it could not check."""
     k, n_shards = shard
     concurrency = shard_share(int(load.value), k, n_shards) if load.mode == "concurrency" else 0
     warm = await _warmup(target, warmup, max(1, concurrency) if load.mode == "concurrency" else (load.max_concurrency or 8))
@@ -148,14 +178,32 @@ async def run_load(
                 record.error_kind, record.error_message = kind, reason
             task.cancel()
 
+    expected_stubs: dict[str, int] = {}
+    probed_ns = 0
+
+    async def stub_died(quiet_since: int) -> str | None:
+        """Ask the stubs once per STALL_PROBE_S of a quiet spell; the problem when one died."""
+        nonlocal expected_stubs, probed_ns
+        if stubs is None or now_ns() - max(quiet_since, probed_ns) < STALL_PROBE_S * 1e9:
+            return None
+        probed_ns = now_ns()
+        if not expected_stubs:
+            expected_stubs = await loop.run_in_executor(None, stubs.expected)
+        problems = await loop.run_in_executor(None, stubs.dead_stubs, expected_stubs)
+        return "; ".join(problems) or None
+
     async def watchdog() -> None:
         while True:
             await asyncio.sleep(0.5)
             if not in_flight:
                 continue
             last = max((r.recv_ns[-1] if r.recv_ns else r.sent_ns or r.intended_ns) for r, _ in in_flight.values())
-            if now_ns() - last > stall_s * 1e9:
-                abort("stalled", f"no response on any of {len(in_flight)} requests in flight for {stall_s:g} s")
+            died = await stub_died(last)
+            if died:
+                abort("stub_died", f"engine stub died ({died}); {len(in_flight)} requests in flight were ended")
+            elif now_ns() - last > stall_s * 1e9:
+                unchecked = "" if stubs is not None else f"; {NO_STUB_CHECK}"
+                abort("stalled", f"no response on any of {len(in_flight)} requests in flight for {stall_s:g} s{unchecked}")
 
     async def send(request: BenchRequest, index: int, intended: int) -> None:
         record = _record(request, index, "measure", intended)

@@ -2,8 +2,9 @@
 line and a fix hint.
 
 Checks: no `${` left in any file; every config.pbtxt parses as inference.ModelConfig; directory name =
-model name; a version directory (with model.py for python models); reshape element counts; duplicate
-tensors; ensemble steps refer to real models and tensors of matching dtype and dims, every required
+model name; a version directory (with model.py for python models); dims and reshape as Triton 2.51 checks them
+(its wrapping int64 element counts, the runs between -1 dims, no empty reshape without batching); EXECUTION_ENV_PATH
+(a NUL byte ends it for Triton); duplicate tensors; ensemble steps refer to real models and tensors of matching dtype and dims, every required
 input of a step is fed, every ensemble input feeds something, every ensemble output is produced exactly
 once; no warm-up on an ensemble; ensemble max_batch_size <= every composing model's; decoupled
 consistency (BLS vs engine model; streaming wired to a non-decoupled model; one step fed by two
@@ -113,6 +114,58 @@ def bad_dims(dims: list[int]) -> list[int]:
     return [d for d in dims if d != -1 and d < 1]
 
 
+INT64_BITS = 64
+
+
+def _wrapped_int64(value: int) -> int:
+    """`value` as Triton's int64_t arithmetic leaves it (two's complement wrap-around)."""
+    value &= (1 << INT64_BITS) - 1
+    return value - (1 << INT64_BITS) if value >> (INT64_BITS - 1) else value
+
+
+def element_count(dims: list[int]) -> int:
+    """triton::common::GetElementCount: -1 with a variable-size dimension, 0 for no dimensions, else the
+    product in int64 (it wraps: Triton compares wrapped counts, so we do too)."""
+    if -1 in dims:
+        return -1
+    return _wrapped_int64(math.prod(dims)) if dims else 0
+
+
+def _trunk_counts(dims: list[int]) -> list[int]:
+    """Element counts of the runs of fixed dimensions between variable-size ones (int64, wrapping)."""
+    counts, current = [], 1
+    for dim in dims:
+        if dim == -1:
+            counts.append(current)
+            current = 1
+        else:
+            current = _wrapped_int64(current * dim)
+    return [*counts, current]
+
+
+def reshape_problem(dims: list[int], shape: list[int], batching: bool) -> tuple[str, str] | None:
+    """What Triton 2.51 refuses in a tensor's reshape (model_config_utils.cc ValidateIOShape, checked against the
+    server in tests/test_input_hardening.py): (problem, fix), or None when it loads."""
+    if not batching and not shape:
+        return (
+            "an empty reshape on a model without batching (Triton: scalar tensors are not supported)",
+            "set max_batch_size > 0, or reshape to [1]",
+        )
+    dims_count, shape_count = element_count(dims), element_count(shape)
+    if dims_count != shape_count and (shape_count != 0 or dims_count != 1):
+        return f"reshape {shape} has a different element count than dims {dims}", "make reshape hold as many elements as dims"
+    if dims_count == -1:
+        dims_trunks, shape_trunks = _trunk_counts(dims), _trunk_counts(shape)
+        if len(dims_trunks) != len(shape_trunks):
+            return f"reshape {shape} has another number of variable-size (-1) dimensions than dims {dims}", "use as many -1 in both"
+        if dims_trunks != shape_trunks:
+            return (
+                f"reshape {shape} has a different element count than dims {dims} between the variable-size (-1) dimensions",
+                "make each run of fixed dimensions hold as many elements in both",
+            )
+    return None
+
+
 def dims_compatible(a: list[int], b: list[int]) -> bool:
     return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b, strict=False))
 
@@ -202,16 +255,9 @@ class Validator:
             for version in versions:
                 if not (version / filename).is_file():
                     self.add(version, 1, f"python model without {filename}", f"put the model's {filename} into {version.name}/")
-        if cfg.backend == "python":
-            env = cfg.parameters.get("EXECUTION_ENV_PATH")
-            if env is not None and env.string_value and not Path(env.string_value).exists():
-                self.add(
-                    path,
-                    model.line_of("EXECUTION_ENV_PATH"),
-                    f"EXECUTION_ENV_PATH {env.string_value} does not exist here",
-                    "re-render on the serving host, or point it at the Python environment the stub should use",
-                    "warning",
-                )
+        env = cfg.parameters.get("EXECUTION_ENV_PATH")
+        if env is not None and env.string_value:
+            self.check_execution_env(model, env.string_value)
         for key, value in cfg.parameters.items():
             if value.string_value == "" and key not in EMPTY_MEANS_NONE:
                 self.add(
@@ -248,6 +294,13 @@ class Validator:
                         f"{kind} {tensor.name!r} has data_type {tensor.data_type}, which is not a Triton data type",
                         f"one of {dtype_choices()}",
                     )
+                if not len(tensor.dims):
+                    self.add(
+                        path,
+                        model.line_of(f'"{tensor.name}"'),
+                        f"{kind} {tensor.name!r} has no dims (Triton: must specify 'dims')",
+                        "list its dimensions, e.g. dims: [1] (-1 for a variable size)",
+                    )
                 for field, dims in (("dims", list(tensor.dims)), ("reshape", list(tensor.reshape.shape))):
                     if bad_dims(dims):
                         self.add(
@@ -256,17 +309,52 @@ class Validator:
                             f"{kind} {tensor.name!r} has {field} {dims}",
                             "each dimension is a size of at least 1, or -1 for a variable size",
                         )
-                if tensor.HasField("reshape"):
-                    dims, shape = list(tensor.dims), list(tensor.reshape.shape)
-                    if -1 not in dims and -1 not in shape and math.prod(dims) != math.prod(shape):
-                        self.add(
-                            path,
-                            model.line_of(f'"{tensor.name}"'),
-                            f"{kind} {tensor.name!r}: reshape {shape} has a different element count than dims {dims}",
-                            "make reshape hold as many elements as dims",
-                        )
+                if tensor.HasField("reshape") and not bad_dims(list(tensor.dims)) and not bad_dims(list(tensor.reshape.shape)):
+                    problem = reshape_problem(list(tensor.dims), list(tensor.reshape.shape), batching=cfg.max_batch_size > 0)
+                    if problem is not None:
+                        self.add(path, model.line_of(f'"{tensor.name}"'), f"{kind} {tensor.name!r}: {problem[0]}", problem[1])
         if model.is_ensemble and len(cfg.model_warmup):
             self.add(path, model.line_of("model_warmup"), "model_warmup is not allowed on an ensemble", "remove model_warmup")
+
+    def check_execution_env(self, model: Model, value: str) -> None:
+        """EXECUTION_ENV_PATH as Triton 2.51's python backend reads it (checked against the server in
+        tests/test_input_hardening.py): a C string, so a NUL byte ends it; an empty path is refused on every host
+        ('Failed to get the canonical path for '); a path missing here may exist on the serving host."""
+        path, line = model.config_path, model.line_of("EXECUTION_ENV_PATH")
+        if model.config.backend != "python":
+            self.add(
+                path,
+                line,
+                f"EXECUTION_ENV_PATH is a python-backend parameter; backend {model.config.backend!r} ignores it",
+                "remove it",
+                "warning",
+            )
+            return
+        read = value.split("\0", 1)[0]
+        if "\0" in value:
+            if not read:
+                self.add(
+                    path,
+                    line,
+                    f"EXECUTION_ENV_PATH {value!r} starts with a NUL byte: Triton reads an empty path and refuses the model",
+                    "write the path of the Python environment without control characters",
+                )
+                return
+            self.add(
+                path,
+                line,
+                f"EXECUTION_ENV_PATH {value!r} holds a NUL byte: Triton reads only {read!r}",
+                "remove the NUL byte and what follows it",
+                "warning",
+            )
+        if not Path(read).exists():
+            self.add(
+                path,
+                line,
+                f"EXECUTION_ENV_PATH {read!r} does not exist here",
+                "re-render on the serving host, or point it at the Python environment the stub should use",
+                "warning",
+            )
 
     # --- across models -----------------------------------------------------------------------------------
 
