@@ -55,7 +55,7 @@ def test_the_newest_ngc_image_that_ships_a_version_serves_it():
     # every version the engine path's spec accepts has an NGC image today
     for version in load_spec().compatible_versions:
         assert images.image_for_version(version).how == "ngc"
-    with pytest.raises(ConfigError, match="no serving image is known for TensorRT-LLM 1.3.0rc29"):
+    with pytest.raises(ConfigError, match=re.escape("no serving image is known for TensorRT-LLM 1.3.0rc29")):
         images.image_for_version("1.3.0rc29")
 
 
@@ -64,7 +64,12 @@ def test_our_build_image_is_the_dockerfile_on_that_ngc_image():
     NGC image serves what it built; the Dockerfile's default base is that image."""
     served, built = images.image_for_version("1.2.1"), images.build_image_for_version("1.2.1")
     assert built.image == FORGE_1_2_1 and built.how == "forge-on-ngc" and built.base_image == NGC_26_07
-    assert (built.tensorrt_llm, built.tensorrt, built.cuda, built.min_driver) == (served.tensorrt_llm, served.tensorrt, served.cuda, served.min_driver)
+    assert (built.tensorrt_llm, built.tensorrt, built.cuda, built.min_driver) == (
+        served.tensorrt_llm,
+        served.tensorrt,
+        served.cuda,
+        served.min_driver,
+    )
     assert images.describe_image(FORGE_1_2_1) == built
     spec = load_spec("1.2.1")
     assert spec.container_image == FORGE_1_2_1 and spec.base_image == NGC_26_07
@@ -85,7 +90,7 @@ def test_mismatch_line_names_both_versions_and_the_image_to_use():
     # an engine built in 25.12 is served by the newest image with its version (1.1.0: 26.02)
     with pytest.raises(ConfigError, match=re.escape("serve it with nvcr.io/nvidia/tritonserver:26.02-trtllm-python-py3")):
         images.check_engine_image("1.1.0", NGC_26_07)
-    with pytest.raises(ConfigError, match="ships TensorRT-LLM 1.2.1"):
+    with pytest.raises(ConfigError, match=re.escape("ships TensorRT-LLM 1.2.1")):
         images.check_engine_image("1.2.0", FORGE_1_2_1)
     images.check_engine_image("1.2.1", NGC_26_07)
     images.check_engine_image("1.2.1", FORGE_1_2_1)
