@@ -304,6 +304,15 @@ RULE_CASES = {
         "engine.gather_logits",
         merged(GPU_BASE, engine={"backend": "tensorrt-llm", "gather_logits": {"generation": True}}),
     ),
+    "nvidia_llm_api_lint": (
+        merged(GPU_BASE, engine={"backend": "tensorrt-llm", "target": "llmapi", "max_seq_len": 8192, "max_num_tokens": 4096}),
+        "engine.max_num_tokens",
+        merged(
+            GPU_BASE,
+            engine={"backend": "tensorrt-llm", "target": "llmapi", "max_seq_len": 8192, "max_num_tokens": 4096},
+            runtime={"enable_chunked_context": True},
+        ),
+    ),
     "builtin_source_known": (
         merged(CPU_BASE, model={"source": "smollm3"}),
         "model.source",

@@ -150,12 +150,12 @@ def test_docker_target_renders_the_run_command(tmp_path, write_config, repo):
     assert "docker run --detach --name trtllm-forge-gpu" in script
     assert "--gpus 3" in script and "--shm-size=1g" in script
     assert "-p 127.0.0.1:9000:8000" in script
-    # The serving image of the pinned TensorRT-LLM 1.2.1 (no NGC image ships it: docker/Dockerfile on 25.12).
+    # The serving image of the pinned TensorRT-LLM 1.2.1: the newest NGC image that ships it.
     # Every rank in the container: the image's tritonserver, rank 0 on every interface (not the rendered local
     # command, which binds triton.bind_address: the published port could never reach it).
-    inside = f"-v {workdir}:{workdir}:ro trtllm-forge:0.1.0-trtllm1.2.1 mpirun --allow-run-as-root -n 1 /opt/tritonserver/bin/tritonserver "
+    inside = f"-v {workdir}:{workdir}:ro nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3 mpirun --allow-run-as-root -n 1 /opt/tritonserver/bin/tritonserver "
     assert inside in script and "mpirun -n 3 tritonserver" not in script
-    assert script.count("--http-address=0.0.0.0") == 3 and "127.0.0.1 " not in script.split("trtllm-forge:0.1.0")[1]
+    assert script.count("--http-address=0.0.0.0") == 3 and "127.0.0.1 " not in script.split("26.07-trtllm-python-py3")[1]
 
 
 def test_kubernetes_target_renders_a_valid_manifest(tmp_path, write_config, repo):

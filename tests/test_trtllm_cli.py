@@ -73,7 +73,10 @@ def test_without_trtllm_exits_2_with_container_command_and_leaves_nothing(tmp_pa
     docker = line[line.index("docker run") :]
     argv = shlex.split(docker)
     assert "--gpus" in argv and "trtllm-forge" in argv and str(REPO / "configs" / config_name) in argv
-    assert "serving image trtllm-forge:0.1.0-trtllm1.2.1 (docker/Dockerfile on nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3)" in line
+    assert (
+        "trtllm-forge:0.1.0-trtllm1.2.1 (docker/Dockerfile on nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3, which serves the engine)"
+        in line
+    )
     assert "Traceback" not in result.stderr
     assert not workdir.exists()
 

@@ -71,7 +71,7 @@ print("[TRT-LLM] [I] Total time of building all engines: 00:00:01")
 FAKE_NVIDIA_SMI = """
 import os, sys
 if "--query-gpu=driver_version" in sys.argv:
-    print(os.environ.get("FAKE_DRIVER", "580.95.05"))
+    print(os.environ.get("FAKE_DRIVER", "590.44.01"))
 else:
     print("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-FAKE)")
 """
@@ -155,9 +155,9 @@ def test_fake_trtllm_build_runs_steps_and_records_manifest(cli, tmp_path, fake_t
     assert not [p for p in workdir.iterdir() if p.name.startswith(".build")]
 
     serving = manifest["outputs"]["serving_image"]
-    assert serving["image"] == "trtllm-forge:0.1.0-trtllm1.2.1" and serving["route"] == "pinned-install"
-    assert serving["tensorrt_llm"] == "1.2.1" and serving["base_image"] == "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
-    assert serving["driver_seen"] == "580.95.05" and manifest["tool_versions"]["nvidia_driver"] == "580.95.05"
+    assert serving["image"] == "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3" and serving["route"] == "ngc"
+    assert serving["tensorrt_llm"] == "1.2.1" and serving["base_image"] is None and serving["min_driver"] == "590.44.01"
+    assert serving["driver_seen"] == "590.44.01" and manifest["tool_versions"]["nvidia_driver"] == "590.44.01"
 
     again = cli("build-engine", str(config), "--workdir", str(workdir), "--json", env=fake_trtllm)
     assert again.returncode == 0 and json.loads(again.stdout)["skipped"] is True
@@ -166,11 +166,11 @@ def test_fake_trtllm_build_runs_steps_and_records_manifest(cli, tmp_path, fake_t
 def test_fake_driver_older_than_the_image_minimum_is_refused(cli, tmp_path, fake_trtllm, gpu_project):
     config, _ = gpu_project
     workdir = tmp_path / "wd"
-    result = cli("build-engine", str(config), "--workdir", str(workdir), env={**fake_trtllm, "FAKE_DRIVER": "550.54.15"})
+    result = cli("build-engine", str(config), "--workdir", str(workdir), env={**fake_trtllm, "FAKE_DRIVER": "580.95.05"})
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "NVIDIA driver 550.54.15 is older than 580.95.05" in errors[0]
-    assert "trtllm-forge:0.1.0-trtllm1.2.1" in errors[0] and "Traceback" not in result.stderr
+    assert len(errors) == 1 and "NVIDIA driver 580.95.05 is older than 590.44.01" in errors[0]
+    assert "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3" in errors[0] and "Traceback" not in result.stderr
     assert not (workdir / "build").exists()
 
 

@@ -29,6 +29,7 @@ from trtllm_helpers import REPO
 ENGINES = REPO / "tests" / "fixtures" / "engines"
 K8S_VERSION = kubernetes_validate.latest_version()
 FORGE_1_2_1 = "trtllm-forge:0.1.0-trtllm1.2.1"
+NGC_26_07 = "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
 LWS_V1 = {
     "type": "object",
     "required": ["apiVersion", "kind", "metadata", "spec"],
@@ -169,7 +170,7 @@ def test_single_node_tp4_pod_binds_every_interface_and_mounts_what_the_models_re
     docs = by_kind(documents)
     pod = docs["Deployment"]["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    assert container["image"] == FORGE_1_2_1  # the serving image of the engine's TensorRT-LLM, from the table
+    assert container["image"] == NGC_26_07  # the newest NGC image that ships the engine's TensorRT-LLM, from the table
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
     command = container["command"]
     assert command[:2] == ["mpirun", "--allow-run-as-root"]
@@ -233,6 +234,7 @@ def test_multi_node_leader_waits_for_its_workers_and_gives_mpirun_the_gpus_of_ea
     assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
     leader, worker = leader_pod["containers"][0], worker_pod["containers"][0]
     assert leader["resources"]["limits"]["nvidia.com/gpu"] == worker["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    assert leader["image"] == worker["image"] == FORGE_1_2_1  # ours on the NGC image: the leader's kubectl starts the ranks
     assert leader["resources"]["limits"]["rdma/ib"] == "8" and "IPC_LOCK" in leader["securityContext"]["capabilities"]["add"]
     for pod in (leader_pod, worker_pod):
         assert {"name": "NCCL_IB_HCA", "value": "mlx5"} in pod["containers"][0]["env"]

@@ -17,9 +17,9 @@ SPEC = load_spec("1.2.1")
 def test_spec_is_versioned_package_data():
     assert SPEC.version == "1.2.1"
     assert "1.2.0" in SPEC.compatible_versions
-    # No NGC image ships 1.2.x: the serving image is ours, on the NGC base image (spec/serving-images.json).
+    # The build image is ours (trtllm-forge inside) on the newest NGC image that ships 1.2.1 (spec/serving-images.json).
     assert SPEC.container_image == "trtllm-forge:0.1.0-trtllm1.2.1"
-    assert SPEC.base_image.startswith("nvcr.io/nvidia/tritonserver:") and SPEC.base_image.endswith("-trtllm-python-py3")
+    assert SPEC.base_image == "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
     flags = SPEC.flags("trtllm-build")
     assert len(flags) == 67
     assert flags["--gemm_plugin"].choices == ("auto", "float16", "float32", "bfloat16", "int32", "fp8", "nvfp4", "disable")

@@ -199,9 +199,10 @@ def check_gpu() -> Check:
 
 def check_tensorrt_llm() -> Check:
     from trtllm_forge.builders.tensorrt_llm.container import trtllm_version
+    from trtllm_forge.builders.tensorrt_llm.images import LEGACY_ENGINE_PATH
 
     version = trtllm_version()
-    needed = "engine.backend: tensorrt-llm (build-engine on this machine)"
+    needed = f"engine.backend: tensorrt-llm (build-engine on this machine; {LEGACY_ENGINE_PATH})"
     if version is None:
         return Check(
             "TensorRT-LLM",

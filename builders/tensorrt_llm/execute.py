@@ -94,7 +94,7 @@ class TensorRTLLMEngineBuilder:
         commands = container_command(config, plan, workdir)
         spec = load_spec(plan.trtllm_version)
         serving = images.image_for_version(plan.trtllm_version)
-        # Where nvidia-smi exists, the image this engine is built and served in must start on this driver.
+        # Where nvidia-smi exists, the images this engine is built and served in must start on this driver.
         driver = images.check_host_driver(serving)
         runtime = container.probe()
         missing = runtime.missing(plan.trtllm_version, spec.compatible_versions)
@@ -102,13 +102,14 @@ class TensorRTLLMEngineBuilder:
             raise ConfigError(
                 "engine.backend",
                 f"tensorrt-llm build cannot run here: {missing}",
-                f"run the same build in the serving image {spec.container_image} (docker/Dockerfile on {spec.base_image}): "
+                f"run the same build in {spec.container_image} (docker/Dockerfile on {spec.base_image}, which serves the engine): "
                 f"{shlex.join(commands['docker_build'])} && {shlex.join(commands['docker_run'])}",
             )
         return BuildResult.from_stage(_execute(config, plan, workdir, runtime, force, driver))
 
 
 def _warn(plan: BuildPlan) -> None:
+    info(escape(f"note: {images.LEGACY_ENGINE_PATH}"))
     for item in plan.warnings:
         warn(escape(f"{item.field}: {item.message} [{item.code}]"))
 

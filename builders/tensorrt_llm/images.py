@@ -1,9 +1,13 @@
-"""Which serving image carries which TensorRT-LLM, TensorRT, CUDA and minimum driver (spec/serving-images.json),
-and the checks built on it: an engine only loads in an image with the TensorRT-LLM that built it, and an image
-only starts on a driver at least as new as its minimum.
+"""Which serving image carries which TensorRT-LLM, TensorRT, CUDA, minimum driver, Python and torch
+(spec/serving-images.json: every trtllm-python-py3 row of NVIDIA's Triton compatibility matrix), and the checks
+built on it: an engine only loads in an image with the TensorRT-LLM that built it, and an image only starts on a
+driver at least as new as its minimum.
 
 The JSON is the one definition; every row names its source. An engine's TensorRT-LLM version comes from its
-config.json (`version`, written by trtllm-build).
+config.json (`version`, written by trtllm-build). A version is served by the newest NGC image that ships it; our
+image (docker/Dockerfile on that NGC image: trtllm-forge for `build-engine`, the release's example scripts, kubectl
+for the multi-node launcher) builds the engines and leads multi-node pods. Only a version no NGC image ships goes
+through a route (docker/Dockerfile installing the pinned wheel on the route's base image).
 """
 
 from __future__ import annotations
@@ -12,10 +16,10 @@ import json
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trtllm_forge.builders.tensorrt_llm.engine import ENGINE
 
@@ -25,7 +29,13 @@ from trtllm_forge.errors import ConfigError
 if TYPE_CHECKING:
     from trtllm_forge.config.schema import ForgeConfig
 
-# Our own image: docker/Dockerfile on the route's base image, tagged with the TensorRT-LLM it carries.
+# What plan, doctor and build-engine say about the engine path (one sentence, defined once).
+LEGACY_ENGINE_PATH = (
+    "the engine path (engine.target: engine) is the legacy TensorRT-LLM 1.2.x line: NVIDIA removed TensorRT engines "
+    "in TensorRT-LLM 1.3 (deprecation TensorRT-LLM#11723, removal #15763), so new deployments use engine.target: llmapi"
+)
+
+# Our own image: docker/Dockerfile on the version's NGC image (or route base), tagged with the TensorRT-LLM it carries.
 FORGE_IMAGE_RE = re.compile(r"^trtllm-forge:[^-\s]+-trtllm(?P<version>\d[\w.]*)$")
 
 
@@ -36,42 +46,56 @@ class ServingImage:
     tensorrt: str
     cuda: str
     min_driver: str
-    how: str  # "ngc" (NVIDIA ships it) | "pinned-install" (docker/Dockerfile on base_image)
+    # "ngc" (NVIDIA ships it) | "forge-on-ngc" (docker/Dockerfile on that NGC image, its TensorRT-LLM untouched)
+    # | "pinned-install" (a route: docker/Dockerfile installs the pinned wheel on base_image)
+    how: str
     base_image: str | None
     sources: tuple[str, ...]
+    python: str | None = None
+    torch: str | None = None
+    triton: str | None = None  # the Triton release of an NGC row
 
 
 @lru_cache(maxsize=1)
-def matrix() -> dict:
+def matrix() -> dict[str, Any]:
     path = resources.files("trtllm_forge.builders.tensorrt_llm").joinpath("spec/serving-images.json")
-    return json.loads(path.read_text())
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
 
 
 def forge_image_tag(trtllm_version: str) -> str:
     return f"trtllm-forge:{__version__}-trtllm{trtllm_version}"
 
 
+def _release_key(row: ServingImage) -> tuple[int, ...]:
+    return _as_tuple(row.triton or "0")
+
+
 def ngc_images() -> list[ServingImage]:
-    return [
-        ServingImage(r["image"], r["tensorrt_llm"], r["tensorrt"], r["cuda"], r["min_driver"], "ngc", None, (r["source"],))
+    """Every NGC row, newest Triton release first."""
+    rows = [
+        ServingImage(
+            r["image"],
+            r["tensorrt_llm"],
+            r["tensorrt"],
+            r["cuda"],
+            r["min_driver"],
+            "ngc",
+            None,
+            (r["source"],),
+            python=r.get("python"),
+            torch=r.get("torch"),
+            triton=r.get("triton"),
+        )
         for r in matrix()["images"]
     ]
+    return sorted(rows, key=_release_key, reverse=True)
 
 
-def image_for_version(trtllm_version: str) -> ServingImage:
-    """The one image that builds and serves engines of this TensorRT-LLM version: an NGC image that ships it,
-    else the documented route (our Dockerfile installing the pinned version on a base image)."""
-    for row in ngc_images():
-        if row.tensorrt_llm == trtllm_version:
-            return row
+def _route(trtllm_version: str) -> ServingImage | None:
     route = matrix()["routes"].get(trtllm_version)
     if route is None:
-        known = sorted({r.tensorrt_llm for r in ngc_images()} | set(matrix()["routes"]))
-        raise ConfigError(
-            "engine.trtllm_version",
-            f"no serving image is known for TensorRT-LLM {trtllm_version}",
-            f"one of {', '.join(known)} (builders/tensorrt_llm/spec/serving-images.json)",
-        )
+        return None
     sources = route["source"] if isinstance(route["source"], list) else [route["source"]]
     return ServingImage(
         forge_image_tag(trtllm_version),
@@ -79,15 +103,47 @@ def image_for_version(trtllm_version: str) -> ServingImage:
         route["tensorrt"],
         route["cuda"],
         route["min_driver"],
-        route["how"],
+        "pinned-install",
         route["base_image"],
         tuple(sources),
     )
 
 
-def serving_image(deploy_image: str | None, trtllm_version: str) -> str:
-    """deploy.image when set, else the one image that builds and serves this TensorRT-LLM version."""
-    return deploy_image or image_for_version(trtllm_version).image
+def known_versions() -> list[str]:
+    return sorted({r.tensorrt_llm for r in ngc_images()} | set(matrix()["routes"]), key=_as_tuple)
+
+
+def image_for_version(trtllm_version: str) -> ServingImage:
+    """The image that serves engines of this TensorRT-LLM version: the newest NGC image that ships it, else the
+    documented route (our Dockerfile installing the pinned version on a base image)."""
+    for row in ngc_images():
+        if row.tensorrt_llm == trtllm_version:
+            return row
+    route = _route(trtllm_version)
+    if route is None:
+        raise ConfigError(
+            "engine.trtllm_version",
+            f"no serving image is known for TensorRT-LLM {trtllm_version}",
+            f"one of {', '.join(known_versions())} (builders/tensorrt_llm/spec/serving-images.json)",
+        )
+    return route
+
+
+def build_image_for_version(trtllm_version: str) -> ServingImage:
+    """Our image for this version: docker/Dockerfile on the serving image (trtllm-forge, the release's example
+    scripts, kubectl), carrying the same TensorRT-LLM and TensorRT, so its engines load in either."""
+    row = image_for_version(trtllm_version)
+    if row.how == "pinned-install":
+        return row
+    return replace(row, image=forge_image_tag(trtllm_version), how="forge-on-ngc", base_image=row.image)
+
+
+def serving_image(deploy_image: str | None, trtllm_version: str, multi_node: bool = False) -> str:
+    """deploy.image when set, else the image that serves this TensorRT-LLM version; a multi-node (LeaderWorkerSet)
+    deployment needs our image, whose kubectl starts the ranks in the worker pods."""
+    if deploy_image:
+        return deploy_image
+    return (build_image_for_version if multi_node else image_for_version)(trtllm_version).image
 
 
 def check_engine_for_config(config: ForgeConfig, engine_version: str) -> None:
@@ -102,8 +158,8 @@ def describe_image(image: str) -> ServingImage | None:
         if row.image == image:
             return row
     match = FORGE_IMAGE_RE.match(image)
-    if match and match.group("version") in matrix()["routes"]:
-        return image_for_version(match.group("version"))
+    if match and match.group("version") in known_versions():
+        return build_image_for_version(match.group("version"))
     return None
 
 

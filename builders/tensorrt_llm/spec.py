@@ -109,17 +109,17 @@ class Spec:
 
     @property
     def container_image(self) -> str:
-        """The one image that builds and serves this version's engines (spec/serving-images.json)."""
-        from trtllm_forge.builders.tensorrt_llm.images import image_for_version
+        """Our image that builds this version's engines (docker/Dockerfile on base_image, spec/serving-images.json)."""
+        from trtllm_forge.builders.tensorrt_llm.images import build_image_for_version
 
-        return image_for_version(self.version).image
+        return build_image_for_version(self.version).image
 
     @property
     def base_image(self) -> str:
-        """The image docker/Dockerfile starts from (the NGC image itself when it ships this version)."""
-        from trtllm_forge.builders.tensorrt_llm.images import image_for_version
+        """The image docker/Dockerfile starts from: the newest NGC image that ships this version, else its route's base."""
+        from trtllm_forge.builders.tensorrt_llm.images import build_image_for_version
 
-        row = image_for_version(self.version)
+        row = build_image_for_version(self.version)
         return row.base_image or row.image
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from trtllm_forge.builders.descriptor import EngineDescriptor
 from trtllm_forge.builders.engines import BACKENDS, CPU_BACKENDS, engine_of
+from trtllm_forge.config import nvidia_lint
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.hardware import Device, find_device, hardware_table
@@ -366,6 +367,11 @@ def builtin_source_known(ctx: CheckContext) -> Iterator[ConfigError]:
             f"{source!r} is neither a path nor a built-in model",
             f"built-in models: {', '.join(BUILTIN_SOURCES)}; or a path to a HF directory or .gguf file",
         )
+
+
+# NVIDIA's LLM-API validators and the known deployment breakers, as lint (config/nvidia_lint.py names each source).
+# (Dynamo's worker rules, nvidia_lint.dynamo_worker_rules, are a server-kind rule of the dynamo kind.)
+rule(nvidia_lint.nvidia_llm_api_lint)
 
 
 def shape_for(config: ForgeConfig) -> ModelShape | None:

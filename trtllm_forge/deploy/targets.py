@@ -30,11 +30,11 @@ DEFAULT_CPU_IMAGE = "trtllm-forge-cpu:latest"
 
 
 def image_for(config: ForgeConfig) -> str:
-    """deploy.image, else the serving image of the pinned TensorRT-LLM version (the one that builds the engine)."""
+    """deploy.image, else the serving image of the pinned TensorRT-LLM version (multi-node: ours, with kubectl)."""
     if config.deploy.image:
         return config.deploy.image
     if config.engine.backend == "tensorrt-llm":
-        return serving_image(None, config.engine.trtllm_version)
+        return serving_image(None, config.engine.trtllm_version, multi_node=config.parallel.nodes > 1)
     return DEFAULT_CPU_IMAGE
 
 

@@ -7,11 +7,18 @@ from typing import Any
 
 from rich.table import Table
 
+from trtllm_forge.builders.tensorrt_llm.images import LEGACY_ENGINE_PATH
 from trtllm_forge.plan.advise import quantization_comparison, recommend
 from trtllm_forge.plan.planner import Plan
 from trtllm_forge.ui import console
 
 GiB = 1024**3
+
+
+def legacy_note(plan: Plan) -> str | None:
+    """The one sentence on the engine path (TensorRT-LLM 1.2.x, NVIDIA's last engine line); None on other paths."""
+    engine = plan.config.engine
+    return LEGACY_ENGINE_PATH if engine.backend == "tensorrt-llm" and engine.target == "engine" else None
 
 
 def plan_to_dict(plan: Plan) -> dict:
@@ -73,6 +80,7 @@ def plan_to_dict(plan: Plan) -> dict:
         },
         "roofline": roofline_dict(plan),
         "notes": plan.notes,
+        "engine_path": legacy_note(plan),
     }
     if plan.draft is not None:
         data["memory"]["draft"] = draft_dict(plan)
@@ -215,6 +223,8 @@ def show_report(plan: Plan, data: dict) -> None:
     console.print(qt)
     for note in plan.notes:
         console.print(f"note: {note}")
+    if data["engine_path"]:
+        console.print(f"note: {data['engine_path']}")
 
 
 def roofline_at(data: dict, batch: int) -> dict[str, float] | None:
