@@ -19,7 +19,7 @@ BASE = {
         "family": "llama",
         "dtype": "bfloat16",
     },
-    "engine": {"backend": "tensorrt-llm", "max_batch_size": 8, "max_input_len": 1024, "max_seq_len": 2048, "max_num_tokens": 4096},
+    "engine": {"backend": "tensorrt-llm", "target": "engine", "max_batch_size": 8, "max_input_len": 1024, "max_seq_len": 2048, "max_num_tokens": 4096},
     "hardware": {"gpu": "H100-SXM"},
 }
 
