@@ -136,7 +136,7 @@ def test_top_level_must_be_mapping(write_config):
 CPU_BASE = {"model": {"source": "smollm2-135m"}, "engine": {"backend": "openvino"}, "hardware": {"gpu": "cpu"}}
 GPU_BASE = {
     "model": {"source": "/models/Llama-3.1-8B-Instruct", "name": "meta-llama/Llama-3.1-8B-Instruct"},
-    "engine": {"backend": "tensorrt-llm"},
+    "engine": {"backend": "tensorrt-llm", "target": "engine"},  # the engine path's rules (a GPU config defaults to llmapi)
     # Local calibration data, which quantize.py's formats need (builders/tensorrt_llm/rules.py); unused otherwise.
     "quantization": {"calibration": {"dataset": "/data/calibration.jsonl"}},
     "hardware": {"gpu": "H100-SXM"},

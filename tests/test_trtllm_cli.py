@@ -93,7 +93,8 @@ def test_llmapi_target_writes_model_yaml_and_serve_command(tmp_path):
     manifest = json.loads(result.stdout)
     assert manifest["outputs"]["target"] == "llmapi"
     model_yaml = yaml.safe_load((workdir / "build/llmapi/model.yaml").read_text())
-    assert model_yaml["model"] == "/models/Llama-3.1-70B-Instruct"
+    # FP8 on a BF16 checkpoint: the plan quantizes with ModelOpt to a Hugging Face checkpoint, which the LLM API loads.
+    assert model_yaml["model"] == "llmapi/quantized-hf"
     assert model_yaml["backend"] == "pytorch" and model_yaml["tensor_parallel_size"] == 4
     assert model_yaml["kv_cache_config"]["dtype"] == "fp8" and model_yaml["kv_cache_config"]["enable_block_reuse"] is True
     assert model_yaml["scheduler_config"]["capacity_scheduler_policy"] == "MAX_UTILIZATION"
@@ -101,10 +102,10 @@ def test_llmapi_target_writes_model_yaml_and_serve_command(tmp_path):
     options = yaml.safe_load((workdir / "build/llmapi/extra_llm_api_options.yaml").read_text())
     assert "triton_config" not in options and options["enable_chunked_prefill"] is True
     serve = json.loads((workdir / "build/llmapi/serve.json").read_text())["argv"]
-    assert serve[:2] == ["trtllm-serve", "/models/Llama-3.1-70B-Instruct"]
+    assert serve[:2] == ["trtllm-serve", "llmapi/quantized-hf"]
     assert serve[serve.index("--tp_size") + 1] == "4"
     assert serve[serve.index("--extra_llm_api_options") + 1] == "llmapi/extra_llm_api_options.yaml"
-    assert any("pre-quantized" in note for note in manifest["notes"])
+    assert any("ModelOpt" in note for note in manifest["notes"])
     # unchanged inputs: the stage is skipped
     again = run_in_process("build-engine", str(config), "--workdir", str(workdir), "--json")
     assert json.loads(again.stdout)["skipped"] is True
@@ -119,7 +120,7 @@ def test_llmapi_speculative_eagle_config(tmp_path):
     assert result.returncode == 0, result.stderr
     llmapi = json.loads(result.stdout)["plan"]["llmapi"]
     assert llmapi["model_yaml"]["speculative_config"] == {
-        "decoding_type": "Eagle",
-        "max_draft_len": 63,
+        "decoding_type": "Eagle",  # engine.llmapi_version 1.2.1 (deploy.server triton's default)
+        "max_draft_len": 3,
         "speculative_model_dir": "/models/EAGLE3-LLaMA3.1-Instruct-8B",
     }

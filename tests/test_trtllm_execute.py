@@ -115,6 +115,7 @@ def gpu_project(tmp_path):
         "model": {"source": str(hf), "family": "llama"},
         "engine": {
             "backend": "tensorrt-llm",
+            "target": "engine",
             "max_batch_size": 4,
             "max_input_len": 512,
             "max_seq_len": 1024,

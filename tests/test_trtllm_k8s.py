@@ -339,7 +339,7 @@ def test_trtllm_serve_dry_run_prints_the_manifest_before_the_build(tmp_path):
     argv = container["command"]
     assert argv[:2] == ["trtllm-serve", "/models/Llama-3.1-70B-Instruct"]
     assert argv[argv.index("--host") + 1] == "0.0.0.0" and argv[argv.index("--port") + 1] == str(container["ports"][0]["containerPort"])
-    options = Path(argv[argv.index("--extra_llm_api_options") + 1])
+    options = Path(argv[argv.index("--config") + 1])  # trtllm-serve's 1.3 spelling of --extra_llm_api_options
     assert options == workdir.resolve() / "build" / "llmapi" / "extra_llm_api_options.yaml"  # where the build writes it
     assert_mounted(pod, [Path(argv[1]), options], by_kind(documents)["PersistentVolumeClaim"]["metadata"]["name"])
     assert container["startupProbe"]["httpGet"]["path"] == container["readinessProbe"]["httpGet"]["path"] == "/health"

@@ -19,7 +19,14 @@ BASE = {
         "family": "llama",
         "dtype": "bfloat16",
     },
-    "engine": {"backend": "tensorrt-llm", "max_batch_size": 8, "max_input_len": 1024, "max_seq_len": 2048, "max_num_tokens": 4096},
+    "engine": {
+        "backend": "tensorrt-llm",
+        "target": "engine",
+        "max_batch_size": 8,
+        "max_input_len": 1024,
+        "max_seq_len": 2048,
+        "max_num_tokens": 4096,
+    },
     "hardware": {"gpu": "H100-SXM"},
 }
 
@@ -53,8 +60,12 @@ def eagle_engine_example() -> ForgeConfig:
     data["engine"]["target"] = "engine"
     data["model"]["source"] = "/models/Llama-3.1-8B-Instruct"
     data["engine"]["speculative"]["draft_model"] = "/models/EAGLE-LLaMA3.1-Instruct-8B"
+    # The engine path's EAGLE-1 tree (the LLM-API example drafts linearly; choices are refused there).
+    data["engine"]["speculative"]["max_draft_len"] = 63
+    data["engine"]["speculative"]["choices"] = "[[0],[0,0],[1],[0,1],[2],[0,0,0],[1,0],[0,2],[3],[0,3]]"
+    data["runtime"]["decoding_mode"] = "eagle"
     data["quantization"] = {"algorithm": "none", "kv_cache": "none"}
-    data["engine"]["plugins"]["fp8_context_fmha"] = False
+    data["engine"].setdefault("plugins", {})["fp8_context_fmha"] = False
     return ForgeConfig.model_validate(data)
 
 

@@ -248,28 +248,119 @@ NESTED: dict[str, frozenset[str]] = {
 MODEL_YAML_ONLY = frozenset(("triton_config", "logits_post_processors"))
 
 
+# --- the two supported LLM-API versions -------------------------------------------------------------------------
+# 1.2.1: the Triton `llmapi` model of the NGC Triton images that ship 1.2.1; 1.3.0rc29: trtllm-serve and Dynamo's
+# TensorRT-LLM runtime. Neither tag's llm_args.py is stored where we can read NVIDIA's files (see the module
+# docstring); the 1.3.0rc29 table adds what the 1.3.0rc7 reference lists and 1.2 does not have, and drops what it no
+# longer lists. tests/test_llmapi_versions.py checks the speculative and scheduler tables against the newest stored
+# NVIDIA source (tests/fixtures/nvidia_llm_args/, repo@commit:path in its header).
+V1_2_1 = "1.2.1"
+V1_3 = "1.3.0rc29"
+LLMAPI_VERSIONS = (V1_2_1, V1_3)
+# deploy.server → the LLM-API version its runtime ships; a server kind not listed gets V1_3.
+DEFAULT_VERSION_BY_SERVER = {"triton": V1_2_1}
+ONLY_1_2 = frozenset(("build_config",))  # the 1.1-era TorchLlmArgs' deprecated dummy; not in the 1.3.0rc7 reference
+KV_CACHE_1_3 = frozenset(("use_kv_cache_manager_v2", "max_util_for_resume"))  # 1.3.0rc7 reference, not seen before 1.3
+CUDA_GRAPH = frozenset(("batch_sizes", "max_batch_size", "enable_padding"))
+CACHE_TRANSCEIVER_1_2 = frozenset(("backend", "max_tokens_in_buffer"))
+CACHE_TRANSCEIVER_1_3 = CACHE_TRANSCEIVER_1_2 | {"kv_transfer_timeout_ms"}  # TensorRT-LLM#15152, #14856
+
+
+@dataclass(frozen=True)
+class VersionTable:
+    """What one LLM-API version accepts and how forge spells it for that version."""
+
+    version: str
+    top_level: frozenset[str]
+    nested: dict[str, frozenset[str]]
+    decoding_types: dict[str, str]  # engine.speculative.mode → decoding_type
+    draft_model_key: str  # the speculative_config key naming the draft checkpoint
+    serve_options_flag: str  # trtllm-serve's flag for the extra LLM-API options file
+    serve_revision_flag: str  # trtllm-serve's flag for a Hugging Face revision (TensorRT-LLM#12105)
+    serve_deprecated_flags: frozenset[str]  # never written (TensorRT-LLM#12106)
+
+
+TABLES: dict[str, VersionTable] = {
+    V1_2_1: VersionTable(
+        V1_2_1,
+        TOP_LEVEL,
+        {**NESTED, "cuda_graph_config": CUDA_GRAPH, "cache_transceiver_config": CACHE_TRANSCEIVER_1_2},
+        {"eagle": "Eagle", "draft_target": "Draft_Target", "prompt_lookup": "NGram"},
+        "speculative_model_dir",
+        "--extra_llm_api_options",
+        "--revision",
+        frozenset(),
+    ),
+    V1_3: VersionTable(
+        V1_3,
+        TOP_LEVEL - ONLY_1_2,
+        {
+            **NESTED,
+            "kv_cache_config": NESTED["kv_cache_config"] | KV_CACHE_1_3,
+            "cuda_graph_config": CUDA_GRAPH,
+            "cache_transceiver_config": CACHE_TRANSCEIVER_1_3,
+        },
+        {"eagle": "Eagle3", "draft_target": "Draft_Target", "prompt_lookup": "NGram"},
+        "speculative_model",
+        "--config",
+        "--hf_revision",
+        frozenset(("--cluster_size", "--metrics-log-interval", "--fail_fast_on_attention_window_too_large")),
+    ),
+}
+
+
+def version_for_server(server: str) -> str:
+    return DEFAULT_VERSION_BY_SERVER.get(server, V1_3)
+
+
+def table_of(engine_llmapi_version: str | None, server: str) -> VersionTable:
+    """The table of engine.llmapi_version, or of the deploy.server's default version when it is unset."""
+    return TABLES[engine_llmapi_version or version_for_server(server)]
+
+
 def nearest(key: str, valid: Iterable[str]) -> str | None:
     match = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=0.6)
     return match[0] if match else None
 
 
-def unknown_keys(args: Mapping, *, model_yaml: bool = False) -> list[tuple[str, str | None]]:
-    """(dotted key, nearest valid key) for every key the LLM API would refuse (its models forbid extra fields)."""
-    problems: list[tuple[str, str | None]] = []
-    allowed = TOP_LEVEL | MODEL_YAML_ONLY if model_yaml else TOP_LEVEL
+@dataclass(frozen=True)
+class UnknownKey:
+    key: str  # dotted
+    near: str | None  # the nearest valid key of this version, dotted
+    other_version: str | None  # another supported version that has the key
+
+
+def _has(table: VersionTable, dotted: str) -> bool:
+    head, _, sub = dotted.partition(".")
+    if not sub:
+        return head in table.top_level
+    return head in table.top_level and (head not in table.nested or sub in table.nested[head])
+
+
+def unknown_keys(args: Mapping, *, model_yaml: bool = False, version: str = V1_2_1) -> list[UnknownKey]:
+    """Every key the LLM API of `version` would refuse (its models forbid extra fields), with the nearest valid key
+    and the other supported version that has it."""
+    table = TABLES[version]
+    allowed = table.top_level | MODEL_YAML_ONLY if model_yaml else table.top_level
+    others = [other for other in TABLES.values() if other.version != version]
+
+    def other_with(dotted: str) -> str | None:
+        return next((other.version for other in others if _has(other, dotted)), None)
+
+    problems: list[UnknownKey] = []
     for key, value in args.items():
         if key not in allowed:
-            problems.append((key, nearest(key, allowed)))
-        elif key in NESTED and isinstance(value, Mapping):
-            problems += [
-                (f"{key}.{sub}", f"{key}.{near}" if near else None)
-                for sub in value
-                if sub not in NESTED[key]
-                for near in [nearest(sub, NESTED[key])]
-            ]
+            problems.append(UnknownKey(key, nearest(key, allowed), other_with(key)))
+        elif key in table.nested and isinstance(value, Mapping):
+            valid = table.nested[key]
+            for sub in value:
+                if sub not in valid:
+                    near = nearest(sub, valid)
+                    problems.append(UnknownKey(f"{key}.{sub}", f"{key}.{near}" if near else None, other_with(f"{key}.{sub}")))
     return problems
 
 
-def describe(key: str, near: str | None) -> str:
-    hint = f"did you mean {near}?" if near else "see the LLM API reference"
-    return f"{key} is not an LLM API argument of TensorRT-LLM 1.2 (TorchLlmArgs); {hint}"
+def describe(problem: UnknownKey, version: str = V1_2_1) -> str:
+    hint = f"did you mean {problem.near}?" if problem.near else "see the LLM API reference"
+    elsewhere = f" ({problem.other_version} has it: set engine.llmapi_version: {problem.other_version})" if problem.other_version else ""
+    return f"{problem.key} is not an LLM API argument of TensorRT-LLM {version} (TorchLlmArgs){elsewhere}; {hint}"

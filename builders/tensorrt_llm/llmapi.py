@@ -13,14 +13,22 @@ from typing import TYPE_CHECKING, Any
 
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.errors import ConfigError
-from trtllm_forge.llmapi_args import describe, unknown_keys
+from trtllm_forge.llmapi_args import VersionTable, describe, table_of, unknown_keys
 
 if TYPE_CHECKING:
     from trtllm_forge.builders.tensorrt_llm.plan import BuildPlan
 
 
 SCHEDULER_POLICY = {"max_utilization": "MAX_UTILIZATION", "guaranteed_no_evict": "GUARANTEED_NO_EVICT"}
-PYTORCH_SPECULATIVE = {"eagle": "Eagle", "draft_target": "DraftTarget", "prompt_lookup": "NGram"}
+# ModelOpt's quantization to a Hugging Face checkpoint (the PyTorch backend loads it pre-quantized): forge's
+# quantization.algorithm → ModelOpt's --qformat (NVIDIA/TensorRT-Model-Optimizer examples/llm_ptq/hf_ptq.py).
+MODELOPT_QFORMAT = {"fp8": "fp8", "int4_awq": "int4_awq", "w4a8_awq": "w4a8_awq", "nvfp4": "nvfp4"}
+MODELOPT_SCRIPT = "examples/llm_ptq/hf_ptq.py"
+QUANTIZED_DIR = "quantized-hf"
+
+
+def version_table(config: ForgeConfig) -> VersionTable:
+    return table_of(config.engine.llmapi_version, config.deploy.server)
 
 
 def _kv_cache_config(config: ForgeConfig, pytorch: bool) -> dict:
@@ -38,21 +46,44 @@ def _kv_cache_config(config: ForgeConfig, pytorch: bool) -> dict:
 
 
 def _speculative_pytorch(config: ForgeConfig) -> dict | None:
-    sp = config.engine.speculative
+    """speculative_config spelled for the config's LLM-API version (decoding_type and the draft checkpoint's key)."""
+    sp, table = config.engine.speculative, version_table(config)
     if sp.mode == "none":
         return None
-    if sp.mode not in PYTORCH_SPECULATIVE:
+    if sp.mode not in table.decoding_types:
         raise ConfigError(
             "engine.speculative.mode",
             f"{sp.mode} is not available on the PyTorch backend (llmapi target)",
-            f"one of none, {', '.join(PYTORCH_SPECULATIVE)}",
+            f"one of none, {', '.join(table.decoding_types)}",
         )
-    out = {"decoding_type": PYTORCH_SPECULATIVE[sp.mode], "max_draft_len": sp.max_draft_len}
+    if sp.choices is not None:
+        # EagleDecodingConfig resets max_draft_len to the tree's depth and NVIDIA deprecates static trees (release 1.4):
+        # refused rather than passed on or dropped.
+        raise ConfigError(
+            "engine.speculative.choices",
+            "a static EAGLE/Medusa choice tree is not passed to the LLM API (eagle_choices is deprecated for removal "
+            "in TensorRT-LLM 1.4 and overrides max_draft_len with the tree's depth)",
+            "remove it; set engine.speculative.max_draft_len (a linear draft)",
+        )
+    out: dict[str, Any] = {"decoding_type": table.decoding_types[sp.mode], "max_draft_len": sp.max_draft_len}
     if sp.draft_model:
-        out["speculative_model_dir"] = str(config.resolve_path(sp.draft_model))
+        out[table.draft_model_key] = str(config.resolve_path(sp.draft_model))
     if sp.mode == "prompt_lookup":
         out["max_matching_ngram_size"] = 3
     return out
+
+
+def dropped_field_problems(config: ForgeConfig) -> list[tuple[str, str]]:
+    """(field, why) for each config field the LLM-API path does not use, so none is dropped silently."""
+    problems: list[tuple[str, str]] = []
+    if config.runtime.decoding_mode != "auto":
+        problems.append(("runtime.decoding_mode", "the LLM API picks its decoder from speculative_config and sampling; not written"))
+    plugins = config.engine.plugins
+    defaults = type(plugins)()
+    for name in type(plugins).model_fields:
+        if name != "custom_libraries" and getattr(plugins, name) != getattr(defaults, name):
+            problems.append((f"engine.plugins.{name}", "a trtllm-build setting; the PyTorch backend builds no TensorRT network"))
+    return problems
 
 
 def llm_api_options(config: ForgeConfig) -> dict:
@@ -99,9 +130,10 @@ def model_yaml(config: ForgeConfig, model_path: str) -> dict:
     if config.engine.backend == "openvino":
         # The stand-in has no GPU memory to size from; the KV cache is max_tokens_in_paged_kv_cache tokens.
         body["kv_cache_config"].pop("free_gpu_memory_fraction", None)
-    problems = unknown_keys(body)
+    version = version_table(config).version
+    problems = unknown_keys(body, version=version)
     if problems:
-        raise ConfigError("engine.extra_llm_api_options", describe(*problems[0]), "a TorchLlmArgs field")
+        raise ConfigError("engine.extra_llm_api_options", describe(problems[0], version), "a TorchLlmArgs field")
     body["triton_config"] = {"max_batch_size": 0, "decoupled": config.triton.decoupled}
     return body
 
@@ -119,7 +151,8 @@ def write_model_yaml(config: ForgeConfig, directory: Path, model_path: str) -> P
 
 
 def serve_argv(config: ForgeConfig, model_path: str, options_file: str) -> list[str]:
-    eng, par, tr = config.engine, config.parallel, config.triton
+    """trtllm-serve's command line in the config's LLM-API version's spellings (1.3: --config for the options file)."""
+    eng, par, tr, table = config.engine, config.parallel, config.triton, version_table(config)
     argv = [
         "trtllm-serve",
         model_path,
@@ -147,9 +180,10 @@ def serve_argv(config: ForgeConfig, model_path: str, options_file: str) -> list[
         str(eng.max_beam_width),
         "--kv_cache_free_gpu_memory_fraction",
         str(config.runtime.kv_cache_free_gpu_mem_fraction),
-        "--extra_llm_api_options",
+        table.serve_options_flag,
         options_file,
     ]
+
     if config.model.tokenizer:
         argv += ["--tokenizer", str(config.resolve_path(config.model.tokenizer))]
     return argv
@@ -160,8 +194,35 @@ def pytorch_quantization_note(config: ForgeConfig) -> str | None:
         return None
     return (
         f"the PyTorch backend does not quantize at load time: quantization.algorithm {config.quantization.algorithm} "
-        "needs model.source to be a pre-quantized (ModelOpt-exported) checkpoint"
+        f"is planned as ModelOpt's quantization to a Hugging Face checkpoint ({QUANTIZED_DIR}/), which the LLM API "
+        "then loads; skip it with a pre-quantized model.source"
     )
+
+
+def modelopt_quantize_argv(config: ForgeConfig, model_path: str) -> list[str] | None:
+    """ModelOpt's post-training quantization of the checkpoint to a Hugging Face checkpoint (commands only here)."""
+    algorithm = config.quantization.algorithm
+    if algorithm == "none":
+        return None
+    if algorithm not in MODELOPT_QFORMAT:
+        raise ConfigError(
+            "quantization.algorithm", f"{algorithm} has no ModelOpt Hugging Face export", f"one of none, {', '.join(MODELOPT_QFORMAT)}"
+        )
+    argv = [
+        "python3",
+        MODELOPT_SCRIPT,
+        "--pyt_ckpt_path",
+        model_path,
+        "--qformat",
+        MODELOPT_QFORMAT[algorithm],
+        "--export_path",
+        QUANTIZED_DIR,
+        "--calib_size",
+        str(config.quantization.calibration.size),
+    ]
+    if config.quantization.kv_cache == "fp8":
+        argv += ["--kv_cache_qformat", "fp8"]
+    return argv
 
 
 def engine_equivalent(config: ForgeConfig, plan: BuildPlan) -> dict:

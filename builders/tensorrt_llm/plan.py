@@ -666,7 +666,9 @@ def plan_llmapi(config: ForgeConfig, checkpoint_dir: Path | None, spec: Spec) ->
     warnings: list[PlanWarning] = []
     note = llmapi.pytorch_quantization_note(config)
     if note:
-        warnings.append(PlanWarning("pytorch_prequantized_checkpoint", "quantization.algorithm", note))
+        warnings.append(PlanWarning("pytorch_modelopt_quantization", "quantization.algorithm", note))
+    for field_name, why in llmapi.dropped_field_problems(config):
+        warnings.append(PlanWarning("llmapi_unused_field", field_name, f"{field_name} is not used on the LLM-API path: {why}"))
     if config.engine.plugins.custom_libraries:
         warnings.append(
             PlanWarning(
@@ -675,11 +677,26 @@ def plan_llmapi(config: ForgeConfig, checkpoint_dir: Path | None, spec: Spec) ->
                 "the PyTorch backend builds no TensorRT network: custom TensorRT plugins are only preloaded",
             )
         )
+    quantize = llmapi.modelopt_quantize_argv(config, str(model_dir))
+    # The LLM API loads ModelOpt's quantized Hugging Face checkpoint when the plan quantizes.
+    served_model = f"{LLMAPI_DIR}/{llmapi.QUANTIZED_DIR}" if quantize else str(model_dir)
     options = llmapi.llm_api_options(config)
-    yaml_body = llmapi.model_yaml(config, str(model_dir))
+    yaml_body = llmapi.model_yaml(config, served_model)
     options_file = f"{LLMAPI_DIR}/extra_llm_api_options.yaml"
-    serve = llmapi.serve_argv(config, str(model_dir), options_file)
-    steps = [
+    serve = llmapi.serve_argv(config, served_model, options_file)
+    steps = []
+    if quantize:
+        steps.append(
+            Step(
+                "modelopt-quantize",
+                "modelopt",
+                quantize,
+                [llmapi.QUANTIZED_DIR],
+                f"ModelOpt post-training quantization ({config.quantization.algorithm}) to a Hugging Face checkpoint, "
+                f"in the TensorRT-LLM release image (run on a GPU; cwd {LLMAPI_DIR}/)",
+            )
+        )
+    steps += [
         Step(
             "write-model-yaml",
             "internal",

@@ -118,11 +118,12 @@ for _entry in SERVER_KINDS:
 
 @rule
 def llm_api_options_known(ctx: CheckContext) -> Iterator[ConfigError]:
-    """Keys the LLM API would refuse at LLM() time, found before any GPU time (llmapi_args holds the 1.2 table)."""
-    from trtllm_forge.llmapi_args import describe, unknown_keys
+    """Keys the LLM API would refuse at LLM() time, found before any GPU time (llmapi_args holds each version's table)."""
+    from trtllm_forge.llmapi_args import describe, table_of, unknown_keys
 
-    for key, near in unknown_keys(ctx.config.engine.extra_llm_api_options):
-        yield ConfigError("engine.extra_llm_api_options", describe(key, near), near or "a TorchLlmArgs field")
+    version = table_of(ctx.config.engine.llmapi_version, ctx.config.deploy.server).version
+    for problem in unknown_keys(ctx.config.engine.extra_llm_api_options, version=version):
+        yield ConfigError("engine.extra_llm_api_options", describe(problem, version), problem.near or "a TorchLlmArgs field")
 
 
 @rule

@@ -158,9 +158,15 @@ class EngineConfig(Section):
         + ".",
     )
     target: Literal["engine", "llmapi"] = Field(
-        default="engine",
-        description="'engine' = trtllm-build engines (1.2.x); 'llmapi' = PyTorch backend through the LLM API, no engine "
-        "(with openvino: the CPU stand-in for tensorrt_llm's LLM API serves an OpenVINO IR).",
+        default="llmapi",
+        description="'llmapi' (the default on GPU) = PyTorch backend through the LLM API, no engine (with openvino: the "
+        "CPU stand-in for tensorrt_llm's LLM API serves an OpenVINO IR); 'engine' (the default on CPU backends) = "
+        "trtllm-build engines, the legacy TensorRT-LLM 1.2.x line.",
+    )
+    llmapi_version: Literal["1.2.1", "1.3.0rc29"] | None = Field(
+        default=None,
+        description="llmapi target: the TensorRT-LLM LLM-API version whose arguments are checked and written; default "
+        "per deploy.server (triton: 1.2.1, the llmapi model of the NGC Triton images; trtllm-serve, dynamo: 1.3.0rc29).",
     )
     extra_llm_api_options: dict[str, Any] = Field(
         default_factory=dict,
@@ -186,6 +192,15 @@ class EngineConfig(Section):
         default="f32",
         description="OpenVINO only: activation precision hint. f32 gives outputs identical to transformers.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_target(cls, data: Any) -> Any:
+        # A GPU backend gets the LLM API unless engine.target says otherwise; a CPU backend its own engine.
+        if isinstance(data, dict) and "target" not in data:
+            backend = data.get("backend", "tensorrt-llm")
+            return {**data, "target": "engine" if backend in CPU_BACKENDS else "llmapi"}
+        return data
 
     @field_validator("tokens_per_block")
     @classmethod

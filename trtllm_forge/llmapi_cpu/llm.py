@@ -67,7 +67,7 @@ class LLM:
     def __init__(self, model: str | Path, **llm_args: Any) -> None:
         problems = unknown_keys({"model": model, **llm_args})
         if problems:
-            raise TypeError(describe(*problems[0]))
+            raise TypeError(describe(problems[0]))
         for key, value in SINGLE_DEVICE.items():
             if llm_args.get(key, value) not in (value, None):
                 raise ValueError(f"{key}={llm_args[key]}: the CPU stand-in runs on one device; use {value}")
