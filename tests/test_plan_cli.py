@@ -66,7 +66,7 @@ hardware: {gpu: H100-SXM}
 def test_plan_that_cannot_fit_exits_2_with_the_smallest_change(write_config, tmp_path):
     config = write_config("""
 model: {source: /nonexistent/Llama-3.1-8B-Instruct, name: meta-llama/Llama-3.1-8B-Instruct, dtype: bfloat16}
-engine: {backend: tensorrt-llm, max_input_len: 4096, max_seq_len: 131072}
+engine: {backend: tensorrt-llm, target: engine, max_input_len: 4096, max_seq_len: 131072}
 hardware: {gpu: L4}
 """)
     result = run_in_process("plan", str(config), "--workdir", str(tmp_path / "wd"))
@@ -86,7 +86,7 @@ hardware: {gpu: L4}
 def test_kv_cap_below_one_sequence_names_the_cap(write_config, tmp_path):
     config = write_config("""
 model: {source: /nonexistent/Llama-3.1-8B-Instruct, name: meta-llama/Llama-3.1-8B-Instruct}
-engine: {backend: tensorrt-llm, max_input_len: 2048, max_seq_len: 34816, tokens_per_block: 128}
+engine: {backend: tensorrt-llm, target: engine, max_input_len: 2048, max_seq_len: 34816, tokens_per_block: 128}
 runtime: {max_tokens_in_paged_kv_cache: 29184}
 hardware: {gpu: H100-SXM}
 """)

@@ -144,7 +144,7 @@ def test_engine_path_config_is_predicted_for_the_llm_api(write_config):
         write_config("""
 model: {source: /nonexistent/Llama-3.1-8B-Instruct, name: meta-llama/Llama-3.1-8B-Instruct, dtype: float16}
 engine: {backend: tensorrt-llm, target: engine, max_batch_size: 16, max_input_len: 1024, max_seq_len: 2048}
-quantization: {algorithm: int4_awq}
+quantization: {algorithm: int4_awq, calibration: {dataset: /data/calibration.jsonl}}
 parallel: {tp: 2}
 hardware: {gpu: H200}
 """)

@@ -12,6 +12,8 @@ from cli_inprocess import run_in_process
 from trtllm_forge.builders.tensorrt_llm.container import probe
 from trtllm_helpers import ENGINE_CONFIGS, LLMAPI_CONFIGS, REPO
 
+from trtllm_forge.config import load_config
+
 NO_TRTLLM = probe().missing("1.2.1", ["1.2.0", "1.2.1"]) is not None
 
 
@@ -41,7 +43,9 @@ def test_dry_run_json_of_llmapi_examples(tmp_path, config_path):
     result = run_in_process("build-engine", str(config_path), "--workdir", str(workdir), "--dry-run", "--json")
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)["plan"]
-    assert [s["name"] for s in plan["steps"]] == ["write-model-yaml", "write-llm-api-options"]
+    quantizes = load_config(config_path).quantization.algorithm != "none"  # ModelOpt to a HF checkpoint first
+    expected = ["modelopt-quantize"] * quantizes + ["write-model-yaml", "write-llm-api-options"]
+    assert [s["name"] for s in plan["steps"]] == expected
     assert "llmapi/model.yaml" in plan["files"]
     assert not workdir.exists(), "a dry run writes nothing"
 
