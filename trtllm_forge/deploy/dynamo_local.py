@@ -271,9 +271,9 @@ def start(config: ForgeConfig, workdir: Path, ready_timeout_s: float | None = No
                 f"stop it first: `trtllm-forge deploy stop --workdir {workdir}`",
             )
         run_id = new_run_id()
-        children = {w.role: _launch(w, run_id, die_with_caller=die_with_caller) for w in dead}
+        restarted = {w.role: _launch(w, run_id, die_with_caller=die_with_caller) for w in dead}
         _write(workdir, previous)
-        _wait_ready(dead, children, timeout)
+        _wait_ready(dead, restarted, timeout)
         return previous
     if previous is not None:
         stop(workdir)  # a dead frontend: start everything afresh
@@ -297,6 +297,7 @@ def stop(workdir: Path, grace_s: float = STOP_GRACE_S) -> DynamoPlan | None:
     """Stop every recorded process (workers first: they remove their discovery entries), then remove the discovery
     folder and the record; None when nothing is recorded."""
     import contextlib
+    import functools
 
     from trtllm_forge.processes import group_members, terminate
 
@@ -306,7 +307,7 @@ def stop(workdir: Path, grace_s: float = STOP_GRACE_S) -> DynamoPlan | None:
     survivors: list[int] = []
     for process in [*deployment.workers, deployment.frontend]:
         if process.alive():  # a recycled pid running another program is never signalled
-            survivors += terminate(lambda pid=process.pid: group_members(pid), grace_s)
+            survivors += terminate(functools.partial(group_members, process.pid), grace_s)
         with contextlib.suppress(ChildProcessError):  # started by this process (`run`): reap it
             os.waitpid(process.pid, os.WNOHANG)
     if survivors:
