@@ -126,8 +126,13 @@ def test_a_worker_killed_under_load_loses_its_requests_and_deploy_brings_it_back
     for thread in threads:
         thread.join(90)
     assert len(results) == 6 and all(seconds < 61 for _, seconds in results), results  # none hangs past its timeout
-    # The frontend keeps serving on the survivor.
-    assert all(_post(url, {"model": "smollm2-cpu-dynamo", "prompt": f"Hello {i}", "max_tokens": 4})[0] == 200 for i in range(3))
+    # The frontend keeps serving on the survivor: a request it still routes to the dead worker fails fast (503) until
+    # it drops that instance; then three in a row succeed.
+    codes: list[int] = []
+    deadline = time.monotonic() + 20
+    while codes[-3:] != [200, 200, 200] and time.monotonic() < deadline:
+        codes.append(_post(url, {"model": "smollm2-cpu-dynamo", "prompt": f"Hello {len(codes)}", "max_tokens": 4}, timeout=30)[0])
+    assert codes[-3:] == [200, 200, 200], codes
     code, status = _status(workdir)
     assert code == 1, status
     dead = [p["role"] for p in status["processes"] if not p["alive"]]
