@@ -6,6 +6,15 @@ STAMP := $(VENV)/.setup-done
 # NVIDIA AIConfigurator (`plan --predict`), in its own venv: it needs numpy 2, we pin numpy 1 (~60 s, ~850 MB here).
 AIC_VENV := .venv-aiconfigurator
 AIC_PACKAGES := aiconfigurator==0.12.0 aiconfigurator-core==0.12.0
+# NVIDIA Dynamo (deploy.server dynamo: frontend and workers), in its own venv: ai-dynamo-runtime pins pydantic<=2.13.5.
+# `pip install ai-dynamo` fails (it requires aisimulate==0.13.0, a PyPI placeholder that downloads from elsewhere), so:
+# the runtime, the dependencies of ai-dynamo's METADATA the frontend and workers import, our CPU engine's libraries
+# (the workers run it), then ai-dynamo --no-deps (~25 s, ~870 MB here).
+DYNAMO_VENV := .venv-dynamo
+DYNAMO_PACKAGES := ai-dynamo-runtime==1.6.1 "aiohttp>=3.14.3,<4" "certifi>=2026.10.19" "kubernetes>=32.0.1,<33" \
+	"msgspec>=0.19.0" "prometheus-client>=0.23.1,<1" "pyzmq>=26.0.0" "redis>=6.2.0,<9" "tqdm>=4.0.0" \
+	"transformers>=5.5.4,<5.6" "typing-extensions>=4.10.0" "zstandard>=0.23.0,<1" uvloop "numpy>=1.26,<2" \
+	openvino==2026.4.1 openvino-genai==2026.4.1.0 openvino-tokenizers==2026.4.1.0
 CONFIG ?= configs/smollm2-cpu.yaml
 PYTEST_ARGS ?=
 # Two pytest-xdist workers, a test file per worker at a time (its module fixtures made once): much of the suite waits
@@ -37,6 +46,10 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(AIC_VENV)
 	$(AIC_VENV)/bin/pip install --quiet --upgrade pip
 	$(AIC_VENV)/bin/pip install --quiet $(AIC_PACKAGES)
+	$(PYTHON) -m venv $(DYNAMO_VENV)
+	$(DYNAMO_VENV)/bin/pip install --quiet --upgrade pip
+	$(DYNAMO_VENV)/bin/pip install --quiet $(DYNAMO_PACKAGES)
+	$(DYNAMO_VENV)/bin/pip install --quiet --no-deps ai-dynamo==1.6.1
 	touch $(STAMP)
 
 # Debian packages perf_analyzer links against (libb64.so.0d), gdb (test_load_entrypoints watches which
@@ -68,4 +81,4 @@ test: system-deps setup image
 	$(BIN)/python -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(AIC_VENV) .venv-genai-perf .venv-aiperf forge-work build *.egg-info
+	rm -rf $(VENV) $(AIC_VENV) $(DYNAMO_VENV) .venv-genai-perf .venv-aiperf forge-work build *.egg-info

@@ -39,5 +39,11 @@ SERVER_KINDS: tuple[ServerKindEntry, ...] = (
             "trtllm_forge.deploy.kinds.trtllm_serve:trtllm_serve_bench_is_openai",
         ),
     ),
+    ServerKindEntry(
+        "dynamo",
+        "NVIDIA Dynamo, OpenAI-compatible: a frontend with a KV-aware router in front of deploy.dynamo.workers workers (locally: our CPU engine; kubernetes: a DynamoGraphDeployment)",
+        "trtllm_forge.deploy.kinds.dynamo:KIND",
+        config_rules=("trtllm_forge.deploy.kinds.dynamo:dynamo_bench_is_openai",),
+    ),
 )
 DEFAULT_SERVER_KIND = SERVER_KINDS[0].name

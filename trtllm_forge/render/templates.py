@@ -23,7 +23,13 @@ ENGINE_KIND_MODELS = (
 CPU_ENGINE_MODEL = Path("cpu") / "tensorrt_llm" / "model.py"
 # Siblings the CPU engine model imports, copied with it: the adapter protocol, every CPU engine's served adapter (the
 # one an engine's config.json names is loaded), and the settings and KV pool helpers the adapters share.
-CPU_ENGINE_SIBLINGS = ("engine_adapter.py", *(f"{adapter}.py" for adapter in CPU_ADAPTERS), "genai_settings.py", "kv_pool.py")
+CPU_ENGINE_SIBLINGS = (
+    "engine_adapter.py",
+    "engine_loop.py",
+    *(f"{adapter}.py" for adapter in CPU_ADAPTERS),
+    "genai_settings.py",
+    "kv_pool.py",
+)
 REQUEST_CHECKS = "request_checks.py"  # python_models/request_checks.py, also next to the CPU engine model
 EMPTY_VERSION_MARKER = ".gitkeep"
 

@@ -39,13 +39,11 @@ draft-target speculative decoding, whose output is the target model's own.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
-import os
-import queue
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,19 +51,14 @@ from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from engine_adapter import DraftModel, load_adapter
+from engine_loop import EngineLoop, EngineSetupError, load_engine, read_new
 
 # Copied next to this file too: the GenAI settings this model shares with the LLM-API stand-in, and the KV pool commit.
 from genai_settings import (
     ARRIVAL_WINDOW_MS,
     CPU_KV_BLOCK_SIZE,
-    IDLE_WAIT_S,
     PENALTIES,
-    default_eos_ids,
-    kv_blocks_for,
-    pipeline_properties,
     sampling_problem,
-    scheduler_config,
     set_penalties,
     set_sampling,
 )
@@ -322,95 +315,45 @@ class TritonPythonModel:
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(model_config)
         self.instance = args.get("model_instance_name", "tensorrt_llm")
 
-        engine_dir = _param(params, "gpt_model_path")
-        if not engine_dir or not os.path.isdir(engine_dir):
-            raise pb_utils.TritonModelException(
-                f"parameter gpt_model_path: {engine_dir!r} is not a directory; set it to the engine directory"
-            )
-        with open(os.path.join(engine_dir, "config.json")) as handle:
-            engine = json.load(handle)
-        build = engine["build_config"]
-        pretrained = engine["pretrained_config"]
-        ov_section = engine.get("openvino", {})
-        try:
-            self.adapter = adapter = load_adapter(engine.get("adapter"))
-        except (ImportError, ValueError) as exc:
-            raise pb_utils.TritonModelException(f"{engine_dir}/config.json: {exc}") from None
-
         max_beam_width = _param_int(params, "max_beam_width", 1)
         if max_beam_width != 1:
             raise pb_utils.TritonModelException(f"parameter max_beam_width: {max_beam_width}; the CPU engine serves beam width 1 only")
-        self.vocab_size = int(pretrained["vocab_size"])
-        self.max_batch_size = int(build["max_batch_size"])
-        self.max_input_len = int(build["max_input_len"])
-        self.max_seq_len = int(build["max_seq_len"])
+        try:
+            engine = load_engine(
+                _param(params, "gpt_model_path"),
+                kv_tokens=_param_int(params, "max_tokens_in_paged_kv_cache", None),
+                prefix_caching=_param_bool(params, "enable_kv_cache_reuse", False),
+                split_fuse=_param_bool(params, "enable_chunked_context", False),
+                warn=lambda message: pb_utils.Logger.log_warn(f"{self.instance}: {message}"),
+            )
+        except EngineSetupError as exc:
+            where = exc.setting if exc.setting.endswith("config.json") else f"parameter {exc.setting}"
+            raise pb_utils.TritonModelException(f"{where}: {exc.problem}") from None
+        self.adapter = engine.adapter
+        self.vocab_size = engine.vocab_size
+        self.max_batch_size = engine.max_batch_size
+        self.max_input_len = engine.max_input_len
+        self.max_seq_len = engine.max_seq_len
+        self.default_eos = engine.default_eos
+        self.num_assistant_tokens = engine.num_assistant_tokens
         self.exclude_input_default = _param_bool(params, "exclude_input_in_output", False)
         self.max_queue_size = _param_int(params, "max_queue_size", 0)
         self.cancel_check_period_s = _param_int(params, "cancellation_check_period_ms", 100) / 1000.0
         # Not decoupled, a request's successor can only come after Triton's execute call returns, which waits for every
         # job of its batch: the window would wait for what cannot arrive.
         window_ms = _param_int(params, "arrival_window_ms", ARRIVAL_WINDOW_MS) if self.decoupled else 0
-        self.arrival_window_s = window_ms / 1000.0
+        pb_utils.Logger.log_info(f"{self.instance}: {engine.description} (decoupled={self.decoupled}, arrival_window_ms={window_ms:g})")
 
-        kv_tokens = _param_int(params, "max_tokens_in_paged_kv_cache", None) or self.max_batch_size * self.max_seq_len
-        kv_blocks = kv_blocks_for(kv_tokens)
-        if kv_blocks * CPU_KV_BLOCK_SIZE < self.max_seq_len:
-            raise pb_utils.TritonModelException(
-                f"parameter max_tokens_in_paged_kv_cache: {kv_tokens} cannot hold one sequence of max_seq_len "
-                f"{self.max_seq_len}; set at least {self.max_seq_len}"
-            )
-        scheduler = scheduler_config(
-            adapter,
-            kv_blocks=kv_blocks,
-            max_batch_size=self.max_batch_size,
-            max_num_tokens=build.get("max_num_tokens"),
-            max_input_len=self.max_input_len,
-            prefix_caching=_param_bool(params, "enable_kv_cache_reuse", False),
-            split_fuse=_param_bool(params, "enable_chunked_context", False),
-        )
-        properties = pipeline_properties(ov_section.get("properties"))
-        # Draft-target speculative decoding: the build exported the draft model into the engine directory.
-        draft = ov_section.get("draft") or None
-        self.num_assistant_tokens = int(draft["num_assistant_tokens"]) if draft else 0
-        draft_model = None
-        if draft:
-            # The draft compiles with the target's precision hints plus its own (e.g. fewer threads: see DRAFT_PROPERTIES).
-            draft_properties = {**properties, **{str(k): str(v) for k, v in (draft.get("properties") or {}).items()}}
-            draft_model = DraftModel(os.path.join(engine_dir, draft["subdir"]), draft_properties)
-            if scheduler.dynamic_split_fuse:
-                # OpenVINO GenAI emits wrong tokens with speculative decoding plus chunked prefill.
-                pb_utils.Logger.log_warn(f"{self.instance}: enable_chunked_context is ignored with a draft model")
-                scheduler.dynamic_split_fuse = False
-                scheduler.max_num_batched_tokens = max(scheduler.max_num_batched_tokens, self.max_input_len)
-
-        started = time.monotonic()
-        self.pipeline = adapter.load(engine_dir, scheduler, properties, draft_model)
-        loaded = time.monotonic() - started
-        warm_up = adapter.warm_up(self.pipeline, self.max_batch_size, self.num_assistant_tokens)
-        self.default_eos = default_eos_ids(engine_dir)
-        pb_utils.Logger.log_info(
-            f"{self.instance}: {adapter.ENGINE_VERSION} engine {engine_dir} loaded in "
-            f"{loaded:.1f}s (kv_blocks={kv_blocks}, max_num_seqs={scheduler.max_num_seqs}, "
-            f"max_num_batched_tokens={scheduler.max_num_batched_tokens}, prefix_caching={scheduler.enable_prefix_caching}, "
-            f"dynamic_split_fuse={scheduler.dynamic_split_fuse}, properties={properties}, decoupled={self.decoupled}, "
-            f"arrival_window_ms={self.arrival_window_s * 1000:g}, "
-            f"draft={draft['subdir'] + ' x' + str(self.num_assistant_tokens) if draft else None}"
-            f"{' ' + str(draft.get('properties') or {}) if draft else ''}); {warm_up}"
-        )
-
-        self.incoming: queue.Queue = queue.Queue()
-        self.active: dict[int, tuple[Job, Item]] = {}
+        # The engine loop (engine_loop.py) owns the pipeline; this model turns Triton requests into its jobs and
+        # its tokens into responses (collect, fail, after_step below).
+        self.loop = EngineLoop(engine, self, self.instance, window_ms / 1000.0)
+        self.incoming = self.loop.incoming
+        self.active: dict[int, tuple[Job, Item]] = self.loop.active
+        self.stopping = self.loop.stopping
         self.jobs_in_flight = 0
         self.count_lock = threading.Lock()
-        self.next_engine_id = 0
-        self.awaited = 0  # requests ended by recent steps whose successors have not arrived (see _await_arrivals)
-        self.awaited_until = 0.0
-        self.burst_until = 0.0  # the arrival window after the last idle spell ended (see _after_idle)
-        self.burst_admitted = 0  # requests admitted within it
-        self.stopping = threading.Event()
         self.outbox = Outbox(self.instance, pb_utils.Logger.log_warn)
-        self.loop_thread = threading.Thread(target=self._loop, name=f"{self.instance}-engine", daemon=True)
-        self.loop_thread.start()
+        self.loop.start()
         self.watch_thread = threading.Thread(target=self._watch_cancellations, name=f"{self.instance}-cancel", daemon=True)
         self.watch_thread.start()
 
@@ -464,7 +407,7 @@ class TritonPythonModel:
     def _parse(self, request: Any, sender: Any) -> Job | None:
         arrival = time.time_ns()
         if bool(_item_scalar(_input(request, "stop"), 0, False)):
-            self.incoming.put(("stop", request.request_id()))
+            self.incoming.put(functools.partial(self._stop_by_id, request.request_id()))
             if sender is not None:
                 sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 return None
@@ -596,108 +539,17 @@ class TritonPythonModel:
     # ----------------------------------------------------------------------------------------------
     # The engine loop (one background thread owns the pipeline)
 
-    def _loop(self) -> None:
-        status = self.adapter.GenerationStatus
-        while not self.stopping.is_set():
-            try:
-                # Requests stopped on our side (cancelled, failed) stay in GenAI until a step drops them.
-                pending = self.pipeline.has_non_finished_requests()
-                idle = not self.active and not pending
-                self._admit(block=idle)
-                if idle and self.active:
-                    self._after_idle()
-                self._await_arrivals()
-                if not self.active and not pending:
-                    continue
-                try:
-                    self.pipeline.step()
-                except Exception as exc:
-                    pb_utils.Logger.log_error(f"{self.instance}: step failed: {exc}\n{traceback.format_exc()}")
-                    for job, _item in list(self.active.values()):
-                        self._fail(job, f"engine step failed: {exc}")
-                    time.sleep(IDLE_WAIT_S)
-                    continue
-                now = time.time_ns()
-                running = len(self.active)
-                for _engine_id, (job, item) in list(self.active.items()):
-                    try:
-                        self._collect(job, item, now, status)
-                    except Exception as exc:
-                        pb_utils.Logger.log_error(f"{self.instance}: request failed: {exc}\n{traceback.format_exc()}")
-                        self._fail(job, f"internal error: {type(exc).__name__}: {exc}")
-                self._flush_outbox()
-                ended = running - len(self.active)
-                if ended >= 2 and self.arrival_window_s > 0:  # one successor alone has no other arrival to join
-                    self.awaited = ended
-                    self.awaited_until = time.monotonic() + self.arrival_window_s
-            except Exception as exc:
-                pb_utils.Logger.log_error(f"{self.instance}: engine loop error: {exc}\n{traceback.format_exc()}")
-        for job, _item in list(self.active.values()):
-            self._fail(job, "the model is shutting down")
-        for _ in range(100):  # let GenAI drop the stopped requests before the pipeline is destroyed
-            if not self.pipeline.has_non_finished_requests():
-                break
-            try:
-                self.pipeline.step()
-            except Exception:
-                break
+    def collect(self, job: Job, item: Item, now_ns: int, status: Any) -> None:
+        self._collect(job, item, now_ns, status)
 
-    def _after_idle(self) -> None:
-        """Requests arrived at an idle engine. If the previous idle spell ended with a burst (two or more requests
-        within arrival_window_ms of the first, as a client starting N streams at once sends them), wait out the
-        window so that this burst's prompts share one prefill step too; a client that sends one request at a time
-        never waits. Whether this start is a burst is counted in _admit, for the next one."""
-        if self.arrival_window_s <= 0:
-            return
-        bursty = self.burst_admitted >= 2
-        self.burst_until, self.burst_admitted = time.monotonic() + self.arrival_window_s, len(self.active)
-        if bursty:
-            self._admit_until(self.burst_until, lambda: True)
+    def fail(self, job: Job, message: str) -> None:
+        self._fail(job, message)
 
-    def _await_arrivals(self) -> None:
-        """After a step that ended two or more requests, wait (at most arrival_window_ms from that step's end)
-        until as many new requests have arrived. A client that keeps N requests in flight sends each successor as
-        soon as a request ends; the successors reach this thread one by one over several ms, and a step that starts
-        before all of them are here admits only some: GenAI's scheduler (chunked context off) runs a prompt-only
-        step per group of arrivals, and every running request waits one whole step for each group."""
-        self._admit_until(self.awaited_until, lambda: self.awaited > 0)
-        self.awaited = 0
+    def after_step(self) -> None:
+        self._flush_outbox()
 
-    def _admit_until(self, deadline: float, waiting: Callable[[], bool]) -> None:
-        """Admit what arrives until `deadline` (time.monotonic()) while `waiting()` holds."""
-        while waiting() and not self.stopping.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            self._admit(block=True, timeout_s=left)
-
-    def _admit(self, block: bool, timeout_s: float = IDLE_WAIT_S) -> None:
-        try:
-            entry = self.incoming.get(timeout=timeout_s) if block else self.incoming.get_nowait()
-        except queue.Empty:
-            return
-        while True:
-            if isinstance(entry, tuple) and entry[0] == "cancel":  # ("cancel", job) from _watch_cancellations
-                self._cancel(entry[1])
-            elif isinstance(entry, tuple):  # ("stop", request_id)
-                self._stop_by_id(entry[1])
-            elif not entry.closed:
-                try:
-                    for item in entry.items:
-                        item.engine_id = self.next_engine_id
-                        self.next_engine_id += 1
-                        item.handle = self.pipeline.add_request(item.engine_id, item.prompt, item.config)
-                        item.first_scheduled_ns = time.time_ns()
-                        self.active[item.engine_id] = (entry, item)
-                        self.awaited -= 1
-                        if time.monotonic() < self.burst_until:
-                            self.burst_admitted += 1
-                except Exception as exc:
-                    self._fail(entry, f"the engine refused the request: {exc}".splitlines()[0])
-            try:
-                entry = self.incoming.get_nowait()
-            except queue.Empty:
-                return
+    def log_error(self, message: str) -> None:
+        pb_utils.Logger.log_error(message)
 
     def _stop_by_id(self, request_id: str) -> None:
         if not request_id:
@@ -723,7 +575,7 @@ class TritonPythonModel:
                 with self.outbox.final_lock:
                     cancelled = not job.finalized and not job.closed and self._is_cancelled(job)
                 if cancelled:
-                    self.incoming.put(("cancel", job))
+                    self.incoming.put(functools.partial(self._cancel, job))
 
     def _cancel(self, job: Job) -> None:
         if job.closed:  # ended meanwhile: its final response is sent or on its way
@@ -747,12 +599,7 @@ class TritonPythonModel:
     def _collect(self, job: Job, item: Item, now: int, status: Any) -> None:
         handle = item.handle
         state = handle.get_status()
-        new_tokens: list[int] = []
-        new_log_probs: list[float] = []
-        if handle.can_read():
-            for output in handle.read().values():
-                new_tokens.extend(int(t) for t in output.generated_ids)
-                new_log_probs.extend(float(p) for p in output.generated_log_probs)
+        new_tokens, new_log_probs = read_new(item)
         if new_tokens:
             if not item.first_token_ns:
                 item.first_token_ns = now
@@ -880,8 +727,7 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(output_tensors=[_tensor(k, outputs[k]) for k in names])
 
     def finalize(self) -> None:
-        self.stopping.set()
-        self.loop_thread.join(timeout=30)
+        self.loop.stop(timeout_s=30)
         self.watch_thread.join(timeout=30)
         self.outbox.close(timeout_s=30)
-        self.pipeline = None
+        del self.loop  # the last reference to the pipeline
