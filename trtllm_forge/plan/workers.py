@@ -76,7 +76,7 @@ def describe_workers(workers: dict[str, Any]) -> str:
     )
     return (
         f"Dynamo: {roles} x {workers['gpus_per_worker']} GPUs = {workers['gpus']} GPUs; each worker holds "
-        f"{workers['kv_tokens_per_worker']:,} KV tokens ({workers['kv_bytes_per_worker'] / 1024**3:,.2f} GiB), "
-        f"{workers['concurrent_sequences_per_worker']} sequences; {workers['concurrent_sequences']} sequences in all "
+        f"{workers['kv_tokens_per_worker']:,} KV tokens ({workers['kv_bytes_per_worker'] / 1024**3:,.2f} GiB), room for "
+        f"{workers['concurrent_sequences_per_worker']} sequences; {workers['concurrent_sequences']} on the decoding workers "
         f"(router {workers['router_mode']})"
     )
