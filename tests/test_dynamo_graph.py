@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import kubernetes_validate
 import pytest
 import yaml
 from conftest import CONFIGS
@@ -143,6 +144,15 @@ def test_disaggregated_graph_is_valid_v1beta1_with_both_worker_roles(tmp_path):
     config = gpu_config()
     graph, engine_yamls = rendered(config, tmp_path)
     assert dgd_errors(graph) == []
+    # The other documents, and each component's pod template, against Kubernetes' own schemas (strict).
+    version = kubernetes_validate.latest_version()
+    documents = list(yaml.safe_load_all((tmp_path / "deploy" / "dynamo-graph.yaml").read_text()))
+    assert [d["kind"] for d in documents] == ["PersistentVolumeClaim", "ConfigMap", "DynamoGraphDeployment"]
+    for document in documents[:2]:
+        kubernetes_validate.validate(document, version, strict=True)
+    for component in graph["spec"]["components"]:
+        template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": component["name"]}}
+        kubernetes_validate.validate({**template, "template": component["podTemplate"]}, version, strict=True)
     parts = components(graph)
     assert {name: (c["type"], c["replicas"]) for name, c in parts.items()} == {
         "frontend": ("frontend", 1),
