@@ -180,6 +180,32 @@ RULE_CASES = {
         "deploy.server",
         merged(GPU_BASE, engine={"backend": "tensorrt-llm", "target": "llmapi"}, deploy={"server": "trtllm-serve"}),
     ),
+    "dynamo_config_problems": (
+        merged(GPU_BASE, engine={"backend": "tensorrt-llm", "target": "engine"}, deploy={"server": "dynamo"}),
+        "engine.target",
+        merged(
+            GPU_BASE,
+            engine={"backend": "tensorrt-llm", "target": "llmapi"},
+            deploy={"server": "dynamo"},
+            runtime={"enable_kv_cache_reuse": True},
+        ),
+    ),
+    "dynamo_bench_is_openai": (
+        merged(
+            GPU_BASE,
+            engine={"backend": "tensorrt-llm", "target": "llmapi"},
+            deploy={"server": "dynamo"},
+            bench={"workloads": [{"name": "w", "target": "triton-grpc"}]},
+        ),
+        "bench.workloads[0].target",
+        merged(
+            GPU_BASE,
+            engine={"backend": "tensorrt-llm", "target": "llmapi"},
+            deploy={"server": "dynamo"},
+            runtime={"enable_kv_cache_reuse": True},
+            bench={"workloads": [{"name": "w", "target": "openai"}]},
+        ),
+    ),
     "trtllm_serve_bench_is_openai": (
         merged(
             GPU_BASE,

@@ -16,6 +16,7 @@ from trtllm_helpers import REPO
 from trtllm_forge.config import nvidia_lint
 from trtllm_forge.config.checks import check_config
 from trtllm_forge.config.load import load_config
+from trtllm_forge.errors import ConfigErrors
 from trtllm_forge.hardware import find_device
 
 EXAMPLES = sorted((REPO / "configs").glob("*.yaml"))
@@ -102,7 +103,7 @@ def test_disaggregated_pair_needs_one_transceiver_with_a_timeout():
 
 def test_every_rule_names_nvidias_source():
     rules = [*nvidia_lint.LINTS.values(), nvidia_lint.transceiver_timeout_set, nvidia_lint.disaggregated_pair]
-    for rule in [*rules, nvidia_lint.dynamo_worker_rules]:
+    for rule in rules:
         doc = rule.__doc__ or ""
         assert re.search(r"llm_args\.py|mapping\.py|TensorRT-LLM#\d+|InferenceX#\d+", doc), rule.__name__
 
@@ -137,23 +138,22 @@ def test_config_validate_reports_every_broken_rule_at_once_with_file_and_line(tm
     assert len([e for e in errors if "batch_sizes" in e]) == 2  # the duplicate and the sizes above 64
 
 
-def test_dynamo_gpus_per_worker_and_disaggregated_transceiver():
-    """The Dynamo kind's worker rules, on the config's deploy.dynamo section."""
-    config = load_config(LLMAPI_EXAMPLE)
-    dynamo = config.deploy.dynamo.model_copy(update={"gpus_per_worker": 2, "disaggregated": True})
-    broken = config.model_copy(update={"deploy": config.deploy.model_copy(update={"dynamo": dynamo})})
-    found = list(nvidia_lint.dynamo_worker_rules(broken))
-    assert [p.where for p in found] == ["deploy.dynamo.gpus_per_worker", "engine.extra_llm_api_options.cache_transceiver_config"]
-    assert "tensor_parallel_size 1 x pipeline_parallel_size 1 = 1 ranks" in found[0].problem
-    timed = config.engine.model_copy(
-        update={"extra_llm_api_options": {"cache_transceiver_config": {"backend": "DEFAULT", "kv_transfer_timeout_ms": 60000}}}
-    )
-    right = dynamo.model_copy(update={"gpus_per_worker": 1})
-    fixed = config.model_copy(update={"engine": timed, "deploy": config.deploy.model_copy(update={"dynamo": right})})
-    assert list(nvidia_lint.dynamo_worker_rules(fixed)) == []
-    untimed = config.engine.model_copy(update={"extra_llm_api_options": {"cache_transceiver_config": {"backend": "DEFAULT"}}})
-    found = list(nvidia_lint.dynamo_worker_rules(fixed.model_copy(update={"engine": untimed})))
-    assert [p.where for p in found] == ["engine.extra_llm_api_options.cache_transceiver_config.kv_transfer_timeout_ms"]
+def test_a_disaggregated_graph_is_refused_when_its_rendered_transceivers_break_nvidias_rules(tmp_path):
+    """The Dynamo graph's prefill and decode arguments pass disaggregated_pair; a user transceiver without a timeout
+    keeps forge's default timeout, one with a null timeout is refused before anything is written (#15152)."""
+    from trtllm_forge.deploy.dynamo_graph import render_dynamo_graph
+
+    config = load_config(REPO / "configs" / "llama3.1-8b-fp8-h100-dynamo-disagg.yaml")
+    render_dynamo_graph(config, tmp_path / "ok")  # the example renders
+    broken_options = {**config.engine.extra_llm_api_options, "cache_transceiver_config": {"kv_transfer_timeout_ms": None}}
+    broken = config.model_copy(update={"engine": config.engine.model_copy(update={"extra_llm_api_options": broken_options})})
+    with pytest.raises(ConfigErrors) as refused:
+        render_dynamo_graph(broken, tmp_path / "broken")
+    assert [e.where for e in refused.value.errors] == [
+        "prefill.engine.extra_llm_api_options.cache_transceiver_config.kv_transfer_timeout_ms",
+        "decode.engine.extra_llm_api_options.cache_transceiver_config.kv_transfer_timeout_ms",
+    ]
+    assert not (tmp_path / "broken" / "deploy" / "dynamo-graph.yaml").exists()
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

@@ -43,7 +43,10 @@ SERVER_KINDS: tuple[ServerKindEntry, ...] = (
         "dynamo",
         "NVIDIA Dynamo, OpenAI-compatible: a frontend with a KV-aware router in front of deploy.dynamo.workers workers (locally: our CPU engine; kubernetes: a DynamoGraphDeployment)",
         "trtllm_forge.deploy.kinds.dynamo:KIND",
-        config_rules=("trtllm_forge.deploy.kinds.dynamo:dynamo_bench_is_openai",),
+        config_rules=(
+            "trtllm_forge.deploy.kinds.dynamo:dynamo_bench_is_openai",
+            "trtllm_forge.deploy.dynamo_graph:dynamo_config_problems",
+        ),
     ),
 )
 DEFAULT_SERVER_KIND = SERVER_KINDS[0].name

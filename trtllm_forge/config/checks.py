@@ -371,7 +371,6 @@ def builtin_source_known(ctx: CheckContext) -> Iterator[ConfigError]:
 
 
 # NVIDIA's LLM-API validators and the known deployment breakers, as lint (config/nvidia_lint.py names each source).
-# (Dynamo's worker rules, nvidia_lint.dynamo_worker_rules, are a server-kind rule of the dynamo kind.)
 rule(nvidia_lint.nvidia_llm_api_lint)
 
 

@@ -259,26 +259,3 @@ def nvidia_llm_api_lint(ctx: CheckContext) -> Iterator[ConfigError]:
         return
     device_bytes = ctx.device.memory_gb * DEVICE_MEMORY_UNIT if ctx.device else None
     yield from lint_options(config_options(ctx.config), config_where(ctx.config), device_bytes)
-
-
-def dynamo_worker_rules(config: ForgeConfig) -> Iterator[ConfigError]:
-    """Dynamo (deploy.server dynamo; a server-kind rule, listed in the kind's SERVER_KINDS entry): GPUs per worker =
-    tensor x pipeline parallel size, every rank of a worker on its own GPU (NVIDIA/TensorRT-LLM
-    tensorrt_llm/mapping.py `Mapping`: world_size = tp x pp; expert parallelism lives inside tp); disaggregated
-    prefill/decode, whose arguments both come from engine.extra_llm_api_options, with a cache transceiver and a KV
-    transfer timeout (TensorRT-LLM#18388, #15152, #14856)."""
-    if config.engine.on_cpu:
-        return
-    options, where = config_options(config), config_where(config)
-    tp = _int(options.get("tensor_parallel_size")) or 1
-    pp = _int(options.get("pipeline_parallel_size")) or 1
-    dynamo = config.deploy.dynamo
-    if dynamo.gpus_per_worker is not None and dynamo.gpus_per_worker != tp * pp:
-        yield ConfigError(
-            "deploy.dynamo.gpus_per_worker",
-            f"{dynamo.gpus_per_worker} GPUs per worker, but tensor_parallel_size {tp} x pipeline_parallel_size {pp} = "
-            f"{tp * pp} ranks (expert parallelism runs inside the tensor-parallel ranks)",
-            f"{tp * pp}, or change parallel.tp / parallel.pp",
-        )
-    if dynamo.disaggregated:
-        yield from transceiver_timeout_set(options, where)

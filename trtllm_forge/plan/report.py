@@ -10,6 +10,7 @@ from rich.table import Table
 from trtllm_forge.builders.tensorrt_llm.images import LEGACY_ENGINE_PATH
 from trtllm_forge.plan.advise import quantization_comparison, recommend
 from trtllm_forge.plan.planner import Plan
+from trtllm_forge.plan.workers import describe_workers, dynamo_workers
 from trtllm_forge.ui import console
 
 GiB = 1024**3
@@ -88,6 +89,8 @@ def plan_to_dict(plan: Plan) -> dict:
         rec = recommend(plan)
         data["recommendations"] = asdict(rec)
     data["quantization_comparison"] = quantization_comparison(plan)
+    if "dynamo" in plan.config.deploy.model_fields_set:  # the config lays out Dynamo workers (deploy.dynamo)
+        data["dynamo"] = dynamo_workers(plan)
     return data
 
 
@@ -221,6 +224,8 @@ def show_report(plan: Plan, data: dict) -> None:
             f"{tps:,.0f} @ {row['batch']}" if tps else "-",
         )
     console.print(qt)
+    if "dynamo" in data:
+        console.print(describe_workers(data["dynamo"]))
     for note in plan.notes:
         console.print(f"note: {note}")
     if data["engine_path"]:

@@ -52,6 +52,10 @@ class DynamoDeployment:
         return self.plan.frontend.log
 
     @property
+    def where(self) -> str:
+        return f"frontend pid {self.pid}"
+
+    @property
     def http_url(self) -> str:
         return self.plan.frontend.url
 
@@ -89,23 +93,23 @@ class DynamoKind:
     def serves_bench_target(self, target: str) -> bool:
         return target == OPENAI_TARGET
 
+    def runs(self, config: ForgeConfig) -> bool:
+        return config.deploy.target == "local"  # docker and Kubernetes: rendered only (GPU graphs)
+
     def render(self, config: ForgeConfig, workdir: Path, repository: Path, target: str) -> Rendering:
-        if target != "kubernetes":
-            raise ConfigError(
-                "deploy.target",
-                f"{NAME} renders for kubernetes (a DynamoGraphDeployment), not {target}",
-                "use --target kubernetes, or deploy locally",
+        """kubernetes: a DynamoGraphDeployment; docker: the same graph on one GPU host, as a launch script to run in
+        NVIDIA's Dynamo TensorRT-LLM runtime image. Rendered and checked here, never run."""
+        from trtllm_forge.deploy.dynamo_graph import render_dynamo_graph, render_dynamo_launch_script
+
+        if target == "kubernetes":
+            path, text = render_dynamo_graph(config, workdir)
+            return Rendering(Path(path), text, note="rendered only: a DynamoGraphDeployment for NVIDIA Dynamo's operator")
+        if target == "docker":
+            path, text = render_dynamo_launch_script(config, workdir)
+            return Rendering(
+                Path(path), text, executable=True, note="rendered only: run it on one GPU host in NVIDIA's Dynamo TensorRT-LLM image"
             )
-        try:
-            from trtllm_forge.deploy.dynamo_graph import render_dynamo_graph  # type: ignore[import-not-found,unused-ignore]
-        except ImportError:
-            raise ConfigError(
-                "deploy.target",
-                "the DynamoGraphDeployment rendering is not available in this build",
-                "deploy locally (deploy.target local)",
-            ) from None
-        path, text = render_dynamo_graph(config, workdir)
-        return Rendering(Path(path), str(text))
+        raise ConfigError("deploy.target", f"{NAME} renders for kubernetes or docker, not {target}", "use --target kubernetes or docker")
 
     def plan_local(self, config: ForgeConfig, workdir: Path, repository: Path) -> LocalPlan:
         from trtllm_forge.deploy.dynamo_local import STATE, plan
