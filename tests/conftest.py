@@ -497,7 +497,7 @@ def onnxruntime_int4_config():
 def ort_engine_int4(smollm2_checkpoint, tmp_path_factory):
     """(workdir, BuildResult) of `onnxruntime_int4_config()`'s build: the suite's one quantized engine (the smallest
     and quickest to build, ~15-25 s here), for the int4 export test and verify's perplexity. One for all workers."""
-    from trtllm_forge.builders.onnxruntime import build_engine
+    from trtllm_forge.builders.onnxruntime.builder import build_engine
 
     with shared_across_workers(tmp_path_factory, "build-ort-int4") as workdir:
         return workdir, build_engine(onnxruntime_int4_config(), workdir, smollm2_checkpoint)

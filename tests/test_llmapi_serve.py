@@ -14,6 +14,7 @@ from conftest import CONFIGS, cpu_test_config
 
 from trtllm_forge.config import load_config
 from trtllm_forge.deploy import trtllm_serve
+from trtllm_forge.llmapi_args import table_of
 
 GPU_LLMAPI = CONFIGS / "llama3.1-8b-fp8-h100.yaml"
 
@@ -88,7 +89,8 @@ def _post(url: str, body: dict) -> dict:
 @pytest.mark.slow
 def test_deploy_start_runs_the_stand_in_with_trtllm_serves_argv(deployed):
     described, workdir, _ = deployed
-    assert described["stand_in"] is True and "--extra_llm_api_options" in described["argv"]
+    options_flag = table_of(None, "trtllm-serve").serve_options_flag  # trtllm-serve's default version's spelling
+    assert described["stand_in"] is True and options_flag in described["argv"]
     assert described["argv"][1:3] == ["-m", trtllm_serve.STAND_IN_MODULE]
     with urllib.request.urlopen(f"{described['url']}/health") as response:
         assert response.status == 200
@@ -249,6 +251,7 @@ def test_run_with_trtllm_serve_smokes_verifies_and_benches_its_openai_endpoint(
     (point,) = workload.get("points") or [workload]  # one sweep point: the summary itself
     assert point["target"]["kind"] == "openai" and point["requests"]["completed"] == 4 and point["requests"]["failed"] == 0
     log = (workdir / "logs" / "trtllm-serve.log").read_text()
-    assert "trtllm_forge.llmapi_cpu.serve" in log.splitlines()[0] and "--extra_llm_api_options" in log.splitlines()[0]
+    options_flag = table_of(None, "trtllm-serve").serve_options_flag
+    assert "trtllm_forge.llmapi_cpu.serve" in log.splitlines()[0] and options_flag in log.splitlines()[0]
     assert not (workdir / "deploy" / trtllm_serve.STATE).exists()  # stopped and its record removed
     assert not (workdir / "deploy" / "state.json").exists()  # no Triton was started

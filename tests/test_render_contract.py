@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from cli_inprocess import run_in_process
 from conftest import CONFIGS, REPO
-from trtllm_helpers import draft_engine_fixture
+from trtllm_helpers import draft_engine_fixture, eagle_engine_example
 
 from trtllm_forge.config import load_config
 from trtllm_forge.engine_config import read_engine_config
@@ -153,7 +153,7 @@ def parameters(repo: Path, model: str) -> dict[str, str]:
     return {k: v.string_value for k, v in parse(repo / model / "config.pbtxt").parameters.items()}
 
 
-def test_engine_bound_values_come_from_the_engine(rendered):
+def test_engine_bound_values_come_from_the_engine(rendered, tmp_path):
     repo = rendered["llama3.1-70b-fp8-h200-tp4"].repository
     engine = parse(repo / "tensorrt_llm" / "config.pbtxt")
     assert engine.backend == "tensorrtllm"
@@ -167,7 +167,10 @@ def test_engine_bound_values_come_from_the_engine(rendered):
     assert all(value for value in params.values())
     # Containers: no EXECUTION_ENV_PATH (the image's Python serves the python models).
     assert "EXECUTION_ENV_PATH" not in parameters(repo, "preprocessing")
-    eagle = parameters(rendered["llama3.1-8b-fp8-h100"].repository, "tensorrt_llm")
+    # EAGLE on the engine path (the shipped 8B example is on the LLM API path, where choice trees are refused).
+    engine = read_engine_config(ENGINES / "llama3.1-8b-fp8-h100")
+    eagle_repo = write_repository(eagle_engine_example(), tmp_path, engine, "inflight_batcher_llm", tmp_path / "repo", None)
+    eagle = parameters(eagle_repo.repository, "tensorrt_llm")
     assert eagle["decoding_mode"] == "eagle" and eagle["eagle_choices"].startswith("{0}, {0, 0}, {1}")
 
 

@@ -18,7 +18,8 @@ def test_recorded_hf_directory_is_what_render_and_build_see(tmp_path):
     run_stage(workdir, "import", {"source": str(source)}, {}, lambda tmp, rec: {"checkpoint_dir": str(source)})
     assert imported_checkpoint(workdir) == source
     config = parse_config(
-        {"model": {"source": str(source)}, "engine": {"backend": "tensorrt-llm"}, "hardware": {"gpu": "H100-SXM"}}, name="t"
+        {"model": {"source": str(source), "family": "llama"}, "engine": {"backend": "tensorrt-llm"}, "hardware": {"gpu": "H100-SXM"}},
+        name="t",
     )
     assert tokenizer_dir_for(config, workdir, "inflight_batcher_llm", None) == source.resolve()
     assert not (workdir / "import" / "checkpoint").exists()
