@@ -16,10 +16,10 @@ from trtllm_forge.deploy.kinds.protocol import (
     Deployment,
     DeploymentStatus,
     LocalPlan,
+    OpenAIKind,
     ProcessStatus,
     Rendering,
     Speaks,
-    openai_query_examples,
     refuse_unserved_bench_targets,
 )
 from trtllm_forge.errors import ConfigError
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from trtllm_forge.deploy.dynamo_local import DynamoPlan
 
 NAME = "dynamo"
-OPENAI_TARGET = "openai"
 
 
 @dataclass
@@ -85,16 +84,8 @@ def dynamo_bench_is_openai(config: ForgeConfig) -> Iterator[ConfigError]:
     yield from refuse_unserved_bench_targets(config, KIND)
 
 
-class DynamoKind:
+class DynamoKind(OpenAIKind):
     name = NAME  # its entry in trtllm_forge/server_kinds.py SERVER_KINDS (with these config rules)
-    speaks = Speaks.OPENAI
-    default_bench_target = OPENAI_TARGET
-
-    def serves_bench_target(self, target: str) -> bool:
-        return target == OPENAI_TARGET
-
-    def runs(self, config: ForgeConfig) -> bool:
-        return config.deploy.target == "local"  # docker and Kubernetes: rendered only (GPU graphs)
 
     def render(self, config: ForgeConfig, workdir: Path, repository: Path, target: str) -> Rendering:
         """kubernetes: a DynamoGraphDeployment; docker: the same graph on one GPU host, as a launch script to run in
@@ -194,9 +185,6 @@ class DynamoKind:
 
         deployment = stop(workdir, grace_s)
         return None if deployment is None else DynamoDeployment(deployment, running=False)
-
-    def query_examples(self, config: ForgeConfig, deployment: Deployment) -> str:
-        return openai_query_examples(deployment)
 
 
 KIND = DynamoKind()

@@ -203,3 +203,23 @@ def openai_query_examples(deployment: Deployment) -> str:
         "query it with curl (OpenAI completions):\n"
         f"  curl -s {deployment.http_url}/v1/completions -H 'Content-Type: application/json' -d {shlex.quote(body)}"
     )
+
+
+OPENAI_TARGET = "openai"  # the bench target that speaks OpenAI's API
+
+
+class OpenAIKind:
+    """What every OpenAI-speaking kind (trtllm-serve, Dynamo) shares: its clients, its one bench target, where it runs
+    (local processes; its docker and Kubernetes targets are renderings), and how a person queries it."""
+
+    speaks = Speaks.OPENAI
+    default_bench_target = OPENAI_TARGET
+
+    def serves_bench_target(self, target: str) -> bool:
+        return target == OPENAI_TARGET
+
+    def runs(self, config: ForgeConfig) -> bool:
+        return config.deploy.target == "local"  # docker and Kubernetes: rendered only
+
+    def query_examples(self, config: ForgeConfig, deployment: Deployment) -> str:
+        return openai_query_examples(deployment)

@@ -15,10 +15,10 @@ from trtllm_forge.deploy.kinds.protocol import (
     Deployment,
     DeploymentStatus,
     LocalPlan,
+    OpenAIKind,
     ProcessStatus,
     Rendering,
     Speaks,
-    openai_query_examples,
     refuse_unserved_bench_targets,
 )
 from trtllm_forge.errors import ConfigError
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from trtllm_forge.config.schema import ForgeConfig
 
 NAME = "trtllm-serve"
-OPENAI_TARGET = "openai"  # the bench target that speaks OpenAI's API
 
 
 @dataclass
@@ -92,16 +91,8 @@ def trtllm_serve_bench_is_openai(config: ForgeConfig) -> Iterator[ConfigError]:
     yield from refuse_unserved_bench_targets(config, KIND)
 
 
-class TrtllmServeKind:
+class TrtllmServeKind(OpenAIKind):
     name = NAME  # its entry in trtllm_forge/server_kinds.py SERVER_KINDS (with these config rules)
-    speaks = Speaks.OPENAI
-    default_bench_target = OPENAI_TARGET
-
-    def serves_bench_target(self, target: str) -> bool:
-        return target == OPENAI_TARGET
-
-    def runs(self, config: ForgeConfig) -> bool:
-        return config.deploy.target == "local"  # docker and Kubernetes: rendered only
 
     def render(self, config: ForgeConfig, workdir: Path, repository: Path, target: str) -> Rendering:
         from trtllm_forge.deploy.trtllm_serve import rendering
@@ -170,9 +161,6 @@ class TrtllmServeKind:
 
         record = stop(workdir, grace_s)
         return None if record is None else TrtllmServeDeployment.from_record(record, running=False)
-
-    def query_examples(self, config: ForgeConfig, deployment: Deployment) -> str:
-        return openai_query_examples(deployment)
 
 
 KIND = TrtllmServeKind()
