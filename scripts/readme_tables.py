@@ -64,7 +64,6 @@ TABLES: dict[str, TableSource] = {
         "bench_cpu_engine.py",
         "render_table",
         "results/bench_cpu_engine/cpu_engine.json",
-        remeasure=".venv/bin/python scripts/bench_cpu_engine.py --config configs/smollm2-cpu.yaml",
     ),
     "cpu-engine-concurrency-table": TableSource(
         "bench_cpu_engine.py", "render_concurrency_table", "results/bench_cpu_engine/concurrency.json"
@@ -73,7 +72,6 @@ TABLES: dict[str, TableSource] = {
         "bench_batch1_roofline.py",
         "render_report",
         "results/bench_batch1_roofline/batch1.json",
-        remeasure=".venv/bin/python scripts/bench_batch1_roofline.py --repeats 3",
     ),
     "batch1-profile": TableSource("bench_batch1_profile.py", "render_profile", "results/bench_batch1_roofline/profile.json"),
     "llamacpp-peer-table": TableSource("bench_llamacpp_peer.py", "render_table", "results/bench_llamacpp_peer/peer.json"),
@@ -81,7 +79,6 @@ TABLES: dict[str, TableSource] = {
         "bench_fidelity.py",
         "render_tables",
         "results/bench_fidelity/timing.json",
-        remeasure=".venv/bin/python scripts/bench_fidelity.py",
     ),
     "bench-fidelity-table": TableSource("bench_tools_fidelity.py", "readme_table", "results/bench_fidelity/tools.json"),
     "cpu-streaming-table": TableSource(
@@ -96,14 +93,12 @@ TABLES: dict[str, TableSource] = {
         "bench_cpu_speculative.py",
         "render_table",
         "results/bench_cpu_speculative/batch1.json",
-        remeasure=".venv/bin/python scripts/bench_cpu_speculative.py --config configs/smollm2-cpu.yaml",
     ),
     "llmapi-cpu-table": TableSource(
         "bench_llmapi_cpu.py",
         "render_llmapi_table",
         "results/llmapi_cpu",
         load_json=False,
-        remeasure=".venv/bin/python scripts/bench_llmapi_cpu.py --repeats 3 --concurrency 1,8",
     ),
 }
 
