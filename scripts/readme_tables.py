@@ -85,7 +85,6 @@ TABLES: dict[str, TableSource] = {
         "bench_cpu_streaming.py",
         "render_table",
         "results/bench_cpu_streaming/streaming.json",
-        remeasure=".venv/bin/python scripts/bench_cpu_streaming.py bls1=WORKDIR1 bls16=WORKDIR2",
     ),
     "cpu-arrival-window-table": TableSource("bench_cpu_streaming.py", "render_table", "results/bench_cpu_streaming/arrival_window.json"),
     "cpu-kv-pool-table": TableSource("bench_cpu_streaming.py", "render_table", "results/bench_cpu_streaming/kv_pool_commit.json"),
