@@ -11,10 +11,12 @@ import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import IO, Any
 
 RUN_MARK = "TRTLLM_FORGE_RUN"
 UNREADABLE = "<unreadable>"  # run_mark_of a live process whose environment we may not read (another user's)
@@ -159,3 +161,20 @@ def dying_with_parent(new_group: bool = True) -> Callable[[], None]:
                 os.kill(os.getpid(), signal.SIGKILL)
 
     return preexec
+
+
+def spawn_in_session(
+    argv: list[str], log: IO[Any], *, env: dict[str, str] | None = None, cwd: Path | str | None = None, die_with_caller: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start argv as the leader of a new session (so its group can be signalled whole), stdout and stderr into the
+    open `log`, no stdin; with die_with_caller it gets SIGKILL when this process dies (dying_with_parent)."""
+    return subprocess.Popen(
+        argv,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        preexec_fn=dying_with_parent(new_group=False) if die_with_caller else None,
+    )

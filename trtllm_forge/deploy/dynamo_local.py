@@ -206,21 +206,15 @@ def plan(config: ForgeConfig, workdir: Path) -> DynamoPlan:
 
 def _launch(process: DynamoProcess, run_id: str, *, die_with_caller: bool) -> subprocess.Popen[bytes]:
     from trtllm_forge import third_party_env
-    from trtllm_forge.processes import RUN_MARK, dying_with_parent
+    from trtllm_forge.processes import RUN_MARK, spawn_in_session
 
     log = Path(process.log)
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as handle:
         handle.write("$ " + " ".join(f"{k}={v}" for k, v in process.env.items()) + " " + " ".join(process.argv) + "\n")
         handle.flush()
-        child = subprocess.Popen(
-            process.argv,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**third_party_env(), **process.env, RUN_MARK: run_id},
-            start_new_session=True,
-            preexec_fn=dying_with_parent(new_group=False) if die_with_caller else None,
+        child = spawn_in_session(
+            process.argv, handle, env={**third_party_env(), **process.env, RUN_MARK: run_id}, die_with_caller=die_with_caller
         )
     process.pid = child.pid
     return child

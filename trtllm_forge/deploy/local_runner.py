@@ -29,11 +29,11 @@ from trtllm_forge.processes import (
     RUN_MARK,
     UNREADABLE,
     cmdline,
-    dying_with_parent,
     group_members,
     new_run_id,
     proc_stat,
     run_mark_of,
+    spawn_in_session,
     terminate,
 )
 from trtllm_forge.stages import open_new_log
@@ -190,15 +190,12 @@ class LocalRunner:
             log.write(f"$ {shlex.join(launch.argv)}\n")
             log.flush()
             try:
-                proc = subprocess.Popen(
+                proc = spawn_in_session(
                     launch.argv,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
+                    log,
                     env={**third_party_env(), **launch.env, RUN_MARK: run_id},
                     cwd=workdir,
-                    start_new_session=True,
-                    preexec_fn=dying_with_parent(new_group=False) if die_with_caller else None,
+                    die_with_caller=die_with_caller,
                 )
             except FileNotFoundError:
                 raise StepError("deploy", f"command not found: {launch.argv[0]}", "install it or fix PATH") from None

@@ -159,20 +159,13 @@ class ServeProcess:
 def start_local(argv: list[str], url: str, log: Path, ready_timeout_s: float = 300.0, *, die_with_caller: bool = False) -> ServeProcess:
     """Start the server in its own process group, wait for /health, stop it (and raise) if it never gets there.
     With die_with_caller it gets SIGKILL when this process dies (servers that live only as long as `run`)."""
-    from trtllm_forge.processes import dying_with_parent
+    from trtllm_forge.processes import spawn_in_session
 
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as handle:
         handle.write("$ " + shlex.join(argv) + "\n")
         handle.flush()
-        proc = subprocess.Popen(
-            argv,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=dying_with_parent(new_group=False) if die_with_caller else None,
-        )
+        proc = spawn_in_session(argv, handle, die_with_caller=die_with_caller)
     server = ServeProcess(url, proc.pid, log, argv, proc)
     deadline = time.monotonic() + ready_timeout_s
     while time.monotonic() < deadline:

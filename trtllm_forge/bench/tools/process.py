@@ -7,10 +7,10 @@ import os
 import shlex
 import shutil
 import signal
-import subprocess
 from pathlib import Path
 
 from trtllm_forge.errors import StepError
+from trtllm_forge.processes import spawn_in_session
 from trtllm_forge.ui import info
 
 
@@ -29,9 +29,7 @@ def run_logged(argv: list[str], env: dict[str, str], log: Path, timeout_s: float
     with open(log, "wb") as handle:
         handle.write(f"$ {shlex.join(argv)}\n".encode())
         handle.flush()
-        process = subprocess.Popen(
-            argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=log.parent, start_new_session=True
-        )
+        process = spawn_in_session(argv, handle, env=env, cwd=log.parent)
         try:
             code = process.wait(timeout_s)
         except BaseException:
