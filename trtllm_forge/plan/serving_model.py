@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from trtllm_forge.plan.planner import Plan
 from trtllm_forge.plan.roofline import Machine, StepTime
+from trtllm_forge.plan.workers import worker_counts
 
 LIMITS = ("concurrency", "max_batch_size", "kv_cache", "max_num_tokens")
 
@@ -83,6 +84,13 @@ def batch_limits(plan: Plan, clients: int) -> dict[str, int]:
         "kv_cache": plan.max_concurrent_sequences,
         "max_num_tokens": engine.resolved_max_num_tokens,  # every running sequence decodes one token per step
     }
+
+
+def engine_batch_limit(plan: Plan) -> tuple[int, str]:
+    """The most sequences one instance runs at once whatever the load, and the limit that sets it."""
+    limits = batch_limits(plan, clients=0)
+    name = min(LIMITS[1:], key=lambda limit: limits[limit])
+    return limits[name], name
 
 
 def steady_state(plan: Plan, machine: Machine, batch: int) -> SteadyState:
@@ -140,7 +148,22 @@ def predict_serving(plan: Plan, *, concurrency: int, instances: int = 1) -> Serv
     )
 
 
-def concurrency_sweep(plan: Plan) -> list[int]:
-    """1, 2, 4, ... up to twice the config's max_batch_size (and that value itself)."""
-    top = 2 * plan.config.engine.max_batch_size
+def config_instances(plan: Plan) -> tuple[int, str]:
+    """The serving instances the config deploys, and what they are: the aggregated Dynamo workers (or the decode
+    workers of a disaggregated graph, which this model treats as aggregated), else the engine model's Triton
+    instances on a CPU engine, else one engine."""
+    config = plan.config
+    if "dynamo" in config.deploy.model_fields_set:  # the config lays out Dynamo workers (deploy.dynamo)
+        counts = worker_counts(config)
+        if counts.aggregated:
+            return counts.aggregated, "deploy.dynamo.workers"
+        return counts.decode, "deploy.dynamo.decode_workers (disaggregated: modelled as aggregated workers)"
+    if not plan.device.is_gpu:
+        return config.triton.instances.tensorrt_llm, "triton.instances.tensorrt_llm"
+    return 1, "one engine"
+
+
+def concurrency_sweep(plan: Plan, instances: int = 1) -> list[int]:
+    """1, 2, 4, ... up to twice what the instances' max_batch_size admits (and that value itself)."""
+    top = 2 * plan.config.engine.max_batch_size * instances
     return sorted({1 << i for i in range(top.bit_length()) if 1 << i <= top} | {top})
