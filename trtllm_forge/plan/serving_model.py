@@ -158,7 +158,7 @@ def config_instances(plan: Plan) -> tuple[int, str]:
         if counts.aggregated:
             return counts.aggregated, "deploy.dynamo.workers"
         return counts.decode, "deploy.dynamo.decode_workers (disaggregated: modelled as aggregated workers)"
-    if not plan.device.is_gpu:
+    if not plan.device.is_gpu and config.triton.instances.tensorrt_llm > 1:
         return config.triton.instances.tensorrt_llm, "triton.instances.tensorrt_llm"
     return 1, "one engine"
 
