@@ -73,6 +73,9 @@ hardware: {gpu: H100-SXM}
     assert [p["batch"] for p in points] == [1, 2, 4, 8, 16, 32, 64, 64]
     assert points[-1]["limited_by"] == "max_batch_size" and points[-1]["ttft_ms"] > points[-2]["ttft_ms"]
     assert all(p["output_tokens_per_s"] <= tokens[str(p["batch"])] for p in points)  # prefills only slow the decode
+    waves = serving["points_in_waves"]
+    assert [p["batch"] for p in waves] == [p["batch"] for p in points]
+    assert all(w["output_tokens_per_s"] <= tokens[str(w["batch"])] for w in waves)
     assert "capacity: 125 sequences" in result.stderr and "Serving steady state" in result.stderr
     plan_dir = tmp_path / "wd" / "plan"
     assert json.loads((plan_dir / "plan.json").read_text())["kv_cache"] == data["kv_cache"]

@@ -171,3 +171,28 @@ def test_no_machine_numbers_no_prediction_and_bad_counts_are_refused():
         predict_serving(smol_cpu(), concurrency=0)
     with pytest.raises(ValueError):
         predict_serving(smol_cpu(), concurrency=1, instances=0)
+
+
+def test_waves_by_hand_prefill_together_then_decode_alone():
+    # 8 prompts of 1000 tokens through 2048 tokens a step: 4 prefill steps, then 99 decode steps of all 8
+    plan = llama8(Workload(1000, 100), max_batch_size=8, max_num_tokens=2048)
+    machine, cost, ctx = plan.machine, plan.cost, plan.workload.mean_context
+    prefill = cost.step(machine, 2000, 2, 2 * 1000 * 1001 / 2, 2000)
+    decode = cost.step(machine, 8, 8, 8 * ctx, 8 * ctx)
+    wave = 4 * prefill.seconds + 99 * decode.seconds
+    p = predict_serving(plan, concurrency=8, arrivals="waves")
+    assert p.output_tokens_per_s == pytest.approx(8 * 100 / wave, rel=1e-12)
+    median_first_token = 2 * prefill.seconds  # the 4th of 8 prompts ends in the 2nd step
+    assert p.ttft_ms == pytest.approx(median_first_token * 1e3, rel=1e-12)
+    assert p.tpot_ms == pytest.approx((wave - median_first_token) / 99 * 1e3, rel=1e-12)
+
+
+def test_waves_make_the_batch_wait_for_every_prompt_and_spread_slows_the_decode():
+    plan = llama8(Workload(2048, 256), max_batch_size=32)
+    spread = [predict_serving(plan, concurrency=c) for c in (1, 8, 32)]
+    waves = [predict_serving(plan, concurrency=c, arrivals="waves") for c in (1, 8, 32)]
+    assert [w.ttft_ms for w in waves] == sorted(w.ttft_ms for w in waves)
+    assert waves[2].ttft_ms > 4 * spread[2].ttft_ms  # 16 prompts ahead of the median one vs its own prompt
+    assert waves[2].tpot_ms < spread[2].tpot_ms  # no prompt chunks in the decode steps after the first token
+    with pytest.raises(ValueError):
+        predict_serving(plan, concurrency=1, arrivals="bursty")

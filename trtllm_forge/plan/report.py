@@ -166,7 +166,12 @@ def serving_dict(plan: Plan) -> dict:
     if plan.machine is None or not plan.fits:
         reason = "the plan does not fit" if plan.machine else f"no memory bandwidth or tensor throughput for {plan.device.name}"
         return {"available": False, "reason": reason, **base, "points": []}
-    points = [predict_serving(plan, concurrency=c, instances=instances) for c in concurrency_sweep(plan, instances)]
+    sweep = concurrency_sweep(plan, instances)
+
+    def points(arrivals: str) -> list[dict]:
+        found = [predict_serving(plan, concurrency=c, instances=instances, arrivals=arrivals) for c in sweep]
+        return [asdict(p) for p in found if p is not None]
+
     return {
         "available": True,
         "model": "closed loop, in-flight batching: decode plus prompt chunks within max_num_tokens per step; "
@@ -175,7 +180,8 @@ def serving_dict(plan: Plan) -> dict:
         **base,
         "instances_share_host": not plan.device.is_gpu,
         "per_instance": ["batch", "output_tokens_per_s", "requests_per_s"],
-        "points": [asdict(p) for p in points if p is not None],
+        "points": points("spread"),  # lengths vary: arrivals spread over the steps
+        "points_in_waves": points("waves"),  # fixed lengths, clients starting together: the batch stays in step
     }
 
 
