@@ -130,14 +130,14 @@ def steady_state(plan: Plan, machine: Machine, batch: int, arrivals: str = "spre
     chunk = max(1.0, budget - decode_tokens)
     chunks_per_prompt = math.ceil(isl / chunk)
     prefill_steps = min(lifetime, batch * chunks_per_prompt)
-    arrivals = batch / prefill_steps  # prompts finishing their prefill (and sampling a token) per mixed step
+    finished = batch / prefill_steps  # prompts finishing their prefill (and sampling a token) per mixed step
     prompt_tokens = batch * isl / prefill_steps
-    prompt_pairs = arrivals * isl * (isl + 1) / 2  # causal attention over the whole prompt
-    prompt_rereads = arrivals * isl * (chunks_per_prompt - 1) / 2  # each chunk reads the earlier chunks' KV
+    prompt_pairs = finished * isl * (isl + 1) / 2  # causal attention over the whole prompt
+    prompt_rereads = finished * isl * (chunks_per_prompt - 1) / 2  # each chunk reads the earlier chunks' KV
     mixed = plan.cost.step(
         machine,
         decode_tokens + prompt_tokens,
-        decode_tokens + arrivals,
+        decode_tokens + finished,
         decode_tokens * context + prompt_pairs,
         decode_tokens * context + prompt_tokens + prompt_rereads,
     )
