@@ -102,6 +102,7 @@ def test_batch_never_exceeds_the_limits_the_config_sets():
         llama8(Workload(1024, 256), max_batch_size=256),
         llama8(Workload(4096, 1024), max_batch_size=256, max_tokens=64 * 5120),  # the KV cache binds
         llama8(Workload(128, 128), max_batch_size=4),
+        llama8(Workload(64, 64), max_batch_size=256, max_num_tokens=128, max_input_len=64, max_seq_len=128),
         smol_cpu(),
     ]
     seen = set()
@@ -114,7 +115,7 @@ def test_batch_never_exceeds_the_limits_the_config_sets():
             assert p.batch <= plan.config.engine.resolved_max_num_tokens
             assert p.batch == min(c, limit)
             seen.add(p.limited_by)
-    assert {"concurrency", "max_batch_size", "kv_cache"} <= seen
+    assert seen == {"concurrency", "max_batch_size", "kv_cache", "max_num_tokens"}
     kv_bound = predict_serving(plans[1], concurrency=1000)
     assert kv_bound.limited_by == "kv_cache" and kv_bound.batch == plans[1].max_concurrent_sequences < 256
 
