@@ -180,7 +180,9 @@ def _config_file(tmp_path: Path, source: Path, algorithm: str) -> Path:
 
 def test_a_prequantized_source_skips_the_step_and_a_mismatch_exits_2(tmp_path):
     source = _checkpoint(tmp_path, "hf_quant_config.fp8.json")
-    ok = run_in_process("build-engine", str(_config_file(tmp_path, source, "fp8")), "--workdir", str(tmp_path / "wd"), "--dry-run", "--json")
+    ok = run_in_process(
+        "build-engine", str(_config_file(tmp_path, source, "fp8")), "--workdir", str(tmp_path / "wd"), "--dry-run", "--json"
+    )
     assert ok.returncode == 0, ok.stderr
     plan = json.loads(ok.stdout)["plan"]
     assert [s["name"] for s in plan["steps"]] == ["write-model-yaml", "write-llm-api-options"]
@@ -189,8 +191,9 @@ def test_a_prequantized_source_skips_the_step_and_a_mismatch_exits_2(tmp_path):
     bad = run_in_process("build-engine", str(_config_file(tmp_path, source, "int4_awq")), "--workdir", str(tmp_path / "wd"), "--dry-run")
     errors = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
     assert bad.returncode == 2 and len(errors) == 1 and "Traceback" not in bad.stderr
-    assert f"quantization.algorithm: int4_awq, but the checkpoint is already quantized: {source}/hf_quant_config.json quantization.quant_algo is FP8" in (
-        errors[0]
+    assert (
+        f"quantization.algorithm: int4_awq, but the checkpoint is already quantized: {source}/hf_quant_config.json quantization.quant_algo is FP8"
+        in (errors[0])
     )
 
 
