@@ -223,3 +223,14 @@ def test_the_export_is_absolute_recorded_and_loaded(tmp_path):
     shutil.copyfile(FIXTURES / "hf_quant_config.nvfp4.json", export / "hf_quant_config.json")
     again = run_in_process("build-engine", str(config), "--workdir", str(workdir))
     assert again.returncode == 2 and f"{export}/hf_quant_config.json quantization.quant_algo is NVFP4" in again.stderr
+
+
+def test_plan_names_a_prequantized_source_and_refuses_a_mismatch(tmp_path):
+    source = _checkpoint(tmp_path, "hf_quant_config.nvfp4.json")
+    config = _config_file(tmp_path, source, "none")
+    shown = run_in_process("plan", str(config), "--workdir", str(tmp_path / "wd"), "--json")
+    assert shown.returncode == 0, shown.stderr
+    [warning] = [w for w in json.loads(shown.stdout)["fact_warnings"] if w["code"] == "prequantized_checkpoint"]
+    assert warning["field"] == "model.source" and warning["message"].startswith("pre-quantized (NVFP4) — from hf_quant_config.json")
+    refused = run_in_process("plan", str(_config_file(tmp_path, source, "fp8")), "--workdir", str(tmp_path / "wd"))
+    assert refused.returncode == 2 and "quantization.quant_algo is NVFP4; quantization.algorithm: nvfp4" in refused.stderr

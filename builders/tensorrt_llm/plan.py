@@ -32,7 +32,7 @@ from trtllm_forge.config.schema import ForgeConfig, ParallelConfig
 from trtllm_forge.dtypes import resolve_model_dtype
 from trtllm_forge.errors import ConfigError, ConfigErrors
 from trtllm_forge.hardware import Device, find_device
-from trtllm_forge.importer.prequantized import check_declared, read_prequantized
+from trtllm_forge.importer.prequantized import PreQuantized, check_declared, read_prequantized
 from trtllm_forge.model_shape import ModelShape
 
 PYTHON = "python3"
@@ -644,8 +644,18 @@ def serving_route_warnings(spec: Spec) -> list[PlanWarning]:
 
 def fact_warnings(config: ForgeConfig) -> list[PlanWarning]:
     """For `trtllm-forge plan`: the warnings of the build plan about facts not tied to TensorRT-LLM 1.2.1
-    (empty when there is no engine to build, or when the build plan itself is refused: build-engine says why)."""
-    if config.engine.backend != "tensorrt-llm" or config.engine.target != "engine":
+    (empty when there is no engine to build, or when the build plan itself is refused: build-engine says why); on
+    the LLM-API path, that model.source is already quantized (a quantization.algorithm that differs: ConfigError)."""
+    if config.engine.backend != "tensorrt-llm":
+        return []
+    if config.engine.target == "llmapi":
+        source = config.resolve_path(config.model.source)
+        prequantized = read_prequantized(source) if source.is_dir() else None
+        if prequantized is None:
+            return []
+        check_declared(prequantized, config.quantization.algorithm)
+        return [_prequantized_warning(prequantized)]
+    if config.engine.target != "engine":
         return []
     try:
         plan = plan_build(config)
@@ -655,6 +665,14 @@ def fact_warnings(config: ForgeConfig) -> list[PlanWarning]:
 
 
 LLMAPI_DIR = "llmapi"
+
+
+def _prequantized_warning(prequantized: PreQuantized) -> PlanWarning:
+    return PlanWarning(
+        "prequantized_checkpoint",
+        "model.source",
+        f"{prequantized.describe()}: the LLM API loads it as it is, no quantization step ({prequantized.file})",
+    )
 
 
 def plan_llmapi(config: ForgeConfig, checkpoint_dir: Path | None, spec: Spec, workdir: Path | None = None) -> BuildPlan:
@@ -683,13 +701,7 @@ def plan_llmapi(config: ForgeConfig, checkpoint_dir: Path | None, spec: Spec, wo
     quantize = None
     if prequantized is not None:
         check_declared(prequantized, config.quantization.algorithm)
-        warnings.append(
-            PlanWarning(
-                "prequantized_checkpoint",
-                "model.source",
-                f"{prequantized.describe()}: the LLM API loads it as it is, no quantization step ({prequantized.file})",
-            )
-        )
+        warnings.append(_prequantized_warning(prequantized))
     elif config.quantization.algorithm != "none":
         if workdir is None:
             raise ValueError("the LLM-API plan of a quantized config needs the workdir: its export is an absolute path there")
