@@ -209,9 +209,13 @@ def test_the_export_is_absolute_recorded_and_loaded(tmp_path):
     export = modelopt.quantized_dir(workdir, "fp8", "none", 512)
     assert f"run it in {images.release_image('1.2.1').image}: git clone" in errors[0] and f"--export_path {export}" in errors[0]
     assert not (workdir / "build").exists()
-    # What the docker command leaves behind (ModelOpt's hf_quant_config.json), then the build picks it up.
+    # What the docker command leaves behind (ModelOpt writes hf_quant_config.json first, config.json's
+    # quantization_config last): half an export is not picked up, a finished one is.
     export.mkdir(parents=True)
     shutil.copyfile(FIXTURES / "hf_quant_config.fp8.json", export / "hf_quant_config.json")
+    half = run_in_process("build-engine", str(config), "--workdir", str(workdir))
+    assert half.returncode == 2 and "cannot run here" in half.stderr
+    shutil.copyfile(FIXTURES / "config.quantization_config.fp8.json", export / "config.json")
     built = run_in_process("build-engine", str(config), "--workdir", str(workdir), "--json")
     assert built.returncode == 0, built.stderr
     outputs = json.loads(built.stdout)["outputs"]

@@ -14,7 +14,7 @@ from typing import Any
 import click
 import yaml
 from rich.markup import escape
-from trtllm_forge.builders.tensorrt_llm import container, images
+from trtllm_forge.builders.tensorrt_llm import container, images, modelopt
 from trtllm_forge.builders.tensorrt_llm.calibration import prepare_calibration
 from trtllm_forge.builders.tensorrt_llm.engine_fixture import expected_engine_config
 from trtllm_forge.builders.tensorrt_llm.plan import BuildPlan, plan_build
@@ -177,7 +177,7 @@ def _quantized_checkpoint(plan: BuildPlan, quantize: dict[str, Any], recorder: S
     """The ModelOpt export the plan names: run it when it is not there yet (LLMAPIBuilder.execute checked that it can
     run here), then check that it says the planned format."""
     export = Path(quantize["export_dir"])
-    if not (export / HF_QUANT_CONFIG).is_file():
+    if not modelopt.export_complete(export):
         for step in plan.steps:
             if step.name == "modelopt-fetch" and Path(quantize["examples_dir"]).is_dir():
                 continue
@@ -187,8 +187,12 @@ def _quantized_checkpoint(plan: BuildPlan, quantize: dict[str, Any], recorder: S
                 recorder.run(step.argv, step.name, cwd=tmp)
                 recorder.timed(step.name, time.monotonic() - started)
     found = read_prequantized(export)
-    if found is None:
-        raise StepError("modelopt-quantize", f"{export} holds no {HF_QUANT_CONFIG} after the quantization", "see its log under logs/")
+    if found is None or not modelopt.export_complete(export):
+        raise StepError(
+            "modelopt-quantize",
+            f"{export} holds no complete ModelOpt export ({HF_QUANT_CONFIG} and config.json's quantization_config) after the quantization",
+            "see its log under logs/",
+        )
     check_declared(found, plan.quant.algorithm)
     recorder.notes.append(f"quantized checkpoint: {export} ({found.quant_algo}, {found.producer or 'producer not named'})")
     return str(export)
@@ -357,7 +361,7 @@ class LLMAPIBuilder(TensorRTLLMEngineBuilder):
     def execute(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, force: bool = False) -> BuildResult:
         _warn(plan)
         quantize = plan.llmapi.get("quantize")
-        if quantize and not (Path(quantize["export_dir"]) / HF_QUANT_CONFIG).is_file():
+        if quantize and not modelopt.export_complete(Path(quantize["export_dir"])):
             missing = _modelopt_missing()
             if missing:
                 fetch = next(step.argv for step in plan.steps if step.name == "modelopt-fetch")

@@ -10,6 +10,7 @@ path is what the docker command writes, what the build manifest records and what
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from trtllm_forge.builders.tensorrt_llm.images import release_image
 
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.errors import ConfigError
+from trtllm_forge.importer.prequantized import HF_QUANT_CONFIG
 
 MODELOPT_REPOSITORY = "https://github.com/NVIDIA/Model-Optimizer.git"
 MODELOPT_TAG = "0.37.0"  # commit df0882a63c39a001a1be384b680166a41259045c; the line TensorRT-LLM 1.2/1.3 require
@@ -68,6 +70,18 @@ class QuantizePlan:
             self.image,
             *self.quantize_argv,
         ]
+
+
+def export_complete(export_dir: Path) -> bool:
+    """Whether ModelOpt finished this export: it writes hf_quant_config.json first and config.json's
+    quantization_config last (modelopt/torch/export/unified_export_hf.py export_hf_checkpoint, 0.37.0)."""
+    if not (export_dir / HF_QUANT_CONFIG).is_file() or not (export_dir / "config.json").is_file():
+        return False
+    try:
+        config = json.loads((export_dir / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(config, dict) and isinstance(config.get("quantization_config"), dict)
 
 
 def quantized_dir(workdir: Path, qformat: str, kv_qformat: str, calib_size: int) -> Path:
