@@ -223,6 +223,10 @@ def test_the_export_is_absolute_recorded_and_loaded(tmp_path):
     assert BuildResult.in_workdir(workdir).quantized_checkpoint == export
     assert yaml.safe_load((workdir / "build/llmapi/model.yaml").read_text())["model"] == str(export)
     assert json.loads((workdir / "build/llmapi/serve.json").read_text())["argv"][1] == str(export)
+    rendered = run_in_process("render", str(config), "--workdir", str(workdir))
+    assert rendered.returncode == 0, rendered.stderr
+    [triton_yaml] = (workdir / "render").rglob("model.yaml")  # NVIDIA's llmapi model loads the export too
+    assert yaml.safe_load(triton_yaml.read_text())["model"] == str(export)
     # an export of another format is refused, naming ModelOpt's file
     shutil.copyfile(FIXTURES / "hf_quant_config.nvfp4.json", export / "hf_quant_config.json")
     again = run_in_process("build-engine", str(config), "--workdir", str(workdir))
