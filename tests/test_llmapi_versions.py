@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from trtllm_forge.builders.tensorrt_llm import llmapi
+from trtllm_forge.builders.tensorrt_llm import llmapi, modelopt
 
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.errors import ConfigError
@@ -157,9 +157,9 @@ def test_a_gpu_config_without_target_gets_the_llm_api_and_cpu_keeps_its_engine()
     assert gpu.engine.target == "llmapi" and cpu.engine.target == "engine"
 
 
-def test_quantization_is_planned_as_a_modelopt_export():
+def test_quantization_is_planned_as_a_modelopt_export(tmp_path):
     data = yaml.safe_load((REPO / "configs" / "llama3.1-8b-fp8-h100.yaml").read_text())
     data["quantization"] = {"algorithm": "int4_awq"}
-    argv = llmapi.modelopt_quantize_argv(ForgeConfig.model_validate(data), "/m")
-    assert argv is not None and argv[argv.index("--qformat") + 1] == "int4_awq"
-    assert argv[argv.index("--export_path") + 1] == llmapi.QUANTIZED_DIR
+    step = modelopt.plan_quantize(ForgeConfig.model_validate(data), "/m", tmp_path, V1_3)
+    assert step is not None and step.quantize_argv[step.quantize_argv.index("--qformat") + 1] == "int4_awq"
+    assert step.quantize_argv[step.quantize_argv.index("--export_path") + 1] == str(step.export_dir) and step.export_dir.is_absolute()

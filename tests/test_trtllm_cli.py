@@ -44,7 +44,7 @@ def test_dry_run_json_of_llmapi_examples(tmp_path, config_path):
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)["plan"]
     quantizes = load_config(config_path).quantization.algorithm != "none"  # ModelOpt to a HF checkpoint first
-    expected = ["modelopt-quantize"] * quantizes + ["write-model-yaml", "write-llm-api-options"]
+    expected = ["modelopt-fetch", "modelopt-quantize"] * quantizes + ["write-model-yaml", "write-llm-api-options"]
     assert [s["name"] for s in plan["steps"]] == expected
     assert "llmapi/model.yaml" in plan["files"]
     assert not workdir.exists(), "a dry run writes nothing"
@@ -89,6 +89,8 @@ def test_llmapi_target_writes_model_yaml_and_serve_command(tmp_path):
     source = yaml.safe_load((REPO / "configs/llama3.1-70b-fp8-h200-tp4.yaml").read_text())
     source["engine"]["target"] = "llmapi"
     source["name"] = "llama70b-llmapi"
+    # Unquantized weights (ModelOpt's step needs a GPU: tests/test_nvidia_modelopt.py); the KV cache stays FP8 (a runtime dtype).
+    source["quantization"]["algorithm"] = "none"
     config = tmp_path / "llama70b-llmapi.yaml"
     config.write_text(yaml.safe_dump(source))
     workdir = tmp_path / "wd"
@@ -97,8 +99,7 @@ def test_llmapi_target_writes_model_yaml_and_serve_command(tmp_path):
     manifest = json.loads(result.stdout)
     assert manifest["outputs"]["target"] == "llmapi"
     model_yaml = yaml.safe_load((workdir / "build/llmapi/model.yaml").read_text())
-    # FP8 on a BF16 checkpoint: the plan quantizes with ModelOpt to a Hugging Face checkpoint, which the LLM API loads.
-    assert model_yaml["model"] == "llmapi/quantized-hf"
+    assert model_yaml["model"] == "/models/Llama-3.1-70B-Instruct"
     assert model_yaml["backend"] == "pytorch" and model_yaml["tensor_parallel_size"] == 4
     assert model_yaml["kv_cache_config"]["dtype"] == "fp8" and model_yaml["kv_cache_config"]["enable_block_reuse"] is True
     assert model_yaml["scheduler_config"]["capacity_scheduler_policy"] == "MAX_UTILIZATION"
@@ -106,10 +107,10 @@ def test_llmapi_target_writes_model_yaml_and_serve_command(tmp_path):
     options = yaml.safe_load((workdir / "build/llmapi/extra_llm_api_options.yaml").read_text())
     assert "triton_config" not in options and options["enable_chunked_prefill"] is True
     serve = json.loads((workdir / "build/llmapi/serve.json").read_text())["argv"]
-    assert serve[:2] == ["trtllm-serve", "llmapi/quantized-hf"]
+    assert serve[:2] == ["trtllm-serve", "/models/Llama-3.1-70B-Instruct"]
     assert serve[serve.index("--tp_size") + 1] == "4"
     assert serve[serve.index("--extra_llm_api_options") + 1] == "llmapi/extra_llm_api_options.yaml"
-    assert any("ModelOpt" in note for note in manifest["notes"])
+    assert "quantized_checkpoint" not in manifest["outputs"] and not any("ModelOpt" in note for note in manifest["notes"])
     # unchanged inputs: the stage is skipped
     again = run_in_process("build-engine", str(config), "--workdir", str(workdir), "--json")
     assert json.loads(again.stdout)["skipped"] is True

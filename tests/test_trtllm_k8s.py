@@ -381,3 +381,20 @@ def test_cpu_manifests_pass_the_kubernetes_schemas(tmp_path):
     assert result.returncode == 0, result.stderr
     for document in yaml.safe_load_all(result.stdout):
         validate(document)
+
+
+def test_the_cpu_manifest_names_the_content_hash_tag_make_image_builds(tmp_path):
+    """A CPU config's Kubernetes pods run the image `make image` builds (containers/image.py: one tag function, the
+    content hash of base, Containerfile, wheelhouse and source), never a floating `latest`."""
+    from trtllm_forge.config import load_config
+    from trtllm_forge.containers.image import IMAGE_NAME, cpu_image_tag, plan_image
+    from trtllm_forge.deploy.targets import kubernetes_documents
+
+    config = load_config(REPO / "configs" / "smollm2-cpu.yaml")
+    (tmp_path / "repo").mkdir()
+    documents = kubernetes_documents(config, tmp_path, tmp_path / "repo")
+    pods = [doc["spec"]["template"]["spec"] for doc in documents if doc["kind"] == "Deployment"]
+    images = {container["image"] for pod in pods for container in pod["containers"]}
+    tag = cpu_image_tag()
+    assert images == {tag} and tag == plan_image().tag
+    assert re.fullmatch(re.escape(IMAGE_NAME) + r":[0-9a-f]{16}", tag), tag

@@ -11,6 +11,8 @@ So every table is marked uncertain and checked by bracketing: a field in both th
 reference is taken as a 1.2.x field; one that appears only in the later source is kept and accepted, but listed
 in AFTER_1_1 (its presence in 1.2.x is uncertain: accepting it can miss an error LLM() would raise, refusing it
 could block a valid config).
+What was searched for the v1.2.1 / v1.3.0rc29 files and which commits the releases are built from (not stored):
+tests/fixtures/nvidia_llm_args/SOURCE.
 `model.yaml` of NVIDIA's Triton llmapi model passes every top-level key except `triton_config` to `LLM()`
 (NVIDIA/TensorRT-LLM:triton_backend/all_models/llmapi/tensorrt_llm/1/model.py).
 """

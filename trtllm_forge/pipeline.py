@@ -270,22 +270,11 @@ def show_dry_run(config: ForgeConfig, config_file: Path, workdir: Path, as_json:
     from trtllm_forge.importer.stage import plan_import
     from trtllm_forge.ui import emit_json
 
-    try:
-        import_plan = plan_import(config, workdir)
-        import_doc = import_plan.to_json()
-        checkpoint_dir = import_plan.checkpoint_dir
-    except ConfigError:
-        source = config.resolve_path(config.model.source)
-        if source.exists() or config.model.source.endswith(".gguf") or not source.is_absolute():
-            raise
-        # A checkpoint that lives on the serving/build host (e.g. /models/...): plan with its path; import checks it there.
-        checkpoint_dir = source
-        import_doc = {
-            "source": str(source),
-            "checkpoint_dir": str(source),
-            "commands": [],
-            "notes": [f"{source} is not on this machine: the import stage checks it where the build runs"],
-        }
+    # The only caller (`run --dry-run`, commands/run_cmd.py) has refused a model.source that is not on this machine
+    # (refuse_missing_inputs), so the import plan is made from the checkpoint itself; its refusals are the run's.
+    import_plan = plan_import(config, workdir)
+    import_doc = import_plan.to_json()
+    checkpoint_dir = import_plan.checkpoint_dir
     from trtllm_forge.builders.registry import dry_run_commands
 
     build_plan, build_commands = dry_run_commands(config, workdir, checkpoint_dir)

@@ -136,6 +136,7 @@ class BuildResult(TypedStageResult):
     engine_dir: Path | None = None
     llmapi_dir: Path | None = None
     draft_engine_dir: Path | None = None  # draft-target decoding's second engine (engine path)
+    quantized_checkpoint: Path | None = None  # ModelOpt's Hugging Face export the llmapi model.yaml loads (GPU llmapi)
 
     @property
     def model_yaml(self) -> Path | None:
@@ -149,6 +150,7 @@ class BuildResult(TypedStageResult):
             "engine_dir": _path(outputs.get("engine_dir")),
             "llmapi_dir": _path(outputs.get("llmapi_dir")),
             "draft_engine_dir": _path(outputs.get("draft_engine_dir")),
+            "quantized_checkpoint": _path(outputs.get("quantized_checkpoint")),
         }
 
 

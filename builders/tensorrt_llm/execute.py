@@ -3,6 +3,7 @@ real execution (logged subprocesses in a temporary build dir, renamed into place
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shlex
@@ -13,7 +14,7 @@ from typing import Any
 import click
 import yaml
 from rich.markup import escape
-from trtllm_forge.builders.tensorrt_llm import container, images
+from trtllm_forge.builders.tensorrt_llm import container, images, modelopt
 from trtllm_forge.builders.tensorrt_llm.calibration import prepare_calibration
 from trtllm_forge.builders.tensorrt_llm.engine_fixture import expected_engine_config
 from trtllm_forge.builders.tensorrt_llm.plan import BuildPlan, plan_build
@@ -23,6 +24,7 @@ from trtllm_forge.builders.tensorrt_llm.spec import load_spec
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.engine_config import ENGINE_CONFIG
 from trtllm_forge.errors import ConfigError, StepError
+from trtllm_forge.importer.prequantized import HF_QUANT_CONFIG, check_declared, read_prequantized
 from trtllm_forge.stage_results import BuildResult
 from trtllm_forge.stages import StageRecorder, StageResult, run_stage, write_json_atomic
 from trtllm_forge.ui import emit_json, info, warn
@@ -76,7 +78,7 @@ class TensorRTLLMEngineBuilder:
     builders.protocol.Builder. Without TensorRT-LLM or a GPU, `execute` refuses with the container command."""
 
     def plan(self, config: ForgeConfig, workdir: Path, checkpoint_dir: Path | None) -> BuildPlan:
-        return plan_build(config, checkpoint_dir)
+        return plan_build(config, checkpoint_dir, Path(workdir))
 
     def commands(self, plan: BuildPlan) -> list[list[str]]:
         return [list(step.argv) for step in plan.steps]
@@ -109,7 +111,8 @@ class TensorRTLLMEngineBuilder:
 
 
 def _warn(plan: BuildPlan) -> None:
-    info(escape(f"note: {images.LEGACY_ENGINE_PATH}"))
+    if plan.target == "engine":
+        info(escape(f"note: {images.LEGACY_ENGINE_PATH}"))
     for item in plan.warnings:
         warn(escape(f"{item.field}: {item.message} [{item.code}]"))
 
@@ -137,9 +140,15 @@ def build(
 
 
 def write_llmapi(plan: BuildPlan, workdir: Path, force: bool) -> BuildResult:
-    """engine.target llmapi: the PyTorch-backend files (no engine) as the build stage."""
+    """engine.target llmapi: the PyTorch-backend files (no engine) as the build stage, after ModelOpt's export when the
+    plan quantizes (run here on a GPU with ModelOpt; its absolute path is recorded and model.yaml loads it)."""
+    quantize = plan.llmapi.get("quantize")
 
     def body(tmp: Path, recorder: StageRecorder) -> dict:
+        outputs: dict[str, Any] = {}
+        if quantize:
+            outputs["quantized_checkpoint"] = _quantized_checkpoint(plan, quantize, recorder, tmp)
+            outputs["quantize_image"] = quantize["image"]
         out = tmp / "llmapi"
         out.mkdir()
         (out / "model.yaml").write_text(yaml.safe_dump(plan.llmapi["model_yaml"], sort_keys=False))
@@ -154,9 +163,39 @@ def write_llmapi(plan: BuildPlan, workdir: Path, force: bool) -> BuildResult:
             "model_yaml": str(final / "model.yaml"),
             "extra_llm_api_options": str(final / "extra_llm_api_options.yaml"),
             "serve_argv": plan.llmapi["serve_argv"],
+            "prequantized": plan.llmapi.get("prequantized"),
+            **outputs,
         }
 
-    return BuildResult.from_stage(run_stage(workdir, STAGE, _stage_values(plan), _input_paths(plan), body, force=force))
+    values = _stage_values(plan)
+    if quantize:
+        values["quantized_files"] = _fingerprint(Path(quantize["export_dir"]))
+    return BuildResult.from_stage(run_stage(workdir, STAGE, values, _input_paths(plan), body, force=force))
+
+
+def _quantized_checkpoint(plan: BuildPlan, quantize: dict[str, Any], recorder: StageRecorder, tmp: Path) -> str:
+    """The ModelOpt export the plan names: run it when it is not there yet (LLMAPIBuilder.execute checked that it can
+    run here), then check that it says the planned format."""
+    export = Path(quantize["export_dir"])
+    if not modelopt.export_complete(export):
+        for step in plan.steps:
+            if step.name == "modelopt-fetch" and Path(quantize["examples_dir"]).is_dir():
+                continue
+            if step.tool in ("git", "hf_ptq.py"):
+                info(escape(f"{step.name}: {step.description}"))
+                started = time.monotonic()
+                recorder.run(step.argv, step.name, cwd=tmp)
+                recorder.timed(step.name, time.monotonic() - started)
+    found = read_prequantized(export)
+    if found is None or not modelopt.export_complete(export):
+        raise StepError(
+            "modelopt-quantize",
+            f"{export} holds no complete ModelOpt export ({HF_QUANT_CONFIG} and config.json's quantization_config) after the quantization",
+            "see its log under logs/",
+        )
+    check_declared(found, plan.quant.algorithm)
+    recorder.notes.append(f"quantized checkpoint: {export} ({found.quant_algo}, {found.producer or 'producer not named'})")
+    return str(export)
 
 
 def _stage_values(plan: BuildPlan) -> dict:
@@ -302,7 +341,44 @@ class LLMAPIBuilder(TensorRTLLMEngineBuilder):
     """engine.target llmapi on TensorRT-LLM: no engine; writes model.yaml, the extra LLM-API options and the
     trtllm-serve argv as the build stage. Plans and dry-runs like the engine builder (plan_build plans both targets)."""
 
+    def show_dry_run(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, as_json: bool) -> None:
+        _warn(plan)
+        quantize = plan.llmapi.get("quantize")
+        fetch = next((step.argv for step in plan.steps if step.name == "modelopt-fetch"), None)
+        commands = {"image": quantize["image"], "fetch": fetch, "docker_run": quantize["docker_run"]} if quantize else None
+        if as_json:
+            emit_json(
+                {"dry_run": True, "stage": STAGE, "build_dir": str(Path(workdir) / STAGE), "plan": plan.to_dict(), "container": commands}
+            )
+            return
+        click.echo(plan.render_text(Path(workdir) / STAGE), err=True)
+        if commands:
+            click.echo(f"ModelOpt's step on a GPU host, in {commands['image']}:", err=True)
+            click.echo(f"  $ {shlex.join(fetch or [])}", err=True)
+            click.echo(f"  $ {shlex.join(commands['docker_run'])}", err=True)
+        click.echo("dry run: nothing was run and nothing was written", err=True)
+
     def execute(self, config: ForgeConfig, workdir: Path, plan: BuildPlan, force: bool = False) -> BuildResult:
-        for item in plan.warnings:
-            warn(escape(f"{item.field}: {item.message} [{item.code}]"))
+        _warn(plan)
+        quantize = plan.llmapi.get("quantize")
+        if quantize and not modelopt.export_complete(Path(quantize["export_dir"])):
+            missing = _modelopt_missing()
+            if missing:
+                fetch = next(step.argv for step in plan.steps if step.name == "modelopt-fetch")
+                raise ConfigError(
+                    "quantization.algorithm",
+                    f"{config.quantization.algorithm} is ModelOpt's quantization on a GPU, which cannot run here: {missing}",
+                    f"run it in {quantize['image']}: {shlex.join(fetch)} && {shlex.join(quantize['docker_run'])}, then build again "
+                    f"(the export at {quantize['export_dir']} is picked up)",
+                )
         return write_llmapi(plan, Path(workdir), force)
+
+
+def _modelopt_missing() -> str | None:
+    """Why ModelOpt's quantization cannot run in this environment (None when it can)."""
+    problems = []
+    if importlib.util.find_spec("modelopt") is None:
+        problems.append("ModelOpt is not installed (no modelopt module)")
+    if not container.visible_gpus():
+        problems.append("no NVIDIA GPU is visible (nvidia-smi -L lists none)")
+    return " and ".join(problems) or None

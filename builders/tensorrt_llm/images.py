@@ -146,6 +146,28 @@ def serving_image(deploy_image: str | None, trtllm_version: str, multi_node: boo
     return (build_image_for_version if multi_node else image_for_version)(trtllm_version).image
 
 
+@dataclass(frozen=True)
+class ReleaseImage:
+    """NVIDIA's TensorRT-LLM release image of one LLM-API version and the ModelOpt line it installs."""
+
+    version: str
+    image: str
+    modelopt: str  # the nvidia-modelopt requirement of that TensorRT-LLM (e.g. "~=0.37.0")
+    modelopt_uncertain: bool  # not read from that version's own requirements.txt
+    sources: tuple[str, ...]
+
+
+def release_image(llmapi_version: str) -> ReleaseImage:
+    """The TensorRT-LLM release image of an LLM-API version (spec/serving-images.json `release_images`): where the
+    ModelOpt quantization step of the LLM-API path runs."""
+    rows = matrix()["release_images"]
+    row = rows.get(llmapi_version)
+    if not isinstance(row, dict):
+        known = ", ".join(key for key, value in rows.items() if isinstance(value, dict))
+        raise ConfigError("engine.llmapi_version", f"no TensorRT-LLM release image is known for {llmapi_version}", f"one of {known}")
+    return ReleaseImage(llmapi_version, row["image"], row["modelopt"], bool(row["modelopt_uncertain"]), tuple(row["source"]))
+
+
 def check_engine_for_config(config: ForgeConfig, engine_version: str) -> None:
     """render/deploy: refuse a TensorRT-LLM engine whose version differs from the serving image's."""
     if config.engine.backend == ENGINE.backend:

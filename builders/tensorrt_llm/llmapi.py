@@ -20,11 +20,6 @@ if TYPE_CHECKING:
 
 
 SCHEDULER_POLICY = {"max_utilization": "MAX_UTILIZATION", "guaranteed_no_evict": "GUARANTEED_NO_EVICT"}
-# ModelOpt's quantization to a Hugging Face checkpoint (the PyTorch backend loads it pre-quantized): forge's
-# quantization.algorithm → ModelOpt's --qformat (NVIDIA/TensorRT-Model-Optimizer examples/llm_ptq/hf_ptq.py).
-MODELOPT_QFORMAT = {"fp8": "fp8", "int4_awq": "int4_awq", "w4a8_awq": "w4a8_awq", "nvfp4": "nvfp4"}
-MODELOPT_SCRIPT = "examples/llm_ptq/hf_ptq.py"
-QUANTIZED_DIR = "quantized-hf"
 
 
 def version_table(config: ForgeConfig) -> VersionTable:
@@ -186,42 +181,6 @@ def serve_argv(config: ForgeConfig, model_path: str, options_file: str) -> list[
 
     if config.model.tokenizer:
         argv += ["--tokenizer", str(config.resolve_path(config.model.tokenizer))]
-    return argv
-
-
-def pytorch_quantization_note(config: ForgeConfig) -> str | None:
-    if config.quantization.algorithm == "none":
-        return None
-    return (
-        f"the PyTorch backend does not quantize at load time: quantization.algorithm {config.quantization.algorithm} "
-        f"is planned as ModelOpt's quantization to a Hugging Face checkpoint ({QUANTIZED_DIR}/), which the LLM API "
-        "then loads; skip it with a pre-quantized model.source"
-    )
-
-
-def modelopt_quantize_argv(config: ForgeConfig, model_path: str) -> list[str] | None:
-    """ModelOpt's post-training quantization of the checkpoint to a Hugging Face checkpoint (commands only here)."""
-    algorithm = config.quantization.algorithm
-    if algorithm == "none":
-        return None
-    if algorithm not in MODELOPT_QFORMAT:
-        raise ConfigError(
-            "quantization.algorithm", f"{algorithm} has no ModelOpt Hugging Face export", f"one of none, {', '.join(MODELOPT_QFORMAT)}"
-        )
-    argv = [
-        "python3",
-        MODELOPT_SCRIPT,
-        "--pyt_ckpt_path",
-        model_path,
-        "--qformat",
-        MODELOPT_QFORMAT[algorithm],
-        "--export_path",
-        QUANTIZED_DIR,
-        "--calib_size",
-        str(config.quantization.calibration.size),
-    ]
-    if config.quantization.kv_cache == "fp8":
-        argv += ["--kv_cache_qformat", "fp8"]
     return argv
 
 

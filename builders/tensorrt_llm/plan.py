@@ -13,7 +13,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from trtllm_forge.builders.tensorrt_llm import images, llmapi
+from trtllm_forge.builders.tensorrt_llm import images, llmapi, modelopt
 from trtllm_forge.builders.tensorrt_llm.adjust import (
     EAGLE_MAX_NON_LEAVES,
     EAGLE_NUM_LAYERS,
@@ -32,6 +32,7 @@ from trtllm_forge.config.schema import ForgeConfig, ParallelConfig
 from trtllm_forge.dtypes import resolve_model_dtype
 from trtllm_forge.errors import ConfigError, ConfigErrors
 from trtllm_forge.hardware import Device, find_device
+from trtllm_forge.importer.prequantized import PreQuantized, check_declared, read_prequantized
 from trtllm_forge.model_shape import ModelShape
 
 PYTHON = "python3"
@@ -47,7 +48,7 @@ HUB_DATASET_MARKERS = ("cnn_dailymail", "pileval", "scienceqa", "science_qa")
 @dataclass
 class Step:
     name: str
-    tool: str  # a key of spec.TOOL_TABLES (trtllm-build, quantize.py, convert_checkpoint.py, ...) | cmake | internal
+    tool: str  # a key of spec.TOOL_TABLES (trtllm-build, quantize.py, convert_checkpoint.py, ...) | cmake | internal | git | hf_ptq.py
     argv: list[str]
     outputs: list[str]
     description: str
@@ -410,13 +411,14 @@ def uncertain_facts(steps: list[Step], spec: Spec) -> list[PlanWarning]:
     return out
 
 
-def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None) -> BuildPlan:
-    """The complete, spec-checked plan. Raises ConfigError(s) for anything the 1.2.x builder would refuse."""
+def plan_build(config: ForgeConfig, checkpoint_dir: Path | None = None, workdir: Path | None = None) -> BuildPlan:
+    """The complete, spec-checked plan. Raises ConfigError(s) for anything the 1.2.x builder would refuse.
+    `workdir` places the LLM-API path's quantized checkpoint (an absolute path in it)."""
     if config.engine.backend != "tensorrt-llm":
         raise ConfigError("engine.backend", f"{config.engine.backend} is not built by the TensorRT-LLM builder", "use tensorrt-llm")
     spec = load_spec(config.engine.trtllm_version)
     if config.engine.target == "llmapi":
-        return plan_llmapi(config, checkpoint_dir, spec)
+        return plan_llmapi(config, checkpoint_dir, spec, workdir)
     device = find_device(config.hardware.gpu)
     if device is None or device.compute_capability is None:
         raise ConfigError("hardware.gpu", f"{config.hardware.gpu!r} is not a GPU of the hardware table", "e.g. H100-SXM, L40S, A10G")
@@ -642,8 +644,18 @@ def serving_route_warnings(spec: Spec) -> list[PlanWarning]:
 
 def fact_warnings(config: ForgeConfig) -> list[PlanWarning]:
     """For `trtllm-forge plan`: the warnings of the build plan about facts not tied to TensorRT-LLM 1.2.1
-    (empty when there is no engine to build, or when the build plan itself is refused: build-engine says why)."""
-    if config.engine.backend != "tensorrt-llm" or config.engine.target != "engine":
+    (empty when there is no engine to build, or when the build plan itself is refused: build-engine says why); on
+    the LLM-API path, that model.source is already quantized (a quantization.algorithm that differs: ConfigError)."""
+    if config.engine.backend != "tensorrt-llm":
+        return []
+    if config.engine.target == "llmapi":
+        source = config.resolve_path(config.model.source)
+        prequantized = read_prequantized(source) if source.is_dir() else None
+        if prequantized is None:
+            return []
+        check_declared(prequantized, config.quantization.algorithm)
+        return [_prequantized_warning(prequantized)]
+    if config.engine.target != "engine":
         return []
     try:
         plan = plan_build(config)
@@ -655,8 +667,17 @@ def fact_warnings(config: ForgeConfig) -> list[PlanWarning]:
 LLMAPI_DIR = "llmapi"
 
 
-def plan_llmapi(config: ForgeConfig, checkpoint_dir: Path | None, spec: Spec) -> BuildPlan:
-    """engine.target llmapi: no engine; the PyTorch-backend files and the trtllm-serve command."""
+def _prequantized_warning(prequantized: PreQuantized) -> PlanWarning:
+    return PlanWarning(
+        "prequantized_checkpoint",
+        "model.source",
+        f"{prequantized.describe()}: the LLM API loads it as it is, no quantization step ({prequantized.file})",
+    )
+
+
+def plan_llmapi(config: ForgeConfig, checkpoint_dir: Path | None, spec: Spec, workdir: Path | None = None) -> BuildPlan:
+    """engine.target llmapi: no engine; the PyTorch-backend files and the trtllm-serve command, after ModelOpt's
+    quantization to a Hugging Face checkpoint when the config quantizes a checkpoint that is not already quantized."""
     device = find_device(config.hardware.gpu)
     if device is None or device.compute_capability is None:
         raise ConfigError("hardware.gpu", f"{config.hardware.gpu!r} is not a GPU of the hardware table", "e.g. H100-SXM, L40S, A10G")
@@ -664,9 +685,6 @@ def plan_llmapi(config: ForgeConfig, checkpoint_dir: Path | None, spec: Spec) ->
     _family(config, shape, device, spec)
     model_dir = model_source(config, checkpoint_dir)
     warnings: list[PlanWarning] = []
-    note = llmapi.pytorch_quantization_note(config)
-    if note:
-        warnings.append(PlanWarning("pytorch_modelopt_quantization", "quantization.algorithm", note))
     for field_name, why in llmapi.dropped_field_problems(config):
         warnings.append(PlanWarning("llmapi_unused_field", field_name, f"{field_name} is not used on the LLM-API path: {why}"))
     if config.engine.plugins.custom_libraries:
@@ -677,25 +695,59 @@ def plan_llmapi(config: ForgeConfig, checkpoint_dir: Path | None, spec: Spec) ->
                 "the PyTorch backend builds no TensorRT network: custom TensorRT plugins are only preloaded",
             )
         )
-    quantize = llmapi.modelopt_quantize_argv(config, str(model_dir))
-    # The LLM API loads ModelOpt's quantized Hugging Face checkpoint when the plan quantizes.
-    served_model = f"{LLMAPI_DIR}/{llmapi.QUANTIZED_DIR}" if quantize else str(model_dir)
+    version = llmapi.version_table(config).version
+    release = images.release_image(version)
+    prequantized = read_prequantized(model_dir) if model_dir.is_dir() else None
+    quantize = None
+    if prequantized is not None:
+        check_declared(prequantized, config.quantization.algorithm)
+        warnings.append(_prequantized_warning(prequantized))
+    elif config.quantization.algorithm != "none":
+        if workdir is None:
+            raise ValueError("the LLM-API plan of a quantized config needs the workdir: its export is an absolute path there")
+        quantize = modelopt.plan_quantize(config, str(model_dir), workdir, version)
+    served_model = str(quantize.export_dir) if quantize else str(model_dir)
     options = llmapi.llm_api_options(config)
     yaml_body = llmapi.model_yaml(config, served_model)
     options_file = f"{LLMAPI_DIR}/extra_llm_api_options.yaml"
     serve = llmapi.serve_argv(config, served_model, options_file)
     steps = []
+    quantize_doc: dict | None = None
     if quantize:
-        steps.append(
-            Step(
-                "modelopt-quantize",
-                "modelopt",
-                quantize,
-                [llmapi.QUANTIZED_DIR],
-                f"ModelOpt post-training quantization ({config.quantization.algorithm}) to a Hugging Face checkpoint, "
-                f"in the TensorRT-LLM release image (run on a GPU; cwd {LLMAPI_DIR}/)",
+        warnings.append(
+            PlanWarning(
+                "pytorch_modelopt_quantization",
+                "quantization.algorithm",
+                f"the PyTorch backend does not quantize at load time: {config.quantization.algorithm} (KV {quantize.kv_qformat}) is "
+                f"ModelOpt's quantization to a Hugging Face checkpoint at {quantize.export_dir}, run on a GPU in {quantize.image} "
+                f"(nvidia-modelopt{quantize.modelopt}); the LLM API loads that checkpoint. A pre-quantized model.source skips it",
             )
         )
+        warnings += [PlanWarning("modelopt_unused_field", name, why) for name, why in quantize.notes]
+        steps += [
+            Step(
+                "modelopt-fetch",
+                "git",
+                quantize.fetch_argv,
+                [str(quantize.examples_dir)],
+                f"ModelOpt {modelopt.MODELOPT_TAG}'s examples (hf_ptq.py is not in the release image), beside the export",
+            ),
+            Step(
+                "modelopt-quantize",
+                "hf_ptq.py",
+                quantize.quantize_argv,
+                [str(quantize.export_dir)],
+                f"ModelOpt post-training quantization ({config.quantization.algorithm}) to a Hugging Face checkpoint, "
+                f"in {quantize.image} on a GPU",
+            ),
+        ]
+        quantize_doc = {
+            "image": quantize.image,
+            "modelopt": quantize.modelopt,
+            "export_dir": str(quantize.export_dir),
+            "examples_dir": str(quantize.examples_dir),
+            "docker_run": quantize.docker_argv(str(model_dir), build_gpus(config)),
+        }
     steps += [
         Step(
             "write-model-yaml",
@@ -723,7 +775,7 @@ def plan_llmapi(config: ForgeConfig, checkpoint_dir: Path | None, spec: Spec) ->
         config_name=config.name or "default",
         target="llmapi",
         trtllm_version=spec.version,
-        container_image=spec.container_image,
+        container_image=release.image,
         gpu=device.name,
         sm=sm_of(device.compute_capability),
         architecture=spec.architectures[family_of(config, shape) or "llama"],
@@ -740,6 +792,14 @@ def plan_llmapi(config: ForgeConfig, checkpoint_dir: Path | None, spec: Spec) ->
         build_flags={},
         custom_plugins=plugins,
         calibration_source=None,
-        llmapi={"model_yaml": yaml_body, "extra_llm_api_options": options, "serve_argv": serve},
+        llmapi={
+            "model_yaml": yaml_body,
+            "extra_llm_api_options": options,
+            "serve_argv": serve,
+            "quantize": quantize_doc,
+            "prequantized": None
+            if prequantized is None
+            else {"file": str(prequantized.file), "field": prequantized.field, "quant_algo": prequantized.quant_algo},
+        },
         shape=shape,
     )

@@ -232,6 +232,12 @@ def plan_image(context_root: Path | None = None) -> ImagePlan:
     )
 
 
+def cpu_image_tag() -> str:
+    """The CPU serving image's tag for this host's project and packages (`localhost/trtllm-forge-cpu:<content hash>`):
+    what `make image` builds and what every rendering of a CPU deployment names (deploy/targets.py)."""
+    return plan_image().tag
+
+
 def image_exists(runtime: ContainerRuntime, tag: str, log: Path) -> bool:
     return runtime.run(["image", "inspect", "--format", "{{.Id}}", tag], log, check=False).returncode == 0
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from trtllm_forge.builders.tensorrt_llm.images import check_engine_for_config, check_host_driver, describe_image, serving_image
 from trtllm_forge.config import ForgeConfig
+from trtllm_forge.containers.image import cpu_image_tag
 from trtllm_forge.deploy.launch import container_leader_command
 
 # Defined once in server_argv.py (the CPU container, docker run and Kubernetes use the same); re-exported.
@@ -25,9 +26,6 @@ from trtllm_forge.engine_config import read_engine_config
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.stage_results import RenderResult
 
-# The CPU configs' image in renderings (Kubernetes); `deploy --target docker` runs the one containers/image.py builds.
-DEFAULT_CPU_IMAGE = "trtllm-forge-cpu:latest"
-
 
 def image_for(config: ForgeConfig) -> str:
     """deploy.image, else the serving image of the pinned TensorRT-LLM version (multi-node: ours, with kubectl)."""
@@ -35,7 +33,8 @@ def image_for(config: ForgeConfig) -> str:
         return config.deploy.image
     if config.engine.backend == "tensorrt-llm":
         return serving_image(None, config.engine.trtllm_version, multi_node=config.parallel.nodes > 1)
-    return DEFAULT_CPU_IMAGE
+    # The CPU image `make image` builds (containers/image.py), by its content-hash tag, as `deploy --target docker` runs it.
+    return cpu_image_tag()
 
 
 def check_rendered_engine(config: ForgeConfig, workdir: Path) -> None:

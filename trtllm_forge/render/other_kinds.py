@@ -12,6 +12,7 @@ from trtllm_forge.errors import ConfigError
 from trtllm_forge.importer.stage import imported_checkpoint
 from trtllm_forge.render.stub_env import project_env
 from trtllm_forge.render.templates import render_template, templates_root
+from trtllm_forge.stage_results import BuildResult
 
 
 def checkpoint_for(config: ForgeConfig, workdir: Path) -> tuple[str, list[str]]:
@@ -56,7 +57,11 @@ def write_llmapi_repository(config: ForgeConfig, workdir: Path, out: Path, engin
             )
         model, warnings = str(Path(engine_dir).resolve()), list[str]()
     else:
-        model, warnings = checkpoint_for(config, workdir)
+        built = BuildResult.in_workdir(workdir)
+        if built is not None and built.quantized_checkpoint is not None:
+            model, warnings = str(built.quantized_checkpoint), []  # ModelOpt's export (builders/tensorrt_llm/modelopt.py)
+        else:
+            model, warnings = checkpoint_for(config, workdir)
     name = config.triton.model_names.tensorrt_llm
     version = out / name / "1"
     version.mkdir(parents=True, exist_ok=True)
