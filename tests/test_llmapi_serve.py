@@ -35,7 +35,9 @@ def test_docker_and_kubernetes_run_the_same_command():
     inside = trtllm_serve.serve_argv(config, "/models/llama", "/wd/opts/extra.yaml", host="0.0.0.0", port=8000)
     docker = trtllm_serve.docker_argv(config, "/models/llama", "/wd/opts/extra.yaml")
     image = trtllm_serve.image_for(config)
-    assert docker[:2] == ["docker", "run"] and "--gpus" in docker and "trtllm" in image  # the pinned NGC image carries trtllm-serve
+    assert (
+        docker[:2] == ["docker", "run"] and "--gpus" in docker and "tensorrt-llm/release:" in image
+    )  # NVIDIA's release image carries trtllm-serve
     assert docker[docker.index(image) + 1 :] == inside
     assert "/models/llama:/models/llama:ro" in docker
     claim, deployment, service = yaml.safe_load_all(trtllm_serve.kubernetes_manifest(config, "/models/llama", "/wd/opts/extra.yaml"))
@@ -255,3 +257,23 @@ def test_run_with_trtllm_serve_smokes_verifies_and_benches_its_openai_endpoint(
     assert "trtllm_forge.llmapi_cpu.serve" in log.splitlines()[0] and options_flag in log.splitlines()[0]
     assert not (workdir / "deploy" / trtllm_serve.STATE).exists()  # stopped and its record removed
     assert not (workdir / "deploy" / "state.json").exists()  # no Triton was started
+
+
+def test_trtllm_serve_runs_in_nvidias_release_image_of_its_llmapi_version():
+    """The rendered flags are one LLM-API version's spellings: the image must carry that version (the release image),
+    and a multi-node leader our Dockerfile on that same release image (kubectl)."""
+    from trtllm_forge.builders.tensorrt_llm.container import llmapi_leader_build_argv
+    from trtllm_forge.builders.tensorrt_llm.images import forge_image_tag, release_image
+
+    from trtllm_forge.llmapi_args import TABLES
+
+    for version in TABLES:
+        config = cpu_test_config(engine={"target": "llmapi", "llmapi_version": version}, hardware={"gpu": "h100-sxm"})
+        assert trtllm_serve.image_for(config) == release_image(version).image
+        assert version in trtllm_serve.image_for(config)
+        two_nodes = config.model_copy(update={"parallel": config.parallel.model_copy(update={"nodes": 2})})
+        assert trtllm_serve.image_for(two_nodes) == forge_image_tag(version)
+        build = llmapi_leader_build_argv(version)
+        assert f"BASE_IMAGE={release_image(version).image}" in build and build[build.index("-t") + 1] == forge_image_tag(version)
+    pinned = cpu_test_config(engine={"target": "llmapi"}, deploy={"image": "registry.example/mine:1"})
+    assert trtllm_serve.image_for(pinned) == "registry.example/mine:1"

@@ -10,7 +10,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from trtllm_forge.builders.tensorrt_llm.images import forge_image_tag
+from trtllm_forge.builders.tensorrt_llm.images import forge_image_tag, release_image
 
 from trtllm_forge.config.schema import ForgeConfig
 
@@ -129,3 +129,9 @@ def docker_run_argv(
     argv += [str(config_file)] if config_file else ["CONFIG"]
     argv += ["--workdir", str(workdir), *(extra_args or [])]
     return argv
+
+
+def llmapi_leader_build_argv(llmapi_version: str) -> list[str]:
+    """The `docker build` of a multi-node LLM-API leader image (images.llmapi_serving_image with multi_node): our
+    docker/Dockerfile on NVIDIA's TensorRT-LLM release image of that version, for kubectl."""
+    return docker_build_argv(release_image(llmapi_version).image, llmapi_version)

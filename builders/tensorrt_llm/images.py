@@ -168,6 +168,15 @@ def release_image(llmapi_version: str) -> ReleaseImage:
     return ReleaseImage(llmapi_version, row["image"], row["modelopt"], bool(row["modelopt_uncertain"]), tuple(row["source"]))
 
 
+def llmapi_serving_image(deploy_image: str | None, llmapi_version: str, multi_node: bool = False) -> str:
+    """deploy.image when set, else NVIDIA's TensorRT-LLM release image of the LLM-API version (it carries
+    `trtllm-serve` and exactly that version's LLM API, so the rendered flags are the ones it parses); a multi-node
+    (LeaderWorkerSet) deployment needs kubectl in the leader: our docker/Dockerfile on that release image."""
+    if deploy_image:
+        return deploy_image
+    return forge_image_tag(llmapi_version) if multi_node else release_image(llmapi_version).image
+
+
 def check_engine_for_config(config: ForgeConfig, engine_version: str) -> None:
     """render/deploy: refuse a TensorRT-LLM engine whose version differs from the serving image's."""
     if config.engine.backend == ENGINE.backend:

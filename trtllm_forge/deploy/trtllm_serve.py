@@ -57,11 +57,15 @@ def _name(config: ForgeConfig) -> str:
 
 
 def image_for(config: ForgeConfig) -> str:
-    if config.deploy.image:
-        return config.deploy.image
-    from trtllm_forge.builders.tensorrt_llm.spec import load_spec
+    from trtllm_forge.builders.tensorrt_llm.images import llmapi_serving_image
 
-    return load_spec(config.engine.trtllm_version).container_image
+    return llmapi_serving_image(config.deploy.image, served_llmapi_version(config), multi_node=config.parallel.nodes > 1)
+
+
+def served_llmapi_version(config: ForgeConfig) -> str:
+    from trtllm_forge.llmapi_args import table_of
+
+    return table_of(config.engine.llmapi_version, config.deploy.server).version
 
 
 def docker_argv(config: ForgeConfig, model: str, options: str) -> list[str]:

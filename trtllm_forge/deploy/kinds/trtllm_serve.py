@@ -98,6 +98,13 @@ class TrtllmServeKind(OpenAIKind):
         from trtllm_forge.deploy.trtllm_serve import rendering
 
         path, text = rendering(config, workdir, target)
+        if config.parallel.nodes > 1 and not config.deploy.image:
+            from trtllm_forge.builders.tensorrt_llm.container import llmapi_leader_build_argv
+            from trtllm_forge.deploy.trtllm_serve import served_llmapi_version
+
+            build = shlex.join(llmapi_leader_build_argv(served_llmapi_version(config)))
+            note = f"rendered only; its image adds kubectl (the multi-node leader) to NVIDIA's release image: {build}"
+            return Rendering(path, text, executable=target == "docker", note=note)
         return Rendering(path, text, executable=target == "docker")
 
     def plan_local(self, config: ForgeConfig, workdir: Path, repository: Path) -> LocalPlan:
