@@ -242,3 +242,16 @@ def test_plan_names_a_prequantized_source_and_refuses_a_mismatch(tmp_path):
     assert warning["field"] == "model.source" and warning["message"].startswith("pre-quantized (NVFP4) — from hf_quant_config.json")
     refused = run_in_process("plan", str(_config_file(tmp_path, source, "fp8")), "--workdir", str(tmp_path / "wd"))
     assert refused.returncode == 2 and "quantization.quant_algo is NVFP4; quantization.algorithm: nvfp4" in refused.stderr
+
+
+def test_plan_sizes_a_prequantized_checkpoint_as_stored(tmp_path):
+    """`quantization.algorithm: none` loads the checkpoint as it is: an FP8 checkpoint's weights are FP8 in plan."""
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+    plain = run_in_process("plan", str(_config_file(tmp_path / "a", _checkpoint(tmp_path / "a", None), "none")), "--json")
+    fp8 = run_in_process(
+        "plan", str(_config_file(tmp_path / "b", _checkpoint(tmp_path / "b", "hf_quant_config.fp8.json"), "none")), "--json"
+    )
+    assert plain.returncode == 0 and fp8.returncode == 0, plain.stderr + fp8.stderr
+    weights = [json.loads(shown.stdout)["memory"]["weights_bytes_per_gpu"] for shown in (plain, fp8)]
+    assert weights[1] < 0.6 * weights[0]  # 8-bit weights against 16-bit: about half

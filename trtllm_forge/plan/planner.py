@@ -10,6 +10,7 @@ from trtllm_forge.config.checks import shape_for
 from trtllm_forge.dtypes import resolve_model_dtype
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.hardware import Device, find_device
+from trtllm_forge.importer.prequantized import read_prequantized
 from trtllm_forge.model_shape import ModelShape
 from trtllm_forge.plan.draft import DraftMemory, draft_shape, engine_draft, engine_draft_kv_settings, openvino_draft
 from trtllm_forge.plan.memory import (
@@ -171,13 +172,24 @@ def resolve_inputs(config: ForgeConfig) -> tuple[ModelShape, Device]:
     return shape, device
 
 
+def weights_algorithm(config: ForgeConfig) -> str:
+    """quantization.algorithm; for `none` on a local checkpoint that is already quantized (loaded as it is), the
+    checkpoint's own (hf_quant_config.json or config.json's quantization_config), so its weights are sized as stored."""
+    declared = config.quantization.algorithm
+    if declared != "none":
+        return declared
+    source = config.resolve_path(config.model.source)
+    found = read_prequantized(source) if source.is_dir() else None
+    return found.algorithm if found is not None and found.algorithm else declared
+
+
 def make_plan(config: ForgeConfig, workload: Workload | None = None, shape: ModelShape | None = None, device: Device | None = None) -> Plan:
     if shape is None or device is None:
         found_shape, found_device = resolve_inputs(config)
         shape, device = shape or found_shape, device or found_device
     eng, par, quant = config.engine, config.parallel, config.quantization
     workload = workload or default_workload(config)
-    algorithm = quant.algorithm
+    algorithm = weights_algorithm(config)
     dtype = resolve_model_dtype(config)
     dbytes = DTYPE_BYTES[dtype]
     kv_bytes = kv_dtype_bytes(config, dtype)
