@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -84,6 +85,44 @@ def test_deploy_starts_a_frontend_and_two_ready_workers(deployed):
     # Both workers registered through the file store (no etcd): one instance entry each.
     instances = list((workdir / "deploy" / dynamo_local.DISCOVERY_DIR).rglob("instances/*"))
     assert len(instances) == 2, instances
+
+
+def _worker_logs(document: dict) -> dict[str, Path]:
+    return {p["role"]: Path(p["log"]) for p in document["processes"] if p["role"] != "frontend"}
+
+
+def test_the_kv_router_sends_a_repeated_long_prompt_to_the_worker_that_cached_it(deployed):
+    """The workers publish KV events (deploy.dynamo.kv_events, the default): the second and third sending of a
+    ~700-token prompt go to the worker whose engine holds its blocks, and that worker's record knows them."""
+    _, _, document = deployed
+    logs = _worker_logs(document)
+    assert all("publishing KV events" in log.read_text() for log in logs.values()), logs
+    frontend_argv = document["frontend"]["argv"]
+    assert "--no-router-kv-events" not in frontend_argv and frontend_argv[frontend_argv.index("--router-mode") + 1] == "kv"
+    frontend_log = Path(document["frontend"]["log"])
+    offsets = {role: log.stat().st_size for role, log in {**logs, "frontend": frontend_log}.items()}
+    prompt = f"Session {os.getpid()}-{time.time_ns()}. " + " ".join(f"Rule {i}: answer in plain words." for i in range(70))
+    sent = [_post(document["http_url"], {"model": "smollm2-cpu-dynamo", "prompt": prompt, "max_tokens": 2}) for _ in range(3)]
+    assert [code for code, _ in sent] == [200, 200, 200], sent
+    prompt_tokens = sent[0][1]["usage"]["prompt_tokens"]
+    assert 600 <= prompt_tokens <= 1000, prompt_tokens
+    served: dict[str, list[int]] = {}
+    for role, log in logs.items():
+        with log.open() as handle:
+            handle.seek(offsets[role])
+            for line in handle:
+                if f"request: {prompt_tokens} prompt tokens, " in line:
+                    served.setdefault(role, []).append(int(line.split(", ")[-1].split()[0]))
+    assert len(served) == 1 and len(next(iter(served.values()))) == 3, served  # one worker got all three
+    known = next(iter(served.values()))
+    full_blocks = prompt_tokens - prompt_tokens % 32
+    assert known[0] == 0 and known[1:] == [full_blocks, full_blocks], known
+    # The router's own account of each routing: the blocks of the prompt it knew on the chosen worker.
+    with frontend_log.open() as handle:
+        handle.seek(offsets["frontend"])
+        routed = re.sub(r"\x1b\[[0-9;]*m", "", handle.read())
+    overlaps = [int(n) for n in re.findall(r"route request completed.*?overlap_blocks=(\d+)", routed)]
+    assert overlaps[-3:] == [0, full_blocks // 32, full_blocks // 32], overlaps
 
 
 def test_verify_matches_transformers_token_for_token_through_the_frontend(deployed):
