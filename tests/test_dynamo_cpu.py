@@ -39,6 +39,34 @@ def test_dry_run_of_the_dynamo_config_lists_the_stages(tmp_path):
     assert "dynamo" in proc.stdout + proc.stderr
 
 
+def test_the_config_says_what_the_router_knows_and_the_commands_follow(imported_smollm2, cpu_engine_fp32, tmp_path):
+    """kv_events (default): the workers publish, the router uses events; false: the router's approximate mode and
+    no publishing; round-robin: neither. Planned on the session's build (nothing started)."""
+    from chain_helpers import reused_workdir
+
+    from trtllm_forge.config.load import load_config
+
+    workdir = reused_workdir(tmp_path, imported_smollm2.parent, cpu_engine_fp32[0] / "build")
+    config = load_config(CONFIG)
+    events = dynamo_local.plan(config, workdir)
+    assert all("--publish-kv-events" in w.argv for w in events.workers) and "--no-router-kv-events" not in events.frontend.argv
+    config.deploy.dynamo.kv_events = False
+    config.deploy.dynamo.approximate_ttl_s = 30.0
+    approximate = dynamo_local.plan(config, workdir)
+    assert not any("--publish-kv-events" in w.argv for w in approximate.workers)
+    assert approximate.frontend.argv[-3:] == ["--no-router-kv-events", "--router-ttl-secs", "30"]
+    config.deploy.dynamo.router_mode = "round-robin"
+    neither = dynamo_local.plan(config, workdir)
+    assert "--publish-kv-events" not in neither.workers[0].argv and "--no-router-kv-events" not in neither.frontend.argv
+    source = yaml.safe_load(CONFIG.read_text())
+    source["deploy"]["dynamo"]["kv_events"] = False
+    config_file = tmp_path / "approximate.yaml"
+    config_file.write_text(yaml.safe_dump(source))
+    dry = run_cli("deploy", str(config_file), "--workdir", str(workdir), "--dry-run")
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert f"router kv knowing the caches by {dynamo_local.APPROXIMATE}" in dry.stdout + dry.stderr
+
+
 @pytest.mark.slow
 def test_run_deploys_verifies_benches_and_stops_a_frontend_and_two_workers(imported_smollm2, cpu_engine_fp32, chain_host_profile, tmp_path):
     """`run` of the shipped config on the session's import and fp32 build: deploy starts the frontend and two
