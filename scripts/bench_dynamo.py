@@ -67,9 +67,12 @@ THROUGHPUT_GOAL = 0.95  # Dynamo 1 worker's tok/s / Triton's, at least
 class Workloads:
     """The two workloads (sizes; the smoke run shrinks them)."""
 
-    prefix_len: int = 700
-    question_len: int = 32
-    answer_len: int = 32
+    # A turn's prompt: system prompt + its session's earlier questions and answers + its question; turn 3 at most
+    # 600 + 3 x 48 + 2 x 64 = 872 tokens (max_input_len 1024). Routing matters for the session's own history
+    # (round-robin recomputes it on the other worker), not for the system prompt (both workers cache that).
+    prefix_len: int = 600
+    question_len: int = 48
+    answer_len: int = 64
     turns: int = 3
     routing_concurrency: int = 4
     routing_requests: int = 48

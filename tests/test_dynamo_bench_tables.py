@@ -31,7 +31,7 @@ def _document(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "machine": {"cpu_model": "Test CPU", "usable_cores": 2, "load_average": [1.0, 1.0, 1.0]},
         "workloads": {
             "routing": {
-                "system_prompt_tokens": 700,
+                "system_prompt_tokens": 600,
                 "question_tokens": 32,
                 "answer_tokens": 32,
                 "turns": 3,
