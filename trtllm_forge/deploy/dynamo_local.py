@@ -149,6 +149,16 @@ def router_knowledge(config: ForgeConfig) -> str:
     return KV_EVENTS if config.runtime.enable_kv_cache_reuse else NOTHING
 
 
+def router_flags(config: ForgeConfig) -> list[str]:
+    """The frontend's router flags (here and in the GPU renderings): its mode and, in the approximate mode, that it
+    expects no KV events and how long it assumes a routed request's blocks stay cached."""
+    dynamo = config.deploy.dynamo
+    flags = ["--router-mode", dynamo.router_mode]
+    if router_knowledge(config) == APPROXIMATE:
+        flags += ["--no-router-kv-events", "--router-ttl-secs", f"{dynamo.approximate_ttl_s:g}"]
+    return flags
+
+
 def _built(workdir: Path) -> tuple[Path, Path]:
     """(engine dir, Hugging Face model dir the frontend reads: config.json and tokenizer) from earlier stages."""
     from trtllm_forge.stage_results import BuildResult, ImportResult
@@ -191,12 +201,9 @@ def plan(config: ForgeConfig, workdir: Path) -> DynamoPlan:
         "HF_HUB_OFFLINE": "1",
     }
     port = config.triton.http_port or free_port(host)
-    dynamo = config.deploy.dynamo
     frontend_argv = [python, "-m", "dynamo.frontend", "--http-host", host, "--http-port", str(port)]
-    frontend_argv += ["--router-mode", dynamo.router_mode, "--discovery-backend", "file"]
+    frontend_argv += ["--discovery-backend", "file", *router_flags(config)]
     publish_kv_events = router_knowledge(config) == KV_EVENTS
-    if dynamo.router_mode == "kv" and not publish_kv_events:
-        frontend_argv += ["--no-router-kv-events", "--router-ttl-secs", f"{dynamo.approximate_ttl_s:g}"]
     frontend = DynamoProcess(ROLE_FRONTEND, frontend_argv, common, str(logs / "dynamo-frontend.log"), f"http://{host}:{port}")
     runtime = config.runtime
     worker_argv = [python, str(Path(__file__).with_name("dynamo_worker.py"))]
