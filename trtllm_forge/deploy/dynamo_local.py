@@ -7,6 +7,11 @@ over ZMQ, everything on loopback (DYN_TCP_RPC_HOST, DYN_EVENT_PLANE_HOST, DYN_SY
 process runs in its own group with the run mark; the record `<workdir>/deploy/dynamo.json` holds each one's pid and
 argv, and a group is signalled only while its pid runs that argv. `deploy stop` removes the discovery folder too.
 
+What the KV router knows of the workers' caches (`router_knowledge`, `router_flags`): by default the workers publish
+KV events (dynamo_worker.py KvCacheRecord); deploy.dynamo.kv_events false runs the router's approximate mode. A
+worker that dies with requests in flight: the frontend ends their streams with an error event (503; Dynamo's request
+migration is off), answers 503 to a request it still routes there, then serves on the others.
+
 Dynamo's venv: `make setup` makes `.venv-dynamo` beside the project (ai-dynamo's own pins, e.g. pydantic<=2.13.5,
 conflict with ours); TRTLLM_FORGE_DYNAMO_PYTHON names another interpreter.
 """
