@@ -93,6 +93,8 @@ TABLES: dict[str, TableSource] = {
         "render_table",
         "results/bench_cpu_speculative/batch1.json",
     ),
+    "dynamo-routing-table": TableSource("bench_dynamo.py", "render_routing_table", "results/bench_dynamo/dynamo.json"),
+    "dynamo-throughput-table": TableSource("bench_dynamo.py", "render_throughput_table", "results/bench_dynamo/dynamo.json"),
     "llmapi-cpu-table": TableSource(
         "bench_llmapi_cpu.py",
         "render_llmapi_table",

@@ -210,6 +210,13 @@ def test_aggregated_graph_has_worker_replicas_and_kv_events_only_for_the_kv_rout
     assert "--publish-kv-events" not in worker["command"]
     assert flag(main_container(components(graph)["frontend"])["command"], "--router-mode") == "round-robin"
 
+    # deploy.dynamo.kv_events false: the router's approximate mode, and no worker publishes
+    graph, _ = rendered(aggregated(deploy={"dynamo": {"kv_events": False, "approximate_ttl_s": 60}}), tmp_path / "approximate")
+    assert dgd_errors(graph) == []
+    assert "--publish-kv-events" not in main_container(components(graph)["worker"])["command"]
+    frontend = main_container(components(graph)["frontend"])["command"]
+    assert flag(frontend, "--router-mode") == "kv" and "--no-router-kv-events" in frontend and flag(frontend, "--router-ttl-secs") == "60"
+
 
 def test_gpus_per_worker_and_multinode(tmp_path):
     graph, engine_yamls = rendered(aggregated(parallel={"tp": 2}), tmp_path / "tp2")

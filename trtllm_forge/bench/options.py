@@ -193,6 +193,27 @@ class BenchOptions:
     input_len: LengthSpec = _length_option(128, "--input-len", "input_len", "Prompt")
     output_len: LengthSpec = _length_option(64, "--output-len", "output_len", "Output")
     output_len_given: bool = False  # the output length was set (a dataset then uses it instead of its own)
+    prefix_len: int = option(
+        0,
+        flag="--prefix-len",
+        ge=0,
+        show_default=True,
+        help="Tokens of one system prompt every synthetic prompt starts with (a shared prefix for prefix caching).",
+        key="prefix_len",
+        config_type=int,
+        description="Tokens of one system prompt every synthetic prompt starts with (0: none).",
+    )
+    turns: int = option(
+        1,
+        flag="--turns",
+        ge=1,
+        show_default=True,
+        help="Turns per session: turn k's prompt is the session's earlier turns (each question followed by an answer "
+        "of the output length) plus a new question of the prompt length.",
+        key="turns",
+        config_type=int,
+        description="Turns per synthetic session (1: independent prompts); a session's prompts grow by its earlier turns.",
+    )
     dataset: Path | None = option(
         None,
         flag="--dataset",

@@ -18,7 +18,7 @@ from trtllm_forge.bench.options import BenchOptions
 from trtllm_forge.bench.records import RequestRecord
 from trtllm_forge.bench.runner import LoadSpec, RunResult, StubCheck, run_load
 from trtllm_forge.bench.target import Target, now_ns
-from trtllm_forge.bench.workload import BenchRequest, from_dataset, load_tokenizer, synthetic, take
+from trtllm_forge.bench.workload import BenchRequest, from_dataset, load_tokenizer, sessions, synthetic, take
 from trtllm_forge.errors import ConfigError, StepError
 from trtllm_forge.ui import info, warn
 
@@ -59,9 +59,14 @@ MAX_UNIQUE_PROMPTS = 4096  # duration-bound points cycle through at most this ma
 
 
 def build_requests(options: BenchOptions, tokenizer: Any, n: int, rng: np.random.Generator) -> list[BenchRequest]:
+    shared = options.prefix_len > 0 or options.turns > 1
     if options.dataset is not None:
+        if shared:
+            raise ConfigError("--prefix-len/--turns", "shape synthetic prompts, not a --dataset", "drop them or the dataset")
         pool = from_dataset(options.dataset, tokenizer, options.output_len if options.output_len_given else None, rng)
         return take(pool, n, rng)
+    if shared:
+        return sessions(n, options.prefix_len, options.turns, options.input_len, options.output_len, rng, tokenizer)
     requests = synthetic(min(n, MAX_UNIQUE_PROMPTS), options.input_len, options.output_len, rng, tokenizer)
     return [requests[i % len(requests)] for i in range(n)]
 

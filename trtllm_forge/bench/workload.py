@@ -1,5 +1,5 @@
-"""The requests a benchmark sends: synthetic prompts of exact token lengths, a trtllm-bench-style JSONL
-dataset, or a ShareGPT file. Everything random comes from one seeded generator."""
+"""The requests a benchmark sends: synthetic prompts of exact token lengths (independent, or sessions sharing a
+system prompt whose prompts grow turn by turn), a trtllm-bench-style JSONL dataset, or a ShareGPT file. Everything random comes from one seeded generator."""
 
 from __future__ import annotations
 
@@ -63,6 +63,42 @@ def synthetic(n: int, input_len: LengthSpec, output_len: LengthSpec, rng: np.ran
         else:
             text, ids = _exact_prompt(tokenizer, isl[i], rng, special)
             requests.append(BenchRequest(text, ids, len(ids), "client_tokenizer", osl[i]))
+    return requests
+
+
+def _piece(tokenizer: Any, length: int, rng: np.random.Generator, special: set[int]) -> str:
+    """Random text of `length` tokens (with a tokenizer; else distinct numbered words)."""
+    if tokenizer is None:
+        return " ".join(f"w{w}" for w in rng.integers(0, 10_000, length))
+    return _exact_prompt(tokenizer, length, rng, special)[0]
+
+
+def sessions(
+    n: int, prefix_len: int, turns: int, input_len: LengthSpec, output_len: LengthSpec, rng: np.random.Generator, tokenizer: Any = None
+) -> list[BenchRequest]:
+    """`n` requests of ceil(n / turns) sessions sharing one system prompt of `prefix_len` tokens. Request i is turn
+    i // S of session i % S (S sessions: a session's turns are S requests apart, so its earlier turn has usually
+    ended when the next is sent); its prompt is the system prompt, the session's earlier questions each followed by
+    an answer of output-length tokens (synthetic, not the model's), then its own question of input-length tokens."""
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    count = -(-n // turns)
+    system = _piece(tokenizer, prefix_len, rng, special) if prefix_len else ""
+    questions = input_len.sample(count * turns, rng)
+    answers = output_len.sample(count * turns, rng)
+    histories = [[system] if system else [] for _ in range(count)]
+    requests = []
+    for i in range(n):
+        session, turn = i % count, i // count
+        history = histories[session]
+        history.append(_piece(tokenizer, questions[i], rng, special))
+        prompt = "\n".join(history)
+        tokens, source = _count(tokenizer, prompt)
+        if tokenizer is None:
+            tokens = prefix_len + sum(
+                questions[j * count + session] + (answers[j * count + session] if j < turn else 0) for j in range(turn + 1)
+            )
+        requests.append(BenchRequest(prompt, None, tokens, source, answers[i]))
+        history.append(_piece(tokenizer, answers[i], rng, special))
     return requests
 
 

@@ -179,7 +179,7 @@ def status(config_file: Path | None, workdir: Path | None, as_json: bool) -> Non
 
     Exit codes: 0 running and healthy; 1 running but unhealthy (a process of it is dead, or for Triton a python
     stub died: Triton still says ready while requests hang; its models show not ready, the problem is printed,
-    "problems" in --json; restart with `deploy stop` and `deploy`); 3 not running (never deployed, stopped, or
+    "problems" in --json; restart with `deploy stop` and `deploy`, or for Dynamo's dead workers `deploy` alone); 3 not running (never deployed, stopped, or
     the server died; with --json the document is printed too); 2 bad arguments. Processes a dead server left
     behind are listed (`leftover_pids`); `deploy stop` or the next `deploy` stops them.
     """
@@ -212,7 +212,7 @@ def status(config_file: Path | None, workdir: Path | None, as_json: bool) -> Non
         _print_status(found)
         for problem in found.problems:
             what = "unhealthy" if found.running else "ended"
-            info(f"[red]{what}[/red]: {problem}; restart with `trtllm-forge deploy stop` and `trtllm-forge deploy`")
+            info(f"[red]{what}[/red]: {problem}; restart with {found.restart}")
         if found.leftover_pids:
             info(
                 f"  {len(found.leftover_pids)} process(es) the dead server left running: {found.leftover_pids}; "

@@ -418,6 +418,18 @@ class DynamoConfig(Section):
     router_mode: Literal["kv", "round-robin", "random"] = Field(
         default="kv", description="How the frontend picks a worker: kv = the KV-cache-aware router (prefix overlap and load)."
     )
+    kv_events: bool = Field(
+        default=True,
+        description=(
+            "router_mode kv: the workers publish KV events (the blocks their engine's prefix cache stored and, as far as "
+            "the worker can tell, removed) and the router routes on them; false: the router's approximate mode "
+            "(--no-router-kv-events: it assumes a request's blocks stay cached on the worker it chose, for "
+            "approximate_ttl_s)."
+        ),
+    )
+    approximate_ttl_s: float = Field(
+        default=120.0, gt=0, description="kv_events false: seconds the router assumes a routed request's blocks stay cached."
+    )
     disaggregated: bool = Field(default=False, description="Separate prefill and decode workers (GPU renderings only).")
     prefill_workers: int = Field(default=1, ge=1, le=64, description="Prefill workers when disaggregated.")
     decode_workers: int = Field(default=1, ge=1, le=64, description="Decode workers when disaggregated.")

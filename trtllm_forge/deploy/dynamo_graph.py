@@ -65,8 +65,10 @@ class WorkerRole:
 
 
 def worker_roles(config: ForgeConfig) -> list[WorkerRole]:
+    from trtllm_forge.deploy.dynamo_local import KV_EVENTS, router_knowledge
+
     counts = worker_counts(config)
-    kv_router = config.deploy.dynamo.router_mode == "kv"
+    kv_router = router_knowledge(config) == KV_EVENTS
     if config.deploy.dynamo.disaggregated:
         return [
             WorkerRole("prefill", "prefill", counts.prefill, "prefill", kv_router),
@@ -151,7 +153,9 @@ def frontend_argv(config: ForgeConfig, *, host: str | None = None, port: int = F
     argv = ["python3", "-m", "dynamo.frontend"]
     if host is not None:
         argv += ["--http-host", host]
-    return [*argv, "--http-port", str(port), "--router-mode", config.deploy.dynamo.router_mode]
+    from trtllm_forge.deploy.dynamo_local import router_flags
+
+    return [*argv, "--http-port", str(port), *router_flags(config)]
 
 
 def graph_name(config: ForgeConfig) -> str:

@@ -7,6 +7,11 @@ over ZMQ, everything on loopback (DYN_TCP_RPC_HOST, DYN_EVENT_PLANE_HOST, DYN_SY
 process runs in its own group with the run mark; the record `<workdir>/deploy/dynamo.json` holds each one's pid and
 argv, and a group is signalled only while its pid runs that argv. `deploy stop` removes the discovery folder too.
 
+What the KV router knows of the workers' caches (`router_knowledge`, `router_flags`): by default the workers publish
+KV events (dynamo_worker.py KvCacheRecord); deploy.dynamo.kv_events false runs the router's approximate mode. A
+worker that dies with requests in flight: the frontend ends their streams with an error event (503; Dynamo's request
+migration is off), answers 503 to a request it still routes there, then serves on the others.
+
 Dynamo's venv: `make setup` makes `.venv-dynamo` beside the project (ai-dynamo's own pins, e.g. pydantic<=2.13.5,
 conflict with ours); TRTLLM_FORGE_DYNAMO_PYTHON names another interpreter.
 """
@@ -133,6 +138,32 @@ def served_name(config: ForgeConfig) -> str:
     return config.name or "model"
 
 
+KV_EVENTS = "kv events"  # the workers publish what their engine's prefix cache stored and removed
+APPROXIMATE = "approximate"  # the router assumes a routed request's blocks stay cached on its worker for a TTL
+NOTHING = "nothing"  # round-robin or random routing, or no prefix caching: there is no cache to know about
+
+
+def router_knowledge(config: ForgeConfig) -> str:
+    """What the frontend's router knows about the workers' KV caches under this config: KV_EVENTS, APPROXIMATE or
+    NOTHING."""
+    dynamo = config.deploy.dynamo
+    if dynamo.router_mode != "kv":
+        return NOTHING
+    if not dynamo.kv_events:
+        return APPROXIMATE
+    return KV_EVENTS if config.runtime.enable_kv_cache_reuse else NOTHING
+
+
+def router_flags(config: ForgeConfig) -> list[str]:
+    """The frontend's router flags (here and in the GPU renderings): its mode and, in the approximate mode, that it
+    expects no KV events and how long it assumes a routed request's blocks stay cached."""
+    dynamo = config.deploy.dynamo
+    flags = ["--router-mode", dynamo.router_mode]
+    if router_knowledge(config) == APPROXIMATE:
+        flags += ["--no-router-kv-events", "--router-ttl-secs", f"{dynamo.approximate_ttl_s:g}"]
+    return flags
+
+
 def _built(workdir: Path) -> tuple[Path, Path]:
     """(engine dir, Hugging Face model dir the frontend reads: config.json and tokenizer) from earlier stages."""
     from trtllm_forge.stage_results import BuildResult, ImportResult
@@ -176,20 +207,22 @@ def plan(config: ForgeConfig, workdir: Path) -> DynamoPlan:
     }
     port = config.triton.http_port or free_port(host)
     frontend_argv = [python, "-m", "dynamo.frontend", "--http-host", host, "--http-port", str(port)]
-    frontend_argv += ["--router-mode", config.deploy.dynamo.router_mode, "--discovery-backend", "file"]
+    frontend_argv += ["--discovery-backend", "file", *router_flags(config)]
+    publish_kv_events = router_knowledge(config) == KV_EVENTS
     frontend = DynamoProcess(ROLE_FRONTEND, frontend_argv, common, str(logs / "dynamo-frontend.log"), f"http://{host}:{port}")
     runtime = config.runtime
     worker_argv = [python, str(Path(__file__).with_name("dynamo_worker.py"))]
     worker_argv += ["--engine-modules", str(Path(model_repo_templates.__file__).parent / "cpu" / "tensorrt_llm")]
     worker_argv += ["--engine-dir", str(engine_dir), "--model-dir", str(model_dir), "--model-name", served_name(config)]
     worker_argv += ["--endpoint", f"{NAMESPACE}.{served_name(config).replace('.', '-')}.generate"]
-    worker_argv += ["--kv-block-size", str(config.engine.tokens_per_block)]
     if runtime.max_tokens_in_paged_kv_cache:
         worker_argv += ["--kv-tokens", str(runtime.max_tokens_in_paged_kv_cache)]
     if runtime.enable_kv_cache_reuse:
         worker_argv.append("--prefix-caching")
     if runtime.enable_chunked_context:
         worker_argv.append("--split-fuse")
+    if publish_kv_events:
+        worker_argv.append("--publish-kv-events")
     from trtllm_forge.model_repo_templates.cpu.tensorrt_llm.genai_settings import ARRIVAL_WINDOW_MS
 
     window = runtime.arrival_window_ms if runtime.arrival_window_ms is not None else ARRIVAL_WINDOW_MS

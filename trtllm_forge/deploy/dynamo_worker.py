@@ -10,6 +10,13 @@ settings). The frontend tokenizes and detokenizes; a request arrives as token id
 and `sampling_options`, and the worker streams `{"token_ids": [...]}` chunks, the last with its `finish_reason`
 (a request it refuses raises Dynamo's InvalidArgument naming the field: HTTP 400: the frontend answers it, the worker lives on).
 SIGTERM shuts the runtime down, which removes the worker's entries from the discovery store.
+
+With `--publish-kv-events` (prefix caching on, the KV router using events) the worker tells the router what its
+engine's prefix cache holds, the way Dynamo's own workers do (KvEventPublisher): "stored" for the full blocks of a
+prompt once its prefill ran, and of prompt + output at its end (OpenVINO GenAI keeps both for reuse); "removed" for
+the blocks its own LRU record of the pool drops. OpenVINO GenAI reports neither its cache hits nor its evictions, so
+the removals are this worker's estimate (the pool's block count, least recently used first; the engine may evict
+earlier while running sequences hold blocks), and no `cached_tokens` is reported in the usage.
 """
 
 from __future__ import annotations
@@ -17,11 +24,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import logging
+import queue
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator
+from array import array
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +51,7 @@ class WorkerItem:
     engine_id: int = -1
     handle: Any = None
     first_scheduled_ns: int = 0
+    output: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -64,14 +76,100 @@ class RequestRefused(ValueError):
     """A request the engine cannot serve: the message names the field."""
 
 
+def block_hashes(tokens: list[int], block_size: int) -> list[int]:
+    """One id per full block of `tokens`, chained (a block's id depends on every token before it, as the engine's
+    prefix cache keys it): signed 64-bit, as Dynamo's KV events carry them."""
+    hashes: list[int] = []
+    parent = b""
+    for start in range(0, len(tokens) - len(tokens) % block_size, block_size):
+        digest = hashlib.blake2b(parent + array("q", tokens[start : start + block_size]).tobytes(), digest_size=8).digest()
+        hashes.append(int.from_bytes(digest, "little", signed=True))
+        parent = digest
+    return hashes
+
+
+class KvCacheRecord:
+    """What this worker tells the KV router about its engine's prefix cache: the blocks it stored, least recently
+    used first, at most `capacity` (the engine's pool); the rest are published as removed. Its methods only queue:
+    the publishing runs on its own thread, off the engine loop."""
+
+    def __init__(
+        self,
+        publish_stored: Callable[..., None],
+        publish_removed: Callable[[list[int]], None],
+        block_size: int,
+        capacity: int,
+    ) -> None:
+        self.block_size, self.capacity = block_size, capacity
+        self._publish_stored, self._publish_removed = publish_stored, publish_removed
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+        self._lock = threading.Lock()
+        self._events: queue.SimpleQueue[tuple[str, dict[str, Any]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._publish, name="kv-events", daemon=True)
+        self._thread.start()
+
+    def known_tokens(self, tokens: list[int]) -> int:
+        """How many leading tokens of `tokens` lie in blocks this record holds."""
+        known = 0
+        with self._lock:
+            for block in block_hashes(tokens, self.block_size):
+                if block not in self._blocks:
+                    break
+                known += self.block_size
+        return known
+
+    def stored(self, tokens: list[int]) -> None:
+        """The engine holds the KV of `tokens`' full blocks: publish the new ones, refresh the known ones."""
+        hashes = block_hashes(tokens, self.block_size)
+        removed: list[int] = []
+        with self._lock:
+            new_from = next((i for i, block in enumerate(hashes) if block not in self._blocks), len(hashes))
+            for block in reversed(hashes):  # a block's parent is used more recently than it: children go first
+                self._blocks[block] = None
+                self._blocks.move_to_end(block)
+            while len(self._blocks) > self.capacity:
+                removed.append(self._blocks.popitem(last=False)[0])
+        if new_from < len(hashes):
+            size = self.block_size
+            self._events.put(
+                (
+                    "stored",
+                    {
+                        "token_ids": tokens[new_from * size : len(hashes) * size],
+                        "num_block_tokens": [size] * (len(hashes) - new_from),
+                        "block_hashes": hashes[new_from:],
+                        "parent_hash": hashes[new_from - 1] if new_from else None,
+                    },
+                )
+            )
+        if removed:
+            self._events.put(("removed", {"block_hashes": removed}))
+
+    def close(self) -> None:
+        self._events.put(None)
+        self._thread.join(5)
+
+    def _publish(self) -> None:
+        while (event := self._events.get()) is not None:
+            kind, payload = event
+            try:
+                if kind == "stored":
+                    self._publish_stored(**payload)
+                else:
+                    self._publish_removed(payload["block_hashes"])
+            except Exception:
+                LOG.exception("KV %s event not published", kind)
+
+
 class DynamoEngineServer:
     """The server side of engine_loop.EngineLoop for Dynamo: builds jobs from requests, streams their tokens."""
 
-    def __init__(self, engine: Any, arrival_window_s: float) -> None:
+    def __init__(self, engine: Any, arrival_window_s: float, kv_record: KvCacheRecord | None = None) -> None:
         from engine_loop import EngineLoop
         from genai_settings import PENALTIES, sampling_problem, set_penalties, set_sampling
 
         self.engine = engine
+        self.kv_record = kv_record
         self._penalties, self._sampling_problem = PENALTIES, sampling_problem
         self._set_penalties, self._set_sampling = set_penalties, set_sampling
         self.loop = EngineLoop(engine, self, "dynamo-worker", arrival_window_s)
@@ -82,6 +180,9 @@ class DynamoEngineServer:
 
         tokens, _ = read_new(item)
         state = item.handle.get_status()
+        if self.kv_record is not None and tokens and not item.output:
+            self.kv_record.stored(item.prompt)  # its prefill ran: the prompt's blocks are in the engine's cache
+        item.output.extend(tokens)
         if tokens and not job.closed:
             job.tokens += len(tokens)
             job.put({"token_ids": tokens})
@@ -89,6 +190,9 @@ class DynamoEngineServer:
             self.refuse(job, "prompt: the request does not fit in the KV cache; shorten it or raise runtime.max_tokens_in_paged_kv_cache")
         elif state in (status.FINISHED, status.STOP, status.CANCEL):
             self.loop.active.pop(item.engine_id, None)
+            if self.kv_record is not None and len(item.output) > 1:
+                # The last token's KV was never computed: the blocks of the prompt and the rest of the output are.
+                self.kv_record.stored(item.prompt + item.output[:-1])
             if not job.closed:
                 job.closed = True
                 reason = "length" if job.tokens >= item.config.max_new_tokens else "stop"
@@ -178,6 +282,8 @@ class DynamoEngineServer:
             prompt, config = self.generation_config(request)
         except (RequestRefused, TypeError, ValueError) as exc:
             raise _http_error(BAD_REQUEST, str(exc)) from None
+        if self.kv_record is not None:
+            LOG.info("request: %d prompt tokens, %d in blocks this worker published", len(prompt), self.kv_record.known_tokens(prompt))
         job = WorkerJob(WorkerItem(prompt, config), asyncio.Queue(), asyncio.get_running_loop())
         self.loop.incoming.put(job)
         try:
@@ -208,9 +314,10 @@ def _http_error(code: int, message: str) -> Exception:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    from dynamo.llm import ModelInput, ModelRuntimeConfig, ModelType, WorkerType, register_model
+    from dynamo.llm import KvEventPublisher, ModelInput, ModelRuntimeConfig, ModelType, WorkerType, register_model
     from dynamo.runtime import DistributedRuntime
     from engine_loop import load_engine
+    from genai_settings import CPU_KV_BLOCK_SIZE, kv_blocks_for
 
     engine = load_engine(
         args.engine_dir,
@@ -220,17 +327,26 @@ async def serve(args: argparse.Namespace) -> None:
         warn=LOG.warning,
     )
     LOG.info("%s", engine.description)
-    server = DynamoEngineServer(engine, args.arrival_window_ms / 1000.0)
-    server.loop.start()
+    kv_blocks = kv_blocks_for(args.kv_tokens or engine.max_batch_size * engine.max_seq_len)
 
     runtime = DistributedRuntime(asyncio.get_running_loop(), "file", "tcp")
     stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stopping.set)
     endpoint = runtime.endpoint(args.endpoint)
+    kv_record = None
+    if args.publish_kv_events and engine.prefix_caching:
+        publisher = KvEventPublisher(endpoint, kv_block_size=CPU_KV_BLOCK_SIZE)
+        kv_record = KvCacheRecord(publisher.publish_stored, publisher.publish_removed, CPU_KV_BLOCK_SIZE, kv_blocks)
+        LOG.info("publishing KV events: blocks of %d tokens, a record of at most %d blocks", CPU_KV_BLOCK_SIZE, kv_blocks)
+    elif args.publish_kv_events:
+        LOG.warning("--publish-kv-events without prefix caching: the engine keeps no blocks between requests, none published")
+    server = DynamoEngineServer(engine, args.arrival_window_ms / 1000.0, kv_record)
+    server.loop.start()
     runtime_config = ModelRuntimeConfig()
     runtime_config.max_num_seqs = engine.max_batch_size
     runtime_config.context_length = engine.max_seq_len
+    runtime_config.total_kv_blocks = kv_blocks
     await register_model(
         ModelInput.Tokens,
         ModelType.Completions | ModelType.Chat,
@@ -238,7 +354,7 @@ async def serve(args: argparse.Namespace) -> None:
         args.model_dir,
         args.model_name,
         worker_type=WorkerType.Aggregated,
-        kv_cache_block_size=args.kv_block_size,
+        kv_cache_block_size=CPU_KV_BLOCK_SIZE,
         runtime_config=runtime_config,
     )
     serving = asyncio.ensure_future(endpoint.serve_endpoint(server.generate))
@@ -250,6 +366,8 @@ async def serve(args: argparse.Namespace) -> None:
     with contextlib.suppress(Exception):
         await asyncio.wait_for(serving, 10)
     server.loop.stop(timeout_s=10)
+    if kv_record is not None:
+        kv_record.close()
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -260,7 +378,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--model-name", required=True)
     parser.add_argument("--endpoint", required=True, help="namespace.component.generate")
     parser.add_argument("--kv-tokens", type=int, default=None)
-    parser.add_argument("--kv-block-size", type=int, default=32)
+    parser.add_argument("--publish-kv-events", action="store_true", help="tell the KV router what the engine's prefix cache holds")
     parser.add_argument("--prefix-caching", action="store_true")
     parser.add_argument("--split-fuse", action="store_true")
     parser.add_argument("--arrival-window-ms", type=float, default=0.0)

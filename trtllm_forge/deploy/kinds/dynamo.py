@@ -103,7 +103,7 @@ class DynamoKind(OpenAIKind):
         raise ConfigError("deploy.target", f"{NAME} renders for kubernetes or docker, not {target}", "use --target kubernetes or docker")
 
     def plan_local(self, config: ForgeConfig, workdir: Path, repository: Path) -> LocalPlan:
-        from trtllm_forge.deploy.dynamo_local import STATE, plan
+        from trtllm_forge.deploy.dynamo_local import STATE, plan, router_knowledge
 
         deployment = plan(config, workdir)
         lines = []
@@ -113,7 +113,11 @@ class DynamoKind(OpenAIKind):
         return LocalPlan(
             document={"server": NAME, **deployment.to_dict(), "dry_run": True},
             sections=[
-                (f"would run (a frontend, router {config.deploy.dynamo.router_mode}, and {len(deployment.workers)} workers):", lines),
+                (
+                    f"would run (a frontend, router {config.deploy.dynamo.router_mode} knowing the caches by "
+                    f"{router_knowledge(config)}, and {len(deployment.workers)} workers):",
+                    lines,
+                ),
                 (
                     "files:",
                     [p.log for p in deployment.processes]
@@ -171,7 +175,7 @@ class DynamoKind(OpenAIKind):
         frontend = processes[0]
         dynamo.running = frontend.alive and frontend.ready
         leftovers = [p.pid for p in processes if p.alive] if not frontend.alive else []
-        return DeploymentStatus(
+        status = DeploymentStatus(
             server=self.name,
             deployment=dynamo,
             processes=processes,
@@ -179,6 +183,9 @@ class DynamoKind(OpenAIKind):
             problems=problems,
             leftover_pids=[pid for pid in leftovers if pid is not None],
         )
+        if frontend.alive:  # `deploy` starts only the dead workers again; the frontend and the others keep serving
+            status.restart = "`trtllm-forge deploy` (it starts the dead workers again; the frontend and the live workers keep serving)"
+        return status
 
     def stop(self, workdir: Path, *, grace_s: float) -> Deployment | None:
         from trtllm_forge.deploy.dynamo_local import stop

@@ -97,6 +97,7 @@ class DeploymentStatus:
     endpoints: dict[str, bool] = field(default_factory=dict)  # what clients call (Triton: its models) -> ready
     problems: list[str] = field(default_factory=list)  # running but unhealthy: why; not running: why it ended, if known
     leftover_pids: list[int] = field(default_factory=list)  # processes a dead deployment left running
+    restart: str = "`trtllm-forge deploy stop` and `trtllm-forge deploy`"  # what brings it back, for the problems' hint
 
     @property
     def running(self) -> bool:
