@@ -4,8 +4,9 @@ against itself and against Triton, every deployment made from configs/smollm2-cp
 prefix caching on, the same engine settings everywhere).
 
   routing     the KV router (the workers publish KV events) against round-robin, the same 2 workers each, on a
-              shared-prefix workload: one long system prompt, short varied questions, sessions whose prompts grow
-              turn by turn (bench options prefix_len and turns); our bench's openai target, streamed; TTFT p50/p99
+              shared-prefix workload: more long system prompts than one worker's KV cache holds, short varied
+              questions, sessions whose prompts grow turn by turn (bench options prefix_len, prefix_count and
+              turns); our bench's openai target, streamed; TTFT p50/p99
               and output tok/s. Goal: KV TTFT p50 <= 0.7x round-robin's (paired within a repeat).
   throughput  Triton (the ensemble), Dynamo with 1 worker and Dynamo with 2 workers at concurrency 8, streamed (our
               bench: triton-grpc / openai) and not streamed (a closed loop of plain HTTP requests: Triton's
@@ -67,20 +68,24 @@ THROUGHPUT_GOAL = 0.95  # Dynamo 1 worker's tok/s / Triton's, at least
 class Workloads:
     """The two workloads (sizes; the smoke run shrinks them)."""
 
-    # A turn's prompt: system prompt + its session's earlier questions and answers + its question; turn 3 at most
-    # 600 + 3 x 48 + 2 x 64 = 872 tokens (max_input_len 1024). Routing matters for the session's own history
-    # (round-robin recomputes it on the other worker), not for the system prompt (both workers cache that).
-    prefix_len: int = 600
+    # Where a cache-aware router pays: more long prefixes than one worker's KV cache holds, fewer than two hold.
+    # Nine system prompts of 700 tokens (22 blocks of 32 each: 189 blocks in all) against a pool of 160 blocks per
+    # worker: round-robin shows every prompt to both workers, whose LRU caches then miss in a cycle; the KV router keeps
+    # each prompt (and its sessions' history) on one worker, about half of them each. Turn 2 at most
+    # 700 + 48 + 32 + 48 = 828 tokens (max_input_len 1024). The counts are odd on purpose: with an even number of
+    # prefixes or sessions, round-robin over two workers would send a prefix or a session to the same worker every time.
+    prefix_len: int = 700
+    prefix_count: int = 9
     question_len: int = 48
-    answer_len: int = 64
-    turns: int = 3
+    answer_len: int = 32
+    turns: int = 2
     routing_concurrency: int = 4
-    routing_requests: int = 48
+    routing_requests: int = 54  # 27 sessions of 2 turns
     input_len: int = 64
     output_len: int = 64
     concurrency: int = 8
     requests: int = 32
-    kv_tokens: int = 16384  # per worker (and Triton's engine): four engines at once on the host
+    kv_tokens: int = 5120  # per worker (and Triton's engine): 160 blocks of 32, the same for every deployment
 
 
 @dataclass
@@ -348,6 +353,7 @@ def run(args: argparse.Namespace, work: Workloads, out: Path | None) -> dict[str
         "workloads": {
             "routing": {
                 "system_prompt_tokens": work.prefix_len,
+                "system_prompts": work.prefix_count,
                 "question_tokens": work.question_len,
                 "answer_tokens": work.answer_len,
                 "turns": work.turns,
@@ -393,6 +399,7 @@ def run(args: argparse.Namespace, work: Workloads, out: Path | None) -> dict[str
                         input_len=work.question_len,
                         output_len=work.answer_len,
                         prefix_len=work.prefix_len,
+                        prefix_count=work.prefix_count,
                         turns=work.turns,
                     )
                 except Exception as exc:
@@ -473,7 +480,8 @@ def render_routing_table(document: dict[str, Any]) -> str:
     work = document["workloads"]["routing"]
     runs = _runs(document, "routing")
     lines = [
-        f"Workload: one {work['system_prompt_tokens']}-token system prompt, questions of {work['question_tokens']} tokens, "
+        f"Workload: {work['system_prompts']} system prompts of {work['system_prompt_tokens']} tokens (sessions take them in "
+        f"turn) against a KV cache of {document['workloads']['kv_tokens_per_engine']} tokens per worker, questions of {work['question_tokens']} tokens, "
         f"answers of {work['answer_tokens']}, sessions of {work['turns']} turns (a turn's prompt holds its session's earlier "
         f"turns), {work['requests']} requests at concurrency {work['concurrency']}, streamed; median of "
         f"{document['repeats']} interleaved repeats; {_where(document)}",
@@ -565,7 +573,7 @@ def main() -> int:
     out: Path | None = RESULTS_DIR / f"{args.name}.json"
     if args.smoke:
         work = Workloads(
-            prefix_len=96, question_len=8, answer_len=4, turns=2, routing_concurrency=2, routing_requests=4, input_len=8, output_len=4,
+            prefix_len=96, prefix_count=3, question_len=8, answer_len=4, turns=2, routing_concurrency=2, routing_requests=4, input_len=8, output_len=4,
             concurrency=2, requests=4, kv_tokens=8192,
         )  # fmt: skip
         args.repeats = 1

@@ -68,3 +68,12 @@ def test_a_dataset_with_a_shared_prefix_is_refused(tmp_path):
         BenchOptions(url="-", model="m", prefix_len=8, turns=2, input_len=LengthSpec(4)), None, 4, np.random.default_rng(0)
     )
     assert [r.input_tokens for r in plain] == [12, 12, 12 + 64 + 4, 12 + 64 + 4]  # the default output length: 64
+
+
+def test_prefix_count_gives_the_sessions_distinct_system_prompts_in_turn(smollm2_checkpoint):
+    tokenizer = load_tokenizer(smollm2_checkpoint)
+    requests = sessions(6, 64, 1, LengthSpec(8), LengthSpec(4), np.random.default_rng(2), tokenizer, prefix_count=3)
+    heads = [tuple(tokenizer.encode(r.prompt, add_special_tokens=False)[:56]) for r in requests]
+    assert len(set(heads)) == 3  # three system prompts
+    assert heads[:3] == heads[3:]  # session s takes prompt s mod 3
+    assert from_command_line({"prefix_count": 5}) == {"prefix_count": 5}

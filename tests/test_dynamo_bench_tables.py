@@ -32,6 +32,7 @@ def _document(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "workloads": {
             "routing": {
                 "system_prompt_tokens": 600,
+                "system_prompts": 9,
                 "question_tokens": 32,
                 "answer_tokens": 32,
                 "turns": 3,
@@ -40,6 +41,7 @@ def _document(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 "streamed": True,
             },
             "throughput": {"input_tokens": 64, "output_tokens": 64, "concurrency": 8, "requests": 32},
+            "kv_tokens_per_engine": 5120,
         },
         "labels": script.PATH_LABELS,
         "repeats": 2,

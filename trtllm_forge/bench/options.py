@@ -203,6 +203,17 @@ class BenchOptions:
         config_type=int,
         description="Tokens of one system prompt every synthetic prompt starts with (0: none).",
     )
+    prefix_count: int = option(
+        1,
+        flag="--prefix-count",
+        ge=1,
+        show_default=True,
+        help="Distinct system prompts of --prefix-len tokens; session s starts with prompt s mod this (more prefixes "
+        "than one engine's KV cache holds is where cache-aware routing pays).",
+        key="prefix_count",
+        config_type=int,
+        description="Distinct system prompts of prefix_len tokens, taken by the sessions in turn (1: one shared prompt).",
+    )
     turns: int = option(
         1,
         flag="--turns",

@@ -59,14 +59,14 @@ MAX_UNIQUE_PROMPTS = 4096  # duration-bound points cycle through at most this ma
 
 
 def build_requests(options: BenchOptions, tokenizer: Any, n: int, rng: np.random.Generator) -> list[BenchRequest]:
-    shared = options.prefix_len > 0 or options.turns > 1
+    shared = options.prefix_len > 0 or options.turns > 1 or options.prefix_count > 1
     if options.dataset is not None:
         if shared:
-            raise ConfigError("--prefix-len/--turns", "shape synthetic prompts, not a --dataset", "drop them or the dataset")
+            raise ConfigError("--prefix-len/--prefix-count/--turns", "shape synthetic prompts, not a --dataset", "drop them or the dataset")
         pool = from_dataset(options.dataset, tokenizer, options.output_len if options.output_len_given else None, rng)
         return take(pool, n, rng)
     if shared:
-        return sessions(n, options.prefix_len, options.turns, options.input_len, options.output_len, rng, tokenizer)
+        return sessions(n, options.prefix_len, options.turns, options.input_len, options.output_len, rng, tokenizer, options.prefix_count)
     requests = synthetic(min(n, MAX_UNIQUE_PROMPTS), options.input_len, options.output_len, rng, tokenizer)
     return [requests[i % len(requests)] for i in range(n)]
 

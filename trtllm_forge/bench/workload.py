@@ -74,18 +74,26 @@ def _piece(tokenizer: Any, length: int, rng: np.random.Generator, special: set[i
 
 
 def sessions(
-    n: int, prefix_len: int, turns: int, input_len: LengthSpec, output_len: LengthSpec, rng: np.random.Generator, tokenizer: Any = None
+    n: int,
+    prefix_len: int,
+    turns: int,
+    input_len: LengthSpec,
+    output_len: LengthSpec,
+    rng: np.random.Generator,
+    tokenizer: Any = None,
+    prefix_count: int = 1,
 ) -> list[BenchRequest]:
-    """`n` requests of ceil(n / turns) sessions sharing one system prompt of `prefix_len` tokens. Request i is turn
+    """`n` requests of ceil(n / turns) sessions; session s starts with system prompt s mod `prefix_count` (each of
+    `prefix_len` tokens; one prompt shared by all when `prefix_count` is 1). Request i is turn
     i // S of session i % S (S sessions: a session's turns are S requests apart, so its earlier turn has usually
     ended when the next is sent); its prompt is the system prompt, the session's earlier questions each followed by
     an answer of output-length tokens (synthetic, not the model's), then its own question of input-length tokens."""
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
     count = -(-n // turns)
-    system = _piece(tokenizer, prefix_len, rng, special) if prefix_len else ""
+    systems = [_piece(tokenizer, prefix_len, rng, special) for _ in range(prefix_count)] if prefix_len else []
     questions = input_len.sample(count * turns, rng)
     answers = output_len.sample(count * turns, rng)
-    histories = [[system] if system else [] for _ in range(count)]
+    histories = [[systems[session % prefix_count]] if systems else [] for session in range(count)]
     requests = []
     for i in range(n):
         session, turn = i % count, i // count
