@@ -8,7 +8,7 @@ import math
 import pytest
 
 from trtllm_forge.config.load import parse_config
-from trtllm_forge.hardware import Device
+from trtllm_forge.hardware import Device, link_table
 from trtllm_forge.model_shape import catalog_shape
 from trtllm_forge.plan.advise import quantization_supported, recommend, refusal
 from trtllm_forge.plan.memory import GiB, kv_bytes_per_token, rank_memory
@@ -385,8 +385,32 @@ def test_expert_parallel_step_waits_for_the_rank_holding_a_touched_expert():
 def test_fp8_uses_the_fp8_tensor_peak_and_tp_adds_all_reduce_time():
     fp8 = make_plan(gpu_config(LLAMA70, "H200", algorithm="fp8", tp=4))
     assert fp8.machine.peak_flops == 1979e12 and fp8.machine.compute_precision == "fp8"
-    comm = fp8.point(1).decode.comm_s
-    assert comm == pytest.approx(2 * 80 * 2 * 3 / 4 * 8192 * 2 / 450e9, rel=1e-12)
+    nvlink = link_table()["nvlink"]
+    # two ring all-reduces per layer: a call's latency, 2(tp-1) hops, and 2(tp-1)/tp of the activations over NVLink
+    latency = 2 * 80 * (nvlink.call_latency_us + 2 * 3 * nvlink.hop_latency_us) * 1e-6
+    step = fp8.point(1).decode
+    assert step.comm_latency_s == pytest.approx(latency, rel=1e-12)
+    assert step.comm_s == pytest.approx(latency + 2 * 80 * 2 * 3 / 4 * 8192 * 2 / 450e9, rel=1e-12)
+
+
+def test_more_tp_adds_all_reduce_latency_and_pcie_hops_cost_more_than_nvlink():
+    latency = {
+        (gpu, tp): make_plan(gpu_config(LLAMA70, gpu, algorithm="fp8", tp=tp)).point(1).decode.comm_latency_s
+        for gpu in ("H100-SXM", "L40S")
+        for tp in (1, 2, 4, 8)
+    }
+    for gpu in ("H100-SXM", "L40S"):
+        assert latency[gpu, 1] == 0.0
+        assert latency[gpu, 1] < latency[gpu, 2] < latency[gpu, 4] < latency[gpu, 8]
+    assert all(latency["L40S", tp] > latency["H100-SXM", tp] for tp in (2, 4, 8))
+
+
+def test_pipeline_stage_hand_off_costs_a_call_and_a_hop_per_boundary():
+    plan = make_plan(gpu_config(LLAMA70, "H100-SXM", algorithm="fp8", pp=4))
+    nvlink = link_table()["nvlink"]
+    step = plan.point(1).decode
+    assert step.comm_latency_s == pytest.approx(3 * (nvlink.call_latency_us + nvlink.hop_latency_us) * 1e-6, rel=1e-12)
+    assert step.comm_s == pytest.approx(step.comm_latency_s + 3 * 8192 * 2 / 450e9, rel=1e-12)
 
 
 def test_smollm2_on_a_measured_cpu():

@@ -38,6 +38,22 @@ class Device:
     def is_gpu(self) -> bool:
         return self.compute_capability is not None
 
+    @property
+    def link_kind(self) -> str:
+        """The link between this device's tensor-parallel ranks: a key of the table's `links`."""
+        return "nvlink" if self.nvlink_gb_s else "pcie"
+
+
+@dataclass(frozen=True)
+class Link:
+    """Latency and bandwidth of a link kind between GPUs of one node (data/hardware.json `links`, with sources)."""
+
+    kind: str
+    call_latency_us: float  # once per collective call
+    hop_latency_us: float  # per ring step
+    bandwidth_gb_s: float | None  # per direction; None: the device's own figure (NVLink)
+    source: str
+
 
 def host_profile_path() -> Path:
     """Where `plan --measure-host` keeps the measured cpu entry (overridable for tests)."""
@@ -57,10 +73,20 @@ def _measured_cpu() -> dict | None:
     return {k: v for k, v in raw.items() if k in known} if isinstance(raw, dict) else None
 
 
+def _shipped_table() -> dict:
+    table: dict = json.loads(resources.files("trtllm_forge").joinpath("data/hardware.json").read_text())
+    return table
+
+
+@lru_cache(maxsize=1)
+def link_table() -> dict[str, Link]:
+    links = _shipped_table()["links"]
+    return {kind: Link(kind=kind, **entry) for kind, entry in links.items() if kind != "note"}
+
+
 @lru_cache(maxsize=1)
 def hardware_table() -> dict[str, Device]:
-    raw = json.loads(resources.files("trtllm_forge").joinpath("data/hardware.json").read_text())
-    devices = raw["devices"]
+    devices = _shipped_table()["devices"]
     measured = _measured_cpu()
     if measured:
         devices = {**devices, "cpu": {**devices["cpu"], **measured}}

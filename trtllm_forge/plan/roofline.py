@@ -2,7 +2,10 @@
 
 A step cannot be faster than the bytes it must move over memory bandwidth, nor than its FLOPs over the tensor
 throughput of the precision the GEMMs run in: time = max(bytes / bandwidth, FLOPs / throughput) per pipeline
-stage, plus the TP all-reduces over the GPU link (two per layer, ring algorithm), which do not overlap.
+stage, plus the communication, which does not overlap: the TP all-reduces over the GPU link (two per layer, ring
+algorithm: a per-call latency, 2(tp-1) hops of link latency and 2(tp-1)/tp of the activations over the link
+bandwidth, after NCCL's cost model) and the PP stage hand-offs (one call, one hop and the activations each).
+Link latencies and their sources: data/hardware.json `links`.
 
 Decode moves the weights once per step (MoE: only the experts the batch touches) and reads every sequence's KV;
 prefill moves the weights once and writes the prompt's KV. PP stages of one step run one after another.
@@ -11,14 +14,11 @@ prefill moves the weights once and writes the prompt's KV. PP stages of one step
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from trtllm_forge.hardware import Device
+from trtllm_forge.hardware import Device, link_table
 from trtllm_forge.model_shape import ModelShape
 from trtllm_forge.plan.weights import Mapping, RankWeights
-
-# PCIe Gen4 x16 per direction, for GPUs without NVLink (A10G, L4, L40S, RTX 4090).
-PCIE_BYTES_PER_S = 32e9
 
 FP8_COMPUTE = {"fp8", "w4a8_awq"}
 
@@ -29,6 +29,8 @@ class Machine:
     peak_flops: float  # FLOP/s of the GEMM precision
     link_bandwidth: float  # bytes/s per direction between TP ranks
     compute_precision: str
+    link_call_latency_s: float = 0.0  # once per collective call
+    link_hop_latency_s: float = 0.0  # per ring step
 
     @classmethod
     def for_device(cls, device: Device, algorithm: str, dtype: str) -> Machine | None:
@@ -50,8 +52,17 @@ class Machine:
             flops, precision = device.fp16_tflops, "fp16"
         if not flops:
             return None
-        link = device.nvlink_gb_s / 2 * 1e9 if device.nvlink_gb_s else PCIE_BYTES_PER_S
-        return cls(device.bandwidth_gb_s * 1e9, flops * 1e12, link, precision)
+        if not device.is_gpu:
+            return cls(device.bandwidth_gb_s * 1e9, flops * 1e12, 0.0, precision)  # one host: no link between ranks
+        link = link_table()[device.link_kind]
+        link_bytes = device.nvlink_gb_s / 2 * 1e9 if device.nvlink_gb_s else (link.bandwidth_gb_s or 0.0) * 1e9
+        return cls(
+            device.bandwidth_gb_s * 1e9, flops * 1e12, link_bytes, precision, link.call_latency_us * 1e-6, link.hop_latency_us * 1e-6
+        )
+
+    def shared(self, ways: int) -> Machine:
+        """This machine split evenly `ways` ways (engine instances on one host share its bandwidth and cores)."""
+        return replace(self, bandwidth=self.bandwidth / ways, peak_flops=self.peak_flops / ways)
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,7 @@ class StepTime:
     compute_s: float
     comm_s: float
     seconds: float
+    comm_latency_s: float = 0.0  # the part of comm_s that is per-call and per-hop latency, not bytes
 
     @property
     def compute_bound(self) -> bool:
@@ -90,7 +102,7 @@ class ModelCost:
             mlp = 3 * h * (s.intermediate_size // m.tp)
         return rank.layers * (attention + mlp)
 
-    def _weights_read(self, rank: RankWeights, tokens: int) -> float:
+    def _weights_read(self, rank: RankWeights, tokens: float) -> float:
         s = self.shape
         experts = 0.0
         if s.is_moe and rank.local_experts:
@@ -106,7 +118,7 @@ class ModelCost:
             embedding = min(tokens, s.vocab_size) * s.hidden_size * self.dtype_bytes if rank.embedding else 0.0
         return rank.projections + rank.other + rank.lm_head + embedding + experts
 
-    def _flops(self, rank: RankWeights, tokens: int, logits_rows: int, attention_pairs: float) -> float:
+    def _flops(self, rank: RankWeights, tokens: float, logits_rows: float, attention_pairs: float) -> float:
         s, m = self.shape, self.mapping
         heads = s.num_attention_heads // m.tp
         lm_head = (rank.embedding if rank.head_is_embedding else rank.lm_head) / self.dtype_bytes
@@ -114,30 +126,39 @@ class ModelCost:
         attention = 4 * rank.layers * heads * s.head_dim * attention_pairs
         return 2 * tokens * self._params_per_token(rank) + 2 * logits_rows * lm_head + attention
 
-    def _comm(self, machine: Machine, tokens: int) -> float:
-        tp = self.mapping.tp
-        if tp == 1:
-            return 0.0
+    def _comm(self, machine: Machine, tokens: float) -> tuple[float, float]:
+        """(seconds of communication in one step, the latency part of it)."""
+        tp, pp = self.mapping.tp, self.mapping.pp
         size = tokens * self.shape.hidden_size * self.act_bytes
-        return 2 * self.shape.num_hidden_layers * 2 * (tp - 1) / tp * size / machine.link_bandwidth
+        latency = transfer = 0.0
+        if tp > 1:
+            all_reduces = 2 * self.shape.num_hidden_layers  # after attention and after the MLP
+            latency += all_reduces * (machine.link_call_latency_s + 2 * (tp - 1) * machine.link_hop_latency_s)
+            transfer += all_reduces * 2 * (tp - 1) / tp * size / machine.link_bandwidth
+        if pp > 1:
+            latency += (pp - 1) * (machine.link_call_latency_s + machine.link_hop_latency_s)
+            transfer += (pp - 1) * size / machine.link_bandwidth
+        return latency + transfer, latency
 
-    def _step(self, machine: Machine, tokens: int, logits_rows: int, pairs: float, kv_tokens: float) -> StepTime:
+    def step(self, machine: Machine, tokens: float, logits_rows: float, pairs: float, kv_tokens: float) -> StepTime:
+        """One step of `tokens` tokens (decode and prefill mixed), `logits_rows` of them sampled, `pairs` attention
+        (query, key) pairs, `kv_tokens` tokens of KV read or written."""
         memory = compute = total = 0.0
         for rank, kv_per_token in zip(self.ranks, self.kv_bytes_per_token, strict=False):
             m = (self._weights_read(rank, tokens) + kv_tokens * kv_per_token) / machine.bandwidth
             c = self._flops(rank, tokens, logits_rows, pairs) / machine.peak_flops
             memory, compute, total = memory + m, compute + c, total + max(m, c)
-        comm = self._comm(machine, tokens)
-        return StepTime(memory, compute, comm, total + comm)
+        comm, latency = self._comm(machine, tokens)
+        return StepTime(memory, compute, comm, total + comm, latency)
 
     def decode(self, machine: Machine, batch: int, context: float) -> StepTime:
         """One decode step of `batch` sequences whose KV holds `context` tokens each."""
-        return self._step(machine, batch, batch, batch * context, batch * context)
+        return self.step(machine, batch, batch, batch * context, batch * context)
 
     def prefill(self, machine: Machine, batch: int, prompt_len: int) -> StepTime:
         """Prefill of `batch` prompts of `prompt_len` tokens at once (causal attention, KV written)."""
         tokens = batch * prompt_len
-        return self._step(machine, tokens, batch, batch * prompt_len * (prompt_len + 1) / 2, tokens)
+        return self.step(machine, tokens, batch, batch * prompt_len * (prompt_len + 1) / 2, tokens)
 
     def compute_bound_batch(self, machine: Machine, context: float, limit: int = 1 << 16) -> int | None:
         """The smallest batch whose decode step is compute-bound, or None below `limit`."""

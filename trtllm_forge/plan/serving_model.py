@@ -1,0 +1,146 @@
+"""A serving steady state from the roofline's step cost: what `concurrency` clients get from an engine.
+
+Closed loop: `concurrency` clients each keep one request in flight (prompt `workload.input_len` tokens, answer
+`workload.output_len` tokens) and send the next as soon as one ends. Each serving instance (one engine, one model
+replica, one Dynamo worker) gets an even share of the clients and runs in-flight batching: every step decodes one
+token of each running sequence and, within `max_num_tokens` tokens per step, prefills the chunks of the prompts
+of newly admitted ones. A sequence holds a slot from admission to its last token; at most
+batch = min(clients, max_batch_size, sequences the KV cache holds at the workload, max_num_tokens) run at once,
+the rest wait in the queue.
+
+Over one slot lifetime of L steps the batch's B slots prefill B prompts and decode B x (OSL - 1) tokens (the
+prompt's last step samples the first token):
+  L = max(ceil(ISL / max_num_tokens) + OSL - 1, B x (ISL + OSL - 1) / max_num_tokens)   (the token budget binds)
+  d = B x (OSL - 1) / L                      decode tokens in every step
+  chunk = max_num_tokens - d                 prefill tokens a step has room for
+  n_p = min(L, B x ceil(ISL / chunk))        steps carrying prefill (arrivals spread out: one prompt's chunk
+                                             per step unless every step already carries one)
+The prefill-bearing steps carry d decode tokens and B x ISL / n_p prompt tokens (compute-bound for long
+prompts); the others only d decode tokens (memory-bound). Their times come from the roofline's `ModelCost.step`
+(per stage max(bytes / bandwidth, FLOPs / peak), plus communication), so the lifetime takes
+T = n_p x t_mixed + (L - n_p) x t_decode and
+  requests/s = B / T, output tokens/s = B x OSL / T, TPOT = T / L (the mean step a running sequence waits),
+  TTFT = queueing (clients - B) / requests/s (Little's law in a closed loop) + half a step in flight on arrival
+         + its own prefill: max(ceil(ISL / chunk), L - OSL + 1) steps with prefill (the second term: the token
+         budget makes prompts wait for room).
+Both are means over the steady state; the bound is physical (no kernel or scheduler overhead), so measured
+numbers are slower, by a roughly constant factor at one engine, which keeps the ranking of configurations.
+
+Instances: on GPUs each instance (a Dynamo worker) has its own GPUs. On a CPU host the instances share the
+host: each gets 1/instances of the measured bandwidth and matrix throughput (the host profile measures the whole
+machine with every core), so more instances only help where a limit (max_batch_size) caps one instance's batch,
+and each pays for reading its own copy of the weights every step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from trtllm_forge.plan.planner import Plan
+from trtllm_forge.plan.roofline import Machine, StepTime
+
+LIMITS = ("concurrency", "max_batch_size", "kv_cache", "max_num_tokens")
+
+
+@dataclass(frozen=True)
+class ServingPrediction:
+    concurrency: int  # requests in flight the client keeps (all instances together)
+    batch: int  # sequences decoding at once in steady state, per instance
+    limited_by: str  # which of LIMITS sets `batch` (the first of them on a tie)
+    ttft_ms: float  # queueing for a slot + half a step in flight + the prompt's own prefill steps
+    tpot_ms: float  # the mean step time with the prefills of arriving requests mixed in
+    output_tokens_per_s: float  # per serving instance (one engine / one model replica / one Dynamo worker)
+    requests_per_s: float  # per serving instance
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """One slot lifetime of the batch: its steps, the two kinds of step and their times."""
+
+    batch: int
+    lifetime_steps: float  # L
+    prefill_steps: float  # n_p: steps that carry prompt tokens
+    own_prefill_steps: float  # steps one prompt waits for its own prefill
+    mixed: StepTime  # a step with decode tokens and prompt chunks
+    decode: StepTime  # a step with decode tokens only
+
+    @property
+    def lifetime_s(self) -> float:
+        return self.prefill_steps * self.mixed.seconds + (self.lifetime_steps - self.prefill_steps) * self.decode.seconds
+
+    @property
+    def mean_step_s(self) -> float:
+        return self.lifetime_s / self.lifetime_steps
+
+
+def batch_limits(plan: Plan, clients: int) -> dict[str, int]:
+    """Each limit on the sequences one instance runs at once, in LIMITS order."""
+    engine = plan.config.engine
+    return {
+        "concurrency": clients,
+        "max_batch_size": engine.max_batch_size,
+        "kv_cache": plan.max_concurrent_sequences,
+        "max_num_tokens": engine.resolved_max_num_tokens,  # every running sequence decodes one token per step
+    }
+
+
+def steady_state(plan: Plan, machine: Machine, batch: int) -> SteadyState:
+    """The closed loop's steady state at `batch` running sequences (the module docstring's formulas)."""
+    isl, osl = max(1, plan.workload.input_len), max(1, plan.workload.output_len)
+    budget = plan.config.engine.resolved_max_num_tokens
+    context = plan.workload.mean_context
+    lifetime = max(math.ceil(isl / budget) + osl - 1, batch * (isl + osl - 1) / budget)
+    decode_tokens = batch * (osl - 1) / lifetime
+    chunk = max(1.0, budget - decode_tokens)
+    chunks_per_prompt = math.ceil(isl / chunk)
+    prefill_steps = min(lifetime, batch * chunks_per_prompt)
+    arrivals = batch / prefill_steps  # prompts finishing their prefill (and sampling a token) per mixed step
+    prompt_tokens = batch * isl / prefill_steps
+    prompt_pairs = arrivals * isl * (isl + 1) / 2  # causal attention over the whole prompt
+    prompt_rereads = arrivals * isl * (chunks_per_prompt - 1) / 2  # each chunk reads the earlier chunks' KV
+    mixed = plan.cost.step(
+        machine,
+        decode_tokens + prompt_tokens,
+        decode_tokens + arrivals,
+        decode_tokens * context + prompt_pairs,
+        decode_tokens * context + prompt_tokens + prompt_rereads,
+    )
+    decode = plan.cost.step(machine, decode_tokens, decode_tokens, decode_tokens * context, decode_tokens * context)
+    own = max(chunks_per_prompt, lifetime - (osl - 1))
+    return SteadyState(batch, lifetime, prefill_steps, own, mixed, decode)
+
+
+def predict_serving(plan: Plan, *, concurrency: int, instances: int = 1) -> ServingPrediction | None:
+    """The closed-loop steady state of `concurrency` clients over `instances` instances (None without the
+    machine's numbers). No I/O: cheap enough to call for every point of a search space."""
+    if concurrency < 1 or instances < 1:
+        raise ValueError(f"concurrency ({concurrency}) and instances ({instances}) must be at least 1")
+    if plan.machine is None:
+        return None
+    machine = plan.machine if plan.device.is_gpu else plan.machine.shared(instances)
+    clients = math.ceil(concurrency / instances)
+    limits = batch_limits(plan, clients)
+    limited_by = min(LIMITS, key=lambda name: limits[name])
+    batch = limits[limited_by]
+    if batch < 1:  # the KV cache holds no sequence of this workload
+        return ServingPrediction(concurrency, 0, limited_by, math.inf, math.inf, 0.0, 0.0)
+    state = steady_state(plan, machine, batch)
+    requests_per_s = batch / state.lifetime_s
+    queueing_s = (clients - batch) / requests_per_s
+    ttft_s = queueing_s + state.mean_step_s / 2 + state.own_prefill_steps * state.mixed.seconds
+    return ServingPrediction(
+        concurrency=concurrency,
+        batch=batch,
+        limited_by=limited_by,
+        ttft_ms=ttft_s * 1e3,
+        tpot_ms=state.mean_step_s * 1e3,
+        output_tokens_per_s=requests_per_s * max(1, plan.workload.output_len),
+        requests_per_s=requests_per_s,
+    )
+
+
+def concurrency_sweep(plan: Plan) -> list[int]:
+    """1, 2, 4, ... up to twice the config's max_batch_size (and that value itself)."""
+    top = 2 * plan.config.engine.max_batch_size
+    return sorted({1 << i for i in range(top.bit_length()) if 1 << i <= top} | {top})
