@@ -69,7 +69,7 @@ def tune(
     """
     from trtllm_forge.tune.slo import parse_slo, slo_from_workload
     from trtllm_forge.tune.space import default_space, read_space
-    from trtllm_forge.tune.tuner import Question, prepare, run_search, show_plan, workload_concurrencies
+    from trtllm_forge.tune.tuner import Question, prepare, run_search, show_plan, with_workload, workload_concurrencies
 
     if emit_dir and import_dir:
         raise ConfigError("--emit", "given with --import", "emit the trials first, run them on the GPU host, then --import their results")
@@ -81,7 +81,9 @@ def tune(
         if as_json:
             emit_json(document)
         return
-    concurrencies = _concurrencies(concurrency_text) or workload_concurrencies(config)
+    given = _concurrencies(concurrency_text)
+    config = with_workload(config, given)
+    concurrencies = given or workload_concurrencies(config)
     if slo_text is not None:
         slo = parse_slo(slo_text)
     else:

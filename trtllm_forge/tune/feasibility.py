@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,16 +97,24 @@ def nearest_refusal(config: ForgeConfig, pruned: list[Checked], default: Point) 
     """The error for a space without a feasible point: the pruned point closest to the config's own values (fewest
     knobs changed, then fewest reasons) and what rules it out."""
 
-    def distance(checked: Checked) -> tuple[int, int]:
-        changed = sum(1 for name, value in checked.point.items() if default.get(name) != value)
-        return changed, len(checked.reasons)
+    def distance(checked: Checked) -> tuple[int, int, float]:
+        changed = [(value, default.get(name)) for name, value in checked.point.items() if default.get(name) != value]
+        return len(changed), len(checked.reasons), sum(_gap(value, own) for value, own in changed)
 
     if not pruned:
         return ConfigError("--space", "has no points", "give every knob at least one value")
     nearest = min(pruned, key=distance)
+    changed = describe_point({name: value for name, value in nearest.point.items() if default.get(name) != value})
     return ConfigError(
         "--space",
-        f"no feasible point among {len(pruned)}; the nearest, {describe_point(nearest.point)}, is ruled out by "
-        + "; ".join(nearest.reasons),
+        f"no feasible point among {len(pruned)}; the nearest (the config with {changed or 'its own values'}) is ruled out by "
+        + "; ".join(nearest.reasons[:2]),
         "widen the space (a --space file) or change the config so that point fits",
     )
+
+
+def _gap(value: object, own: object) -> float:
+    """How far a numeric knob value is from the config's own (ratio, on a log scale); 1 for anything else."""
+    if isinstance(value, int | float) and isinstance(own, int | float) and not isinstance(value, bool) and value > 0 and own > 0:
+        return abs(math.log(value / own))
+    return 1.0

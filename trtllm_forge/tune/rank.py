@@ -3,15 +3,18 @@ SLO keeps the loads it would meet, and the points are tried best predicted goodp
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.tune.feasibility import Checked
 from trtllm_forge.tune.slo import Objective, Slo
+from trtllm_forge.tune.space import Point
 
 # AIConfigurator (`plan --predict`) simulates one configuration in seconds in its own venv: per point of a space of
 # dozens that is minutes before the first trial, so the ranking uses plan's model and says so on a GPU config.
+TIE_SHARE = 0.02  # predictions this close rank as equal
 AIC_NOTE = "AIConfigurator not asked per point (seconds each in its own venv); `trtllm-forge plan CONFIG --predict` asks it for one"
 
 
@@ -66,7 +69,7 @@ def predict(config: ForgeConfig, slo: Slo, concurrencies: list[int], objective: 
         serving = predict_serving(plan, concurrency=concurrency, instances=instances)
         if serving is None:
             return Predicted(0.0, None, None, None, None, "no device numbers (`plan --measure-host`)", "none")
-        rate = serving.requests_per_s if objective == "requests" else serving.output_tokens_per_s * instances
+        rate = (serving.requests_per_s if objective == "requests" else serving.output_tokens_per_s) * instances  # both per instance
         good = rate if _meets(slo, serving.ttft_ms, serving.tpot_ms, workload.output_len) else 0.0
         shown = Predicted(
             good,
@@ -87,7 +90,16 @@ def predict(config: ForgeConfig, slo: Slo, concurrencies: list[int], objective: 
     return Predicted(0.0, last.concurrency, last.ttft_ms, last.tpot_ms, last.output_tokens_per_s, last.limited_by, last.source)
 
 
-def rank(feasible: list[Checked], slo: Slo, concurrencies: list[int], objective: Objective) -> list[Ranked]:
-    """Feasible points, best predicted goodput first (the space's order among equals)."""
+def rank(feasible: list[Checked], slo: Slo, concurrencies: list[int], objective: Objective, default: Point) -> list[Ranked]:
+    """Feasible points, best predicted goodput first. Predictions within TIE_SHARE of each other are a tie (knobs the
+    model does not see, such as pre/post-processing instances, predict alike); a tie goes to the point that changes
+    fewer knobs from the config's own values, then to the space's order."""
     ranked = [Ranked(checked, predict(checked.config, slo, concurrencies, objective)) for checked in feasible if checked.config]
-    return sorted(ranked, key=lambda r: -r.predicted.goodput)
+
+    def key(item: tuple[int, Ranked]) -> tuple[float, int, int]:
+        index, r = item
+        bucket = math.floor(math.log(r.predicted.goodput) / math.log1p(TIE_SHARE)) if r.predicted.goodput > 0 else -(10**9)
+        changed = sum(1 for name, value in r.checked.point.items() if default.get(name) != value)
+        return (-bucket, changed, index)
+
+    return [r for _, r in sorted(enumerate(ranked), key=key)]

@@ -15,7 +15,7 @@ STATISTICS = ("p50", "p90", "p95", "p99", "avg", "max")  # the bench summary's (
 PER_REQUEST = ("ttft", "tpot", "e2e")
 Objective = Literal["tokens", "requests"]
 OBJECTIVES: tuple[Objective, ...] = ("tokens", "requests")
-_GOAL = re.compile(r"^(?P<metric>[a-z]+)_(?P<stat>[a-z0-9]+)_ms$")
+_GOAL = re.compile(r"^(?P<metric>[a-z0-9]+)_(?P<stat>[a-z0-9]+)_ms$")
 EXAMPLE = "e.g. --slo ttft_p99_ms=500,tpot_p50_ms=50"
 
 

@@ -23,6 +23,7 @@ from trtllm_forge.ui import console, info
 
 DEFAULT_TRIALS = 8
 DEFAULT_BASE_REQUESTS = 8
+SHOWN_RANKS = 20  # --dry-run prints this many of the ranking
 
 
 @dataclass
@@ -55,20 +56,32 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
 
 
-def workload_concurrencies(config: ForgeConfig) -> tuple[int, ...]:
-    """The loads of the config's first bench workload (tune measures that workload); refused when there is none."""
-    if not config.bench.workloads:
+def with_workload(config: ForgeConfig, concurrencies: tuple[int, ...] | None) -> ForgeConfig:
+    """The config tune measures: its first bench workload, or (a config without one, e.g. for a GPU host) a workload
+    `tune` of the plan's default lengths at `--concurrency`; refused when there is neither."""
+    if config.bench.workloads:
+        return config
+    if not concurrencies:
         raise ConfigError(
             "bench.workloads",
             "tune measures the config's first bench workload, and there is none",
-            "add one (see configs/smollm2-cpu.yaml)",
+            "add one, or pass --concurrency (e.g. 1,8)",
         )
-    workload = config.bench.workloads[0]
-    concurrency = list(getattr(workload, "concurrency", None) or [])
-    if not concurrency:
-        top = config.engine.max_batch_size
-        concurrency = [1, top]
-    return tuple(sorted(set(concurrency)))
+    from trtllm_forge.config.load import parse_config
+    from trtllm_forge.plan.planner import default_workload
+
+    lengths = default_workload(config)
+    data = config.model_dump(mode="json")
+    data["bench"]["workloads"] = [{"name": "tune", "input_len": lengths.input_len, "output_len": lengths.output_len}]
+    tuned = parse_config(data, config_dir=config.config_dir, name=config.name)
+    tuned.config_file = config.config_file
+    return tuned
+
+
+def workload_concurrencies(config: ForgeConfig) -> tuple[int, ...]:
+    """The closed-loop loads of the config's first bench workload (with only request rates: 1 and max_batch_size)."""
+    concurrency = list(getattr(config.bench.workloads[0], "concurrency", None) or []) if config.bench.workloads else []
+    return tuple(sorted(set(concurrency or [1, config.engine.max_batch_size])))
 
 
 def prepare(question: Question) -> Prepared:
@@ -81,7 +94,7 @@ def prepare(question: Question) -> Prepared:
         raise nearest_refusal(config, pruned, default)
     notes = []
     try:
-        ranked = rank(feasible, question.slo, list(question.concurrencies), question.objective)
+        ranked = rank(feasible, question.slo, list(question.concurrencies), question.objective, default)
     except ConfigError as exc:
         notes.append(f"no model ranking ({exc.where}: {exc.problem}); points keep the space's order")
         none = Predicted(0.0, None, None, None, None, "no model", "none")
@@ -118,9 +131,11 @@ def show_plan(prepared: Prepared) -> dict[str, Any]:
     )
     for checked in prepared.pruned:
         info(f"  pruned {describe_point(checked.point)}: {'; '.join(checked.reasons)}")
-    for index, ranked in enumerate(prepared.ranked, start=1):
+    for index, ranked in enumerate(prepared.ranked[:SHOWN_RANKS], start=1):
         p = ranked.predicted
         info(f"  {index:3}. {describe_point(ranked.checked.point)}: predicted goodput {p.goodput:.1f} ({p.source}, {p.limited_by})")
+    if len(prepared.ranked) > SHOWN_RANKS:
+        info(f"  ... {len(prepared.ranked) - SHOWN_RANKS} more (--json lists every one)")
     for rung in prepared.plan:
         info(f"  rung {rung.index}: {rung.candidates} trials of {rung.num_requests} requests per load")
     for note in prepared.notes:
