@@ -84,12 +84,9 @@ def tune(
     given = _concurrencies(concurrency_text)
     config = with_workload(config, given)
     concurrencies = given or workload_concurrencies(config)
-    if slo_text is not None:
-        slo = parse_slo(slo_text)
-    else:
-        slo = slo_from_workload(dict(getattr(config.bench.workloads[0], "slo_ms", {}) or {}))
-        if slo is None:
-            raise ConfigError("--slo", "missing, and the first workload has no slo_ms", "e.g. --slo ttft_p99_ms=500,tpot_p50_ms=50")
+    slo = parse_slo(slo_text) if slo_text is not None else slo_from_workload(dict(getattr(config.bench.workloads[0], "slo_ms", {}) or {}))
+    if slo is None:
+        raise ConfigError("--slo", "missing, and the first workload has no slo_ms", "e.g. --slo ttft_p99_ms=500,tpot_p50_ms=50")
     knobs = read_space(space_file, config) if space_file else default_space(config)
     question = Question(
         config, wd, slo, "requests" if objective == "requests" else "tokens", knobs, concurrencies, trials, minutes, base_requests

@@ -141,7 +141,7 @@ def import_results(config: ForgeConfig, directory: Path, workdir: Path) -> dict[
         raise ConfigError("--import", f"no results under {directory / 'results'}", f"run {directory / SCRIPT} on the GPU host first")
     measured = [r for r in rows if r.trial.done]
     best = max(measured, key=lambda r: r.trial.goodput) if measured else None
-    extra = {"trials_used": len(rows), "not_run": missing, "stopped": None, "imported_from": str(directory), "notes": []}
+    extra: dict[str, Any] = {"trials_used": len(rows), "not_run": missing, "stopped": None, "imported_from": str(directory), "notes": []}
     return answer(config, workdir, slo, objective, rows, best, default_row, extra)
 
 

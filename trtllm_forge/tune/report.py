@@ -85,11 +85,20 @@ def trial_table(rows: list[Row], objective_unit: str) -> Table:
 
 def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """The points no other point beats on both axes, by increasing x."""
-    front = []
+    front: list[tuple[float, float]] = []
     for x, y in sorted(points, key=lambda p: (-p[0], -p[1])):
         if not front or y > front[-1][1]:
             front.append((x, y))
     return sorted(front)
+
+
+def _plotted(row: Row) -> list[tuple[float, float, LoadPoint]]:
+    """(tokens/s per user, tokens/s per instance, point) of each load point of the row that measured both."""
+    return [
+        (p.per_user_tokens_per_s, p.output_tokens_per_s / row.instances, p)
+        for p in row.trial.points
+        if p.per_user_tokens_per_s is not None and p.output_tokens_per_s is not None
+    ]
 
 
 def plot_pareto(rows: list[Row], slo: Slo, path: Path, title: str) -> Path:
@@ -99,39 +108,30 @@ def plot_pareto(rows: list[Row], slo: Slo, path: Path, title: str) -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    every: list[tuple[float, float]] = []
     meets: list[tuple[float, float]] = []
     for row in rows:
-        xy = [(p.per_user_tokens_per_s, p.output_tokens_per_s / row.instances, p) for p in row.trial.points if _plotted(p)]
-        if not xy:
-            continue
-        ok = [(x, y) for x, y, p in xy if not p.misses and p.goodput > 0]
-        bad = [(x, y) for x, y, p in xy if p.misses or p.goodput <= 0]
-        meets += ok
+        size = 80 if row.is_default else 25
         marker = "*" if row.is_default else "o"
-        if ok:
-            ax.scatter(*zip(*ok, strict=True), marker=marker, color="tab:green", s=60 if row.is_default else 25, zorder=3)
-        if bad:
-            ax.scatter(*zip(*bad, strict=True), marker=marker, color="tab:red", alpha=0.5, s=60 if row.is_default else 25, zorder=2)
-    every = [
-        (x, y)
-        for row in rows
-        for p in row.trial.points
-        if _plotted(p)
-        for x, y in [(p.per_user_tokens_per_s, p.output_tokens_per_s / row.instances)]
-    ]
+        for x, y, point in _plotted(row):
+            good = not point.misses and point.goodput > 0
+            every.append((x, y))
+            if good:
+                meets.append((x, y))
+            ax.scatter([x], [y], marker=marker, s=size, color="tab:green" if good else "tab:red", alpha=1.0 if good else 0.5, zorder=3)
     if every:
-        front = pareto_front(every)
-        ax.plot(*zip(*front, strict=True), "-", color="grey", linewidth=1, label="Pareto front (all trials)")
+        xs, ys = zip(*pareto_front(every), strict=True)
+        ax.plot(xs, ys, "-", color="grey", linewidth=1, label="Pareto front (all trials)")
     if meets:
-        front = pareto_front(meets)
-        ax.plot(*zip(*front, strict=True), "-", color="tab:green", linewidth=2, label="Pareto front meeting the SLO")
+        xs, ys = zip(*pareto_front(meets), strict=True)
+        ax.plot(xs, ys, "-", color="tab:green", linewidth=2, label="Pareto front meeting the SLO")
     tpot_goals = [g.limit_ms for g in slo.goals if g.metric in ("tpot", "itl")]
     if tpot_goals:
-        ax.axvline(1000.0 / min(tpot_goals), color="tab:orange", linestyle="--", label=f"SLO: TPOT {min(tpot_goals):g} ms")
+        ax.axvline(1000.0 / min(tpot_goals), color="tab:orange", linestyle="--", label=f"SLO frontier: TPOT {min(tpot_goals):g} ms")
     ax.scatter([], [], color="tab:green", label="load point meeting the SLO")
     ax.scatter([], [], color="tab:red", alpha=0.5, label="load point missing it")
     ax.scatter([], [], marker="*", color="black", label="default configuration")
-    ax.set_xlabel("output tokens/s per user (1000 / TPOT p50)")
+    ax.set_xlabel("output tokens/s per user (1000 / TPOT, p50)")
     ax.set_ylabel("output tokens/s per instance")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
@@ -141,10 +141,6 @@ def plot_pareto(rows: list[Row], slo: Slo, path: Path, title: str) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
-
-
-def _plotted(point: LoadPoint) -> bool:
-    return point.per_user_tokens_per_s is not None and point.output_tokens_per_s is not None
 
 
 def report_document(

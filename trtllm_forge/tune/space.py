@@ -8,6 +8,7 @@ engine's config (the OpenVINO/ONNX Runtime export itself is reused, builders/cpu
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,3 +166,8 @@ def grid(knobs: list[Knob]) -> list[Point]:
 
 def describe_point(point: Point) -> str:
     return " ".join(f"{name.rsplit('.', 1)[-1]}={value}" for name, value in point.items())
+
+
+def point_key(point: Point) -> str:
+    """The same text for the same knob values, whatever their order (trial.json stores them sorted)."""
+    return json.dumps(point, sort_keys=True)

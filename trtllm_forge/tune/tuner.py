@@ -17,7 +17,7 @@ from trtllm_forge.tune.rank import AIC_NOTE, Predicted, Ranked, predict, rank, s
 from trtllm_forge.tune.report import Row, plot_pareto, report_document, trial_table
 from trtllm_forge.tune.search import Outcome, Rung, rungs, successive_halving
 from trtllm_forge.tune.slo import Objective, Slo
-from trtllm_forge.tune.space import Knob, Point, default_point, describe_point, grid
+from trtllm_forge.tune.space import Knob, Point, default_point, describe_point, grid, point_key
 from trtllm_forge.tune.trials import BenchPlan, TrialResult, run_trial
 from trtllm_forge.ui import console, info
 
@@ -165,8 +165,8 @@ def run_search(prepared: Prepared) -> dict[str, Any]:
     predicted: dict[str, Ranked] = {}
 
     def measure(candidate: Ranked, rung: Rung) -> float | None:
-        key = describe_point(candidate.checked.point)
-        info(f"[bold]trial[/bold] rung {rung.index}: {key} (predicted {candidate.predicted.goodput:.1f})")
+        key = point_key(candidate.checked.point)
+        info(f"[bold]trial[/bold] rung {rung.index}: {describe_point(candidate.checked.point)} (predicted {candidate.predicted.goodput:.1f})")
         result = run_trial(
             candidate.config, candidate.checked.point, BenchPlan(q.concurrencies, rung.num_requests), q.slo, q.objective, q.workdir
         )
@@ -186,8 +186,8 @@ def run_search(prepared: Prepared) -> dict[str, Any]:
     rows = [Row(latest[k], predicted[k].predicted, serving_instances(predicted[k].config)) for k in latest]
     best = None
     if outcome.best is not None:
-        key = describe_point(outcome.best.checked.point)
-        best = next(r for r in rows if describe_point(r.trial.point) == key)
+        key = point_key(outcome.best.checked.point)
+        best = next(r for r in rows if point_key(r.trial.point) == key)
     extra = {
         "trials_used": outcome.trials + (default_row is not None),
         "stopped": outcome.stopped,
