@@ -80,7 +80,8 @@ def emit(prepared: Prepared, directory: Path) -> dict[str, Any]:
     trials, hashes = [], []
     for point, config, predicted, is_default in chosen:
         key = trial_key(config, bench, q.slo)
-        if key in hashes:
+        if key in hashes:  # the config as it is was also a point of the space
+            trials[hashes.index(key)]["default"] |= is_default
             continue
         write_text_atomic(
             directory / "trials" / key / "config.yaml",

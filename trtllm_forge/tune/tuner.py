@@ -166,7 +166,9 @@ def run_search(prepared: Prepared) -> dict[str, Any]:
 
     def measure(candidate: Ranked, rung: Rung) -> float | None:
         key = point_key(candidate.checked.point)
-        info(f"[bold]trial[/bold] rung {rung.index}: {describe_point(candidate.checked.point)} (predicted {candidate.predicted.goodput:.1f})")
+        info(
+            f"[bold]trial[/bold] rung {rung.index}: {describe_point(candidate.checked.point)} (predicted {candidate.predicted.goodput:.1f})"
+        )
         result = run_trial(
             candidate.config, candidate.checked.point, BenchPlan(q.concurrencies, rung.num_requests), q.slo, q.objective, q.workdir
         )
@@ -188,6 +190,8 @@ def run_search(prepared: Prepared) -> dict[str, Any]:
     if outcome.best is not None:
         key = point_key(outcome.best.checked.point)
         best = next(r for r in rows if point_key(r.trial.point) == key)
+    if default_row is not None and default_row.trial.goodput > (best.trial.goodput if best else 0.0):
+        best = default_row  # measured as long as the last rung: the config as it is was the best seen
     extra = {
         "trials_used": outcome.trials + (default_row is not None),
         "stopped": outcome.stopped,
