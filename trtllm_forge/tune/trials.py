@@ -170,4 +170,7 @@ def _deploy_and_measure(config: ForgeConfig, workdir: Path, bench: BenchPlan, sl
             stall_timeout_s=STALL_TIMEOUT_S,
         )
         info(f"trial bench: concurrency {','.join(map(str, bench.concurrencies))}, {bench.num_requests} requests each")
-        return run_bench(options)
+        document = run_bench(options)
+        if any(str(p.get("aborted") or "").startswith("interrupted") for p in document.get("points") or [document]):
+            raise KeyboardInterrupt  # the bench stops sending on Ctrl-C/SIGTERM and returns; the tune stops too
+        return document

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import shlex
+import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, NoReturn
 
 from trtllm_forge.atomic_files import write_json_atomic, write_text_atomic
 from trtllm_forge.config.schema import ForgeConfig
@@ -157,8 +162,32 @@ def show_plan(prepared: Prepared) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops the tune as Ctrl-C does: the running trial's server is stopped and its partial directory removed,
+    the finished trials stay (a trial's own failures, StepError, are recorded and the search goes on; this is not one)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> NoReturn:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_search(prepared: Prepared) -> dict[str, Any]:
-    """Measure: successive halving over the ranking, then the config as it is, then the answer."""
+    """Measure (SIGTERM and Ctrl-C stop it cleanly), then answer."""
+    with sigterm_as_interrupt():
+        return _search(prepared)
+
+
+def _search(prepared: Prepared) -> dict[str, Any]:
+    """Successive halving over the ranking, then the config as it is, then the answer."""
     q = prepared.question
     deadline = time.monotonic() + q.minutes * 60 if q.minutes is not None else None
     latest: dict[str, TrialResult] = {}  # per point (its description): its trial at the highest rung it reached
