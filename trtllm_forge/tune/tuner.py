@@ -6,7 +6,7 @@ import shlex
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,13 +180,14 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def run_search(prepared: Prepared) -> dict[str, Any]:
-    """Measure (SIGTERM and Ctrl-C stop it cleanly), then answer."""
+def run_search(prepared: Prepared, before_trial: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Measure (SIGTERM and Ctrl-C stop it cleanly), then answer. `before_trial` runs before each trial (the
+    benchmark script measures its grid between tune's trials with it, so both see the machine alike)."""
     with sigterm_as_interrupt():
-        return _search(prepared)
+        return _search(prepared, before_trial or (lambda: None))
 
 
-def _search(prepared: Prepared) -> dict[str, Any]:
+def _search(prepared: Prepared, before_trial: Callable[[], None]) -> dict[str, Any]:
     """Successive halving over the ranking, then the config as it is, then the answer."""
     q = prepared.question
     deadline = time.monotonic() + q.minutes * 60 if q.minutes is not None else None
@@ -209,6 +210,7 @@ def _search(prepared: Prepared) -> dict[str, Any]:
     final_requests = prepared.plan[-1].num_requests if prepared.plan else q.base_requests
     default_row = None
     if outcome.stopped is None:
+        before_trial()
         default_config = apply_point(q.config, {})
         result = run_trial(default_config, prepared.default, BenchPlan(q.concurrencies, final_requests), q.slo, q.objective, q.workdir)
         info(f"default configuration: {result.status}, goodput {result.goodput:.1f}")
