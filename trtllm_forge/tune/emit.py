@@ -77,11 +77,12 @@ def emit(prepared: Prepared, directory: Path) -> dict[str, Any]:
     ]
     default_config = apply_point(q.config, {})
     chosen.append((prepared.default, default_config, predict(default_config, q.slo, list(q.concurrencies), q.objective), True))
-    trials, hashes = [], []
+    trials: list[dict[str, Any]] = []
+    hashes: list[str] = []
     for point, config, predicted, is_default in chosen:
         key = trial_key(config, bench, q.slo)
         if key in hashes:  # the config as it is was also a point of the space
-            trials[hashes.index(key)]["default"] |= is_default
+            trials[hashes.index(key)]["default"] = trials[hashes.index(key)]["default"] or is_default
             continue
         write_text_atomic(
             directory / "trials" / key / "config.yaml",

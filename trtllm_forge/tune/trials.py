@@ -171,6 +171,9 @@ def _deploy_and_measure(config: ForgeConfig, workdir: Path, bench: BenchPlan, sl
         )
         info(f"trial bench: concurrency {','.join(map(str, bench.concurrencies))}, {bench.num_requests} requests each")
         document = run_bench(options)
-        if any(str(p.get("aborted") or "").startswith("interrupted") for p in document.get("points") or [document]):
-            raise KeyboardInterrupt  # the bench stops sending on Ctrl-C/SIGTERM and returns; the tune stops too
-        return document
+    aborted = [str(p["aborted"]) for p in document.get("points") or [document] if p.get("aborted")]
+    if any(reason.startswith("interrupted") for reason in aborted):
+        raise KeyboardInterrupt  # the bench stops sending on Ctrl-C/SIGTERM and returns; the tune stops too
+    if aborted:  # a stall (a hung or dead server): what it measured is kept in the trial's bench folder
+        raise StepError("trial", f"the bench stopped early: {aborted[0]}", f"see {out} and the trial's logs")
+    return document
