@@ -14,18 +14,27 @@ from pathlib import Path
 import pytest
 from chain_helpers import link_stages
 from cli_inprocess import run_in_process
-from conftest import CONFIGS
+from conftest import CONFIGS, TEST_KV_TOKENS
 
 from trtllm_forge.config import load_config
 from trtllm_forge.hardware import HOST_PROFILE_ENV
 
 pytestmark = pytest.mark.slow
-CONFIG = CONFIGS / "smollm2-cpu.yaml"
 SLO = "ttft_p99_ms=5000,tpot_p50_ms=500"  # loose: this shared 2-core machine is slow when busy
 FIXED = (
-    "engine.max_batch_size: [16]\nengine.max_num_tokens: [2048]\nruntime.max_tokens_in_paged_kv_cache: [32768]\n"
+    f"engine.max_batch_size: [16]\nengine.max_num_tokens: [2048]\nruntime.max_tokens_in_paged_kv_cache: [{TEST_KV_TOKENS}]\n"
     "triton.instances.preprocessing: [1]\ntriton.instances.postprocessing: [1]\n"
 )  # the config's own values: the session's build serves every trial
+
+
+@pytest.fixture(scope="module")
+def config_file(tmp_path_factory) -> Path:
+    """configs/smollm2-cpu.yaml with the suite's KV pool (a server of it starts sooner); its engine section, which the
+    build hashes, is the session build's."""
+    text = (CONFIGS / "smollm2-cpu.yaml").read_text()
+    path = tmp_path_factory.mktemp("tune-config") / "smollm2-cpu.yaml"
+    path.write_text(text.replace("max_tokens_in_paged_kv_cache: 32768", f"max_tokens_in_paged_kv_cache: {TEST_KV_TOKENS}"))
+    return path
 
 
 def _stages_into(workdir: Path, imported: Path, built: Path) -> Path:
@@ -34,12 +43,12 @@ def _stages_into(workdir: Path, imported: Path, built: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tuned(tmp_path_factory, imported_smollm2, cpu_engine_fp32, chain_host_profile):
+def tuned(tmp_path_factory, config_file, imported_smollm2, cpu_engine_fp32, chain_host_profile):
     root = tmp_path_factory.mktemp("tune-live")
     space = root / "space.yaml"
     space.write_text(FIXED + "runtime.arrival_window_ms: [0]\n")
     workdir = _stages_into(root / "wd", imported_smollm2, cpu_engine_fp32[0])
-    args = ["tune", str(CONFIG), "--space", str(space), "--slo", SLO, "--concurrency", "2", "--requests", "4", "--trials", "3"]
+    args = ["tune", str(config_file), "--space", str(space), "--slo", SLO, "--concurrency", "2", "--requests", "2", "--trials", "3"]
     env = {HOST_PROFILE_ENV: str(chain_host_profile)}
     first = run_in_process(*args, "--workdir", str(workdir), "--json", env=env)
     again = run_in_process(*args, "--workdir", str(workdir), "--json", env=env)
@@ -76,11 +85,11 @@ def test_a_rerun_reads_the_finished_trials(tuned):
     assert "Triton ready" not in again.stderr  # no server started
 
 
-def test_emit_script_and_import_round_trip(tmp_path, imported_smollm2, cpu_engine_fp32, chain_host_profile):
+def test_emit_script_and_import_round_trip(tmp_path, config_file, imported_smollm2, cpu_engine_fp32, chain_host_profile):
     space = tmp_path / "space.yaml"
     space.write_text(FIXED + "runtime.arrival_window_ms: [null]\n")  # the config as it is: one trial
     emit_dir = tmp_path / "emit"
-    out = run_in_process("tune", str(CONFIG), "--space", str(space), "--slo", SLO, "--concurrency", "2", "--requests", "4",
+    out = run_in_process("tune", str(config_file), "--space", str(space), "--slo", SLO, "--concurrency", "2", "--requests", "2",
                          "--emit", str(emit_dir), "--json")  # fmt: skip
     assert out.returncode == 0, out.stderr
     emitted = json.loads(out.stdout)
@@ -92,7 +101,7 @@ def test_emit_script_and_import_round_trip(tmp_path, imported_smollm2, cpu_engin
     assert script.returncode == 0, script.stderr
     assert f"trial {key}: exit 0" in script.stdout
     assert json.loads((emit_dir / "results" / key / "run.json").read_text())["passed"] is True
-    answer = run_in_process("tune", str(CONFIG), "--import", str(emit_dir), "--workdir", str(tmp_path / "answer"), "--json")
+    answer = run_in_process("tune", str(config_file), "--import", str(emit_dir), "--workdir", str(tmp_path / "answer"), "--json")
     assert answer.returncode == 0, answer.stderr
     doc = json.loads(answer.stdout)
     assert doc["trials_used"] == 1 and doc["default"]["status"] == "done" and doc["default"]["goodput"] > 0
