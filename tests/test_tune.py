@@ -124,6 +124,8 @@ def test_space_file_narrows_widens_and_refuses_unknown_knobs(cpu_config, tmp_pat
     assert out.returncode == 2
     line = _one_error_line(out.stderr)
     assert str(space) in line and "engine.max_batch_sise: unknown knob" in line and "engine.max_batch_size" in line
+    out = run_in_process("tune", str(CPU_CONFIG), "--slo", SLO, "--space", str(tmp_path / "none.yaml"), "--dry-run")
+    assert out.returncode == 2 and _one_error_line(out.stderr).startswith("error: --space:")
     space.write_text("engine.max_batch_size: 4\n")
     out = run_in_process("tune", str(CPU_CONFIG), "--slo", SLO, "--space", str(space), "--dry-run")
     assert out.returncode == 2 and "engine.max_batch_size: 4 is not a list of values" in _one_error_line(out.stderr)

@@ -137,6 +137,8 @@ def read_space(path: Path, config: ForgeConfig) -> list[Knob]:
     is refused naming the file and the knob."""
     from trtllm_forge.config.yaml_reader import read_yaml_document
 
+    if not path.is_file():
+        raise ConfigError("--space", f"{path}: not found", "pass a YAML file of `knob: [values]` lines")
     data = read_yaml_document(path).data
     known = known_knobs(config)
     chosen = {knob.name: knob for knob in default_space(config)}
