@@ -39,6 +39,11 @@ def _concurrencies(text: str | None) -> tuple[int, ...] | None:
 @click.option(
     "--emit", "emit_dir", type=DIRECTORY, default=None, help="Write the trials as configs and one script for a GPU host; run nothing."
 )
+@click.option(
+    "--aiconfigurator",
+    is_flag=True,
+    help="With --emit: also ask NVIDIA AIConfigurator (plan --predict) to simulate each emitted trial (seconds each).",
+)
 @click.option("--import", "import_dir", type=DIRECTORY, default=None, help="Answer from the results the --emit script wrote into DIR.")
 @workdir_option
 @json_option
@@ -53,6 +58,7 @@ def tune(
     concurrency_text: str | None,
     base_requests: int,
     emit_dir: Path | None,
+    aiconfigurator: bool,
     import_dir: Path | None,
     workdir: Path | None,
     as_json: bool,
@@ -73,6 +79,8 @@ def tune(
 
     if emit_dir and import_dir:
         raise ConfigError("--emit", "given with --import", "emit the trials first, run them on the GPU host, then --import their results")
+    if aiconfigurator and emit_dir is None:
+        raise ConfigError("--aiconfigurator", "needs --emit", "it simulates the trials --emit writes for a GPU host")
     config, wd = load(config_file, workdir)
     if import_dir is not None:
         from trtllm_forge.tune.emit import import_results
@@ -101,7 +109,7 @@ def tune(
     elif emit_dir is not None:
         from trtllm_forge.tune.emit import emit
 
-        document = emit(prepared, emit_dir.resolve())
+        document = emit(prepared, emit_dir.resolve(), aiconfigurator)
         info(f"wrote {len(document['trials'])} trials and {document['script']}; run it on the GPU host, then "
              f"`trtllm-forge tune {config_file} --import {emit_dir}`")  # fmt: skip
     else:

@@ -19,7 +19,7 @@ from trtllm_forge.errors import ConfigError
 from trtllm_forge.tune.config_file import config_yaml
 from trtllm_forge.tune.feasibility import apply_point
 from trtllm_forge.tune.measure import best_goodput, load_points
-from trtllm_forge.tune.rank import Predicted, predict, serving_instances
+from trtllm_forge.tune.rank import Predicted, aiconfigurator_prediction, predict, serving_instances
 from trtllm_forge.tune.report import Row
 from trtllm_forge.tune.slo import Goal, Objective, Slo
 from trtllm_forge.tune.space import Point
@@ -66,9 +66,9 @@ def _script(hashes: list[str]) -> str:
     return "\n".join(lines)
 
 
-def emit(prepared: Prepared, directory: Path) -> dict[str, Any]:
+def emit(prepared: Prepared, directory: Path, aiconfigurator: bool = False) -> dict[str, Any]:
     """The ranked points the budget allows (best predicted first) and the config as it is, as trial configs and one
-    script. Returns the emitted document."""
+    script (with `aiconfigurator`, each with AIConfigurator's simulation beside plan's). Returns the emitted document."""
     q = prepared.question
     requests = prepared.plan[-1].num_requests if prepared.plan else q.base_requests
     bench = BenchPlan(q.concurrencies, requests)
@@ -88,9 +88,16 @@ def emit(prepared: Prepared, directory: Path) -> dict[str, Any]:
             directory / "trials" / key / "config.yaml",
             config_yaml(with_trial_workload(config, bench, q.slo), f"tune trial {key}: {json.dumps(point)}"),
         )
-        trials.append(
-            {"hash": key, "point": point, "default": is_default, "predicted": predicted.to_dict(), "instances": serving_instances(config)}
-        )
+        trial = {
+            "hash": key,
+            "point": point,
+            "default": is_default,
+            "predicted": predicted.to_dict(),
+            "instances": serving_instances(config),
+        }
+        if aiconfigurator:
+            trial["aiconfigurator"] = aiconfigurator_prediction(config)
+        trials.append(trial)
         hashes.append(key)
     document = {
         "schema": "trtllm-forge.tune-emit/1",
@@ -136,7 +143,7 @@ def import_results(config: ForgeConfig, directory: Path, workdir: Path) -> dict[
         if result is None:
             missing += 1
             continue
-        row = Row(result, Predicted(**trial["predicted"]), trial["instances"], is_default=trial["default"])
+        row = Row(result, Predicted(**trial["predicted"]), trial["instances"], trial["default"], trial.get("aiconfigurator"))
         rows.append(row)
         default_row = row if trial["default"] else default_row
     if not rows:

@@ -103,3 +103,12 @@ def rank(feasible: list[Checked], slo: Slo, concurrencies: list[int], objective:
         return (-bucket, changed, index)
 
     return [r for _, r in sorted(enumerate(ranked), key=key)]
+
+
+def aiconfigurator_prediction(config: ForgeConfig) -> dict[str, Any]:
+    """AIConfigurator's simulation of this point (at engine.max_batch_size, the plan's workload), as plan.json's
+    `prediction`; status unsupported/unavailable with the reason when it cannot simulate it."""
+    from trtllm_forge.plan.aiconfigurator import predict as simulate
+    from trtllm_forge.plan.planner import default_workload, make_plan
+
+    return simulate(make_plan(config, default_workload(config))).to_dict()

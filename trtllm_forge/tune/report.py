@@ -26,6 +26,7 @@ class Row:
     predicted: Predicted | None
     instances: int
     is_default: bool = False
+    aiconfigurator: dict[str, Any] | None = None  # its simulation of the point (`--aiconfigurator`), plan.json's form
 
 
 def _ranks(values: list[float]) -> list[float]:
@@ -60,6 +61,16 @@ def spearman(predicted: list[float], measured: list[float]) -> float | None:
 
 def model_correlation(rows: list[Row]) -> float | None:
     pairs = [(r.predicted.goodput, r.trial.goodput) for r in rows if r.predicted and r.trial.done and not r.is_default]
+    return spearman([p for p, _ in pairs], [m for _, m in pairs])
+
+
+def aiconfigurator_correlation(rows: list[Row]) -> float | None:
+    """Spearman of AIConfigurator's simulated tokens/s with the measured goodput, over the trials it simulated."""
+    pairs = [
+        (float(r.aiconfigurator["values"]["tokens_per_s"]), r.trial.goodput)
+        for r in rows
+        if r.aiconfigurator and r.aiconfigurator.get("status") == "simulated" and r.trial.done
+    ]
     return spearman([p for p, _ in pairs], [m for _, m in pairs])
 
 
@@ -147,7 +158,12 @@ def report_document(
     rows: list[Row], best: Row | None, default: Row | None, slo: Slo, objective: str, extra: dict[str, Any]
 ) -> dict[str, Any]:
     def row_dict(row: Row) -> dict[str, Any]:
-        return {**row.trial.to_dict(), "cached": row.trial.cached, "predicted": row.predicted.to_dict() if row.predicted else None}
+        return {
+            **row.trial.to_dict(),
+            "cached": row.trial.cached,
+            "predicted": row.predicted.to_dict() if row.predicted else None,
+            "aiconfigurator": row.aiconfigurator,
+        }
 
     gain = None
     if best and default and default.trial.goodput > 0:
@@ -160,6 +176,7 @@ def report_document(
         "default": row_dict(default) if default else None,
         "gain_over_default": gain,
         "model_rank_correlation": model_correlation(rows),
+        "aiconfigurator_rank_correlation": aiconfigurator_correlation(rows),
         "trials": [row_dict(r) for r in rows],
         **extra,
     }
