@@ -56,7 +56,27 @@ hardware: {gpu: H100-SXM}
     assert set(tokens) == {"1", "2", "4", "8", "16", "32", "64"}
     assert all(tokens[str(a)] < tokens[str(b)] for a, b in ((1, 2), (2, 4), (32, 64)))
     assert [row["algorithm"] for row in data["quantization_comparison"]] == ["none", "fp8", "int4_awq"]
-    assert data["recommendations"]["max_batch_size"] <= 125
+    # capacity (125 sequences) is a limit, never the recommended batch: the config's 64 stays
+    assert data["recommendations"]["max_batch_size"] == 64
+    assert data["limits"] == {
+        "max_batch_size": 64,
+        "max_num_tokens": 8192,
+        "kv_cache_tokens": 32089 * 32,
+        "kv_cache_capacity_sequences": 125,
+        "batch_limit": 64,
+        "batch_limited_by": "max_batch_size",
+    }
+    serving = data["serving"]
+    assert serving["available"] and serving["instances"] == 1
+    points = serving["points"]
+    assert [p["concurrency"] for p in points] == [1, 2, 4, 8, 16, 32, 64, 128]
+    assert [p["batch"] for p in points] == [1, 2, 4, 8, 16, 32, 64, 64]
+    assert points[-1]["limited_by"] == "max_batch_size" and points[-1]["ttft_ms"] > points[-2]["ttft_ms"]
+    assert all(p["output_tokens_per_s"] <= tokens[str(p["batch"])] for p in points)  # prefills only slow the decode
+    waves = serving["points_in_waves"]
+    assert [p["batch"] for p in waves] == [p["batch"] for p in points]
+    assert all(w["output_tokens_per_s"] <= tokens[str(w["batch"])] for w in waves)
+    assert "capacity: 125 sequences" in result.stderr and "Serving steady state" in result.stderr
     plan_dir = tmp_path / "wd" / "plan"
     assert json.loads((plan_dir / "plan.json").read_text())["kv_cache"] == data["kv_cache"]
     assert (plan_dir / "roofline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -115,6 +135,10 @@ def test_measure_host_is_stored_and_used_by_later_plans(tmp_path, host_profile):
     assert data["hardware"]["fp32_tflops"] == profile["fp32_tflops"]
     assert data["roofline"]["available"] is True and data["roofline"]["decode_tokens_per_s"]["1"] > 0
     assert data["kv_cache"]["max_tokens"] == 32768  # the config's cap
+    serving = data["serving"]
+    assert serving["available"] and serving["instances_share_host"]
+    assert [p["concurrency"] for p in serving["points"]] == [1, 2, 4, 8, 16, 32]
+    assert all(p["batch"] <= 16 and p["ttft_ms"] > 0 and p["tpot_ms"] > 0 for p in serving["points"])
     assert (tmp_path / "b" / "plan" / "roofline.png").is_file()
 
 

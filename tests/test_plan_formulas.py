@@ -473,3 +473,23 @@ def test_engine_build_adds_draft_tokens_to_each_sequence():
     assert eagle("engine").max_seq_len == 8192 + 63
     assert eagle("engine").blocks_per_sequence == math.ceil((8192 + 63) / 32)
     assert eagle("llmapi").max_seq_len == 8192  # no trtllm-build, no silent adjustment
+
+
+def test_a_tp_group_across_two_nodes_pays_network_hops_and_bandwidth():
+    # NCCL's ring over 16 ranks on 2 nodes: 2 of its 30 steps cross the network
+    plan = make_plan(gpu_config(LLAMA70, "H100-SXM", algorithm="fp8", tp=16, nodes=2, gpus_per_node=8))
+    nvlink, net = link_table()["nvlink"], link_table()["network"]
+    all_reduces = 2 * 80
+    latency = all_reduces * (nvlink.call_latency_us + 28 * nvlink.hop_latency_us + 2 * net.hop_latency_us) * 1e-6
+    step = plan.point(1).decode
+    assert step.comm_latency_s == pytest.approx(latency, rel=1e-12)
+    assert step.comm_s == pytest.approx(latency + all_reduces * 2 * 15 / 16 * 8192 * 2 / (net.bandwidth_gb_s * 1e9), rel=1e-12)
+
+
+def test_pipeline_stages_on_two_nodes_cross_the_network_once():
+    plan = make_plan(gpu_config(LLAMA70, "H100-SXM", algorithm="fp8", tp=4, pp=4, nodes=2, gpus_per_node=8))
+    nvlink, net = link_table()["nvlink"], link_table()["network"]
+    tp_latency = 2 * 80 * (nvlink.call_latency_us + 2 * 3 * nvlink.hop_latency_us)
+    # stages 0-1 on node 0, 2-3 on node 1: hand-offs 0->1 and 2->3 inside a node, 1->2 across
+    pp_latency = 3 * nvlink.call_latency_us + 2 * nvlink.hop_latency_us + net.hop_latency_us
+    assert plan.point(1).decode.comm_latency_s == pytest.approx((tp_latency + pp_latency) * 1e-6, rel=1e-12)

@@ -6,6 +6,8 @@ For other stages (bench reports results as a percentage of the roofline):
     plan = make_plan(config, Workload(input_len=128, output_len=64))
     plan.decode_tokens_per_s(batch=8)            # best-case output tokens/s (None without device numbers)
     plan.percent_of_roofline(measured_tokens_per_s, batch=8)
+
+For `tune` (ranking serving configurations): `plan.serving_model.predict_serving(plan, concurrency=16)`.
 """
 
 from trtllm_forge.plan.planner import Plan, Workload, make_plan

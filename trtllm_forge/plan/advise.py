@@ -116,10 +116,17 @@ class Recommendation:
 
 def recommend(plan: Plan) -> Recommendation:
     w, cfg = plan.workload, plan.config
-    concurrent = max(1, plan.max_concurrent_sequences)
-    batch, why_batch = min(concurrent, 4096), f"the KV cache holds {concurrent} sequences of {w.seq_len} tokens"
+    # The KV cache's capacity caps the batch; it is never a batch size to aim for (larger batches trade TTFT and TPOT
+    # for tokens/s, which `trtllm-forge tune` measures against latency goals).
+    capacity, configured = max(1, plan.max_concurrent_sequences), cfg.engine.max_batch_size
+    if capacity < configured:
+        batch = capacity
+        why_batch = f"the KV cache holds only {capacity} sequences of {w.seq_len} tokens: more would wait for KV blocks"
+    else:
+        batch = configured
+        why_batch = f"the config's; the KV cache has room for {capacity} sequences of {w.seq_len} tokens (capacity, not a target)"
     knee = plan.compute_bound_batch()
-    if knee and knee < batch:
+    if knee and 1 << math.ceil(math.log2(knee)) < batch:
         batch = 1 << math.ceil(math.log2(knee))
         why_batch = f"decode turns compute-bound at batch {knee}; larger batches add latency, not tokens/s"
 

@@ -212,7 +212,7 @@ def make_plan(config: ForgeConfig, workload: Workload | None = None, shape: Mode
     if draft is not None and not draft.own_pool:
         draft = replace(draft, kv_tokens=kv.max_tokens)
     machine = Machine.for_device(device, algorithm, dtype)
-    cost = ModelCost(shape, mapping, weights, per_token, act_dtype_bytes, dbytes)
+    cost = ModelCost(shape, mapping, weights, per_token, act_dtype_bytes, dbytes, par.gpus_per_node if device.is_gpu else 0)
 
     notes = []
     max_seq = effective_max_seq_len(config)

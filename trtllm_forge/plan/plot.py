@@ -24,10 +24,13 @@ def plot_roofline(plan: Plan, path: Path) -> Path:
     ax.plot(batches, best, "-", linewidth=5, alpha=0.35, color="tab:green", label="roofline (the lower of both)")
     ax.plot(batches, memory, "--", color="tab:blue", label="memory bound (weights + KV reads / bandwidth)")
     ax.plot(batches, compute, ":", color="tab:orange", label="compute bound (FLOPs / peak)")
-    limit = plan.max_concurrent_sequences
-    if 0 < limit <= top:
-        ax.axvline(limit, color="grey", linewidth=1)
-        ax.annotate(f"KV cache holds {limit}", (limit, min(best)), rotation=90, va="bottom", ha="right", fontsize=8)
+    for limit, label in (
+        (plan.max_concurrent_sequences, f"KV capacity: {plan.max_concurrent_sequences} sequences"),
+        (plan.config.engine.max_batch_size, f"max_batch_size {plan.config.engine.max_batch_size}"),
+    ):
+        if 0 < limit <= top:
+            ax.axvline(limit, color="grey", linewidth=1)
+            ax.annotate(label, (limit, min(best)), rotation=90, va="bottom", ha="right", fontsize=8)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("batch size (sequences decoding at once)")

@@ -10,6 +10,7 @@ from rich.table import Table
 from trtllm_forge.builders.tensorrt_llm.images import LEGACY_ENGINE_PATH
 from trtllm_forge.plan.advise import quantization_comparison, recommend
 from trtllm_forge.plan.planner import Plan
+from trtllm_forge.plan.serving_model import concurrency_sweep, config_instances, engine_batch_limit, predict_serving
 from trtllm_forge.plan.workers import describe_workers, dynamo_workers
 from trtllm_forge.ui import console
 
@@ -76,10 +77,13 @@ def plan_to_dict(plan: Plan) -> dict:
             "max_seq_len": plan.max_seq_len,
             "blocks_per_sequence": plan.blocks_per_sequence,
             "workload": {"input_len": w.input_len, "output_len": w.output_len},
+            # capacity: what the KV cache holds, not a batch size to configure
             "max_concurrent_sequences": plan.max_concurrent_sequences,
             "max_concurrent_full_sequences": plan.max_concurrent_full_sequences,
         },
+        "limits": limits_dict(plan),
         "roofline": roofline_dict(plan),
+        "serving": serving_dict(plan),
         "notes": plan.notes,
         "engine_path": legacy_note(plan),
     }
@@ -130,13 +134,54 @@ def roofline_dict(plan: Plan) -> dict:
         "compute_precision": m.compute_precision,
         "mean_context_tokens": plan.workload.mean_context,
         "decode_tokens_per_s": {str(p.batch): p.tokens_per_s for p in points},
-        "tpot_ms": {str(p.batch): p.decode.seconds * 1e3 for p in points},
-        "ttft_ms": {str(p.batch): p.prefill.seconds * 1e3 for p in points},
+        "tpot_ms": {str(p.batch): p.decode.seconds * 1e3 for p in points},  # decode steps alone
+        # every prompt of the batch prefilled in one step: not a TTFT (the serving model's `ttft_ms` is)
+        "prefill_ms": {str(p.batch): p.prefill.seconds * 1e3 for p in points},
         "prefill_tokens_per_s": {str(p.batch): p.batch * plan.workload.input_len / p.prefill.seconds for p in points},
         "decode_bound": {str(p.batch): "compute" if p.decode.compute_bound else "memory" for p in points},
         "kv_limited": {str(p.batch): p.kv_limited for p in points},
         "compute_bound_batch": plan.compute_bound_batch(),
         "compute_bound_batch_without_kv": zero_kv,
+    }
+
+
+def limits_dict(plan: Plan) -> dict:
+    """The limits the config sets on a step and on the sequences running at once, and which one binds."""
+    engine = plan.config.engine
+    batch, limited_by = engine_batch_limit(plan)
+    return {
+        "max_batch_size": engine.max_batch_size,
+        "max_num_tokens": engine.resolved_max_num_tokens,
+        "kv_cache_tokens": plan.kv.max_tokens,
+        "kv_cache_capacity_sequences": plan.max_concurrent_sequences,
+        "batch_limit": batch,
+        "batch_limited_by": limited_by,
+    }
+
+
+def serving_dict(plan: Plan) -> dict:
+    """The serving model's steady state (plan/serving_model.py) at concurrencies 1, 2, 4, ... past the batch limit."""
+    instances, instances_from = config_instances(plan)
+    base: dict[str, Any] = {"instances": instances, "instances_from": instances_from}
+    if plan.machine is None or not plan.fits:
+        reason = "the plan does not fit" if plan.machine else f"no memory bandwidth or tensor throughput for {plan.device.name}"
+        return {"available": False, "reason": reason, **base, "points": []}
+    sweep = concurrency_sweep(plan, instances)
+
+    def points(arrivals: str) -> list[dict]:
+        found = [predict_serving(plan, concurrency=c, instances=instances, arrivals=arrivals) for c in sweep]
+        return [asdict(p) for p in found if p is not None]
+
+    return {
+        "available": True,
+        "model": "closed loop, in-flight batching: decode plus prompt chunks within max_num_tokens per step; "
+        "best case from the roofline's step cost (measured runs are slower)",
+        "workload": {"input_len": plan.workload.input_len, "output_len": plan.workload.output_len},
+        **base,
+        "instances_share_host": not plan.device.is_gpu,
+        "per_instance": ["batch", "output_tokens_per_s", "requests_per_s"],
+        "points": points("spread"),  # lengths vary: arrivals spread over the steps
+        "points_in_waves": points("waves"),  # fixed lengths, clients starting together: the batch stays in step
     }
 
 
@@ -174,20 +219,28 @@ def show_report(plan: Plan, data: dict) -> None:
     console.print(
         f"KV cache: {kv['bytes_per_token']:,} B/token per GPU, {kv['blocks']:,} blocks x {kv['tokens_per_block']} = "
         f"{kv['max_tokens']:,} tokens (limited by {kv['limited_by']}); one {kv['max_seq_len']}-token sequence needs "
-        f"{kv['blocks_per_sequence']} blocks; {kv['max_concurrent_sequences']} sequences of "
+        f"{kv['blocks_per_sequence']} blocks; capacity: {kv['max_concurrent_sequences']} sequences of "
         f"{kv['workload']['input_len']}+{kv['workload']['output_len']} tokens at once "
         f"({kv['max_concurrent_full_sequences']} of max_seq_len)"
     )
+    limits = data["limits"]
+    console.print(
+        f"Limits the config sets: max_batch_size {limits['max_batch_size']}, max_num_tokens {limits['max_num_tokens']:,} per "
+        f"step, KV cache {limits['kv_cache_tokens']:,} tokens ({limits['kv_cache_capacity_sequences']} sequences of the "
+        f"workload): at most {limits['batch_limit']} sequences run at once (set by {limits['batch_limited_by']})"
+    )
     if roof["available"]:
-        rt = Table(title=f"Roofline ({roof['compute_precision']} GEMMs, mean context {roof['mean_context_tokens']:.0f} tokens)")
-        for col in ("batch", "tokens/s", "TPOT ms", "TTFT ms", "decode bound", "fits KV"):
+        rt = Table(
+            title=f"Roofline of decode steps alone ({roof['compute_precision']} GEMMs, mean context "
+            f"{roof['mean_context_tokens']:.0f} tokens)"
+        )
+        for col in ("batch", "tokens/s", "step ms", "decode bound", "fits KV"):
             rt.add_column(col, justify="right")
         for b in roof["decode_tokens_per_s"]:
             rt.add_row(
                 b,
                 f"{roof['decode_tokens_per_s'][b]:,.0f}",
                 f"{roof['tpot_ms'][b]:.2f}",
-                f"{roof['ttft_ms'][b]:.1f}",
                 roof["decode_bound"][b],
                 "no" if roof["kv_limited"][b] else "yes",
             )
@@ -199,6 +252,8 @@ def show_report(plan: Plan, data: dict) -> None:
             else "decode stays memory-bound at every batch for this context (KV reads grow as fast as FLOPs); "
             f"without KV reads it would turn compute-bound at batch {roof['compute_bound_batch_without_kv']}"
         )
+    if data["serving"]["available"]:
+        show_serving(data["serving"])
     prediction = data.get("prediction")
     if prediction and prediction["status"] == "simulated":
         show_prediction(prediction, data)
@@ -211,7 +266,7 @@ def show_report(plan: Plan, data: dict) -> None:
             rtab.add_row(key, str(rec[key]), why)
         console.print(rtab)
     qt = Table(title="Quantization choices (same model, GPU and parallelism)")
-    for col in ("algorithm", "supported", "weights/GPU", "KV tokens", "sequences", "tokens/s"):
+    for col in ("algorithm", "supported", "weights/GPU", "KV tokens", "KV capacity (sequences)", "tokens/s"):
         qt.add_column(col, justify="right")
     for row in data["quantization_comparison"]:
         tps = row["decode_tokens_per_s"]
@@ -232,6 +287,30 @@ def show_report(plan: Plan, data: dict) -> None:
         console.print(f"note: {data['engine_path']}")
 
 
+def show_serving(serving: dict) -> None:
+    """The serving model's table: per concurrency, the batch and its limit, TTFT, TPOT and throughput."""
+    instances, w = serving["instances"], serving["workload"]
+    table = Table(
+        title=f"Serving steady state ({w['input_len']}+{w['output_len']} tokens, closed loop, in-flight batching, "
+        f"{instances} instance{'s' if instances > 1 else ''} ({serving['instances_from']}); best case)"
+    )
+    for col in ("concurrency", "batch", "limited by", "TTFT ms", "TPOT ms", "tokens/s", "requests/s"):
+        table.add_column(col, justify="right")
+    for p in serving["points"]:
+        table.add_row(
+            str(p["concurrency"]),
+            f"{p['batch']}" + (f" x {instances}" if instances > 1 else ""),
+            p["limited_by"],
+            f"{p['ttft_ms']:,.1f}",
+            f"{p['tpot_ms']:.2f}",
+            f"{p['output_tokens_per_s'] * instances:,.0f}",
+            f"{p['requests_per_s'] * instances:,.2f}",
+        )
+    console.print(table)
+    if serving["instances_share_host"] and instances > 1:
+        console.print("serving: the instances share this host's measured bandwidth and cores")
+
+
 def roofline_at(data: dict, batch: int) -> dict[str, float] | None:
     """forge's roofline at one batch size in the prediction's terms (None without device numbers or that batch)."""
     roof, mem, kv = data["roofline"], data["memory"], data["kv_cache"]
@@ -243,7 +322,7 @@ def roofline_at(data: dict, batch: int) -> dict[str, float] | None:
     kv_bytes = min(kv["bytes_per_token"] * batch * (workload["input_len"] + workload["output_len"]), mem["kv_cache_bytes_per_gpu"])
     held = mem["weights_bytes_per_gpu"] + mem["activation_bytes_per_gpu"] + mem["runtime_overhead_bytes"] + kv_bytes
     return {
-        "ttft_ms": roof["ttft_ms"]["1"],  # one prompt prefilled alone: the least time to a request's first token
+        "ttft_ms": roof["prefill_ms"]["1"],  # one prompt prefilled alone: the least time to a request's first token
         "tpot_ms": roof["tpot_ms"][key],
         "tokens_per_s_per_gpu": roof["decode_tokens_per_s"][key] / gpus,
         "tokens_per_s_per_user": 1e3 / roof["tpot_ms"][key],

@@ -4,8 +4,9 @@ A step cannot be faster than the bytes it must move over memory bandwidth, nor t
 throughput of the precision the GEMMs run in: time = max(bytes / bandwidth, FLOPs / throughput) per pipeline
 stage, plus the communication, which does not overlap: the TP all-reduces over the GPU link (two per layer, ring
 algorithm: a per-call latency, 2(tp-1) hops of link latency and 2(tp-1)/tp of the activations over the link
-bandwidth, after NCCL's cost model) and the PP stage hand-offs (one call, one hop and the activations each).
-Link latencies and their sources: data/hardware.json `links`.
+bandwidth, after NCCL's cost model) and the PP stage hand-offs (one call, one hop and the activations each); ring
+steps and hand-offs between nodes take the network's hop latency and bandwidth. Link latencies and their
+sources: data/hardware.json `links`.
 
 Decode moves the weights once per step (MoE: only the experts the batch touches) and reads every sequence's KV;
 prefill moves the weights once and writes the prompt's KV. PP stages of one step run one after another.
@@ -30,7 +31,9 @@ class Machine:
     link_bandwidth: float  # bytes/s per direction between TP ranks
     compute_precision: str
     link_call_latency_s: float = 0.0  # once per collective call
-    link_hop_latency_s: float = 0.0  # per ring step
+    link_hop_latency_s: float = 0.0  # per ring step inside a node
+    net_hop_latency_s: float = 0.0  # per ring step between nodes
+    net_bandwidth: float = 0.0  # bytes/s per direction between nodes, per GPU
 
     @classmethod
     def for_device(cls, device: Device, algorithm: str, dtype: str) -> Machine | None:
@@ -54,10 +57,18 @@ class Machine:
             return None
         if not device.is_gpu:
             return cls(device.bandwidth_gb_s * 1e9, flops * 1e12, 0.0, precision)  # one host: no link between ranks
-        link = link_table()[device.link_kind]
+        links = link_table()
+        link, net = links[device.link_kind], links["network"]
         link_bytes = device.nvlink_gb_s / 2 * 1e9 if device.nvlink_gb_s else (link.bandwidth_gb_s or 0.0) * 1e9
         return cls(
-            device.bandwidth_gb_s * 1e9, flops * 1e12, link_bytes, precision, link.call_latency_us * 1e-6, link.hop_latency_us * 1e-6
+            device.bandwidth_gb_s * 1e9,
+            flops * 1e12,
+            link_bytes,
+            precision,
+            link.call_latency_us * 1e-6,
+            link.hop_latency_us * 1e-6,
+            net.hop_latency_us * 1e-6,
+            (net.bandwidth_gb_s or 0.0) * 1e9,
         )
 
     def shared(self, ways: int) -> Machine:
@@ -88,6 +99,16 @@ class ModelCost:
     kv_bytes_per_token: list[int]  # per stage
     act_bytes: int
     dtype_bytes: int
+    gpus_per_node: int = 0  # 0: every GPU in one node
+
+    def _nodes_crossed(self) -> tuple[int, int]:
+        """(nodes one TP group spans, PP hand-offs that cross nodes); TP ranks fill a node before PP stages do."""
+        tp, pp = self.mapping.tp, self.mapping.pp
+        per_node = self.gpus_per_node or tp * pp
+        if tp >= per_node:
+            return math.ceil(tp / per_node), pp - 1
+        stages_per_node = per_node // tp
+        return 1, math.ceil(pp / stages_per_node) - 1
 
     def _params_per_token(self, rank: RankWeights) -> float:
         """Projection parameters one token multiplies on this GPU (MoE: its expected share of top-k experts)."""
@@ -130,14 +151,19 @@ class ModelCost:
         """(seconds of communication in one step, the latency part of it)."""
         tp, pp = self.mapping.tp, self.mapping.pp
         size = tokens * self.shape.hidden_size * self.act_bytes
+        tp_nodes, crossing = self._nodes_crossed()
         latency = transfer = 0.0
         if tp > 1:
             all_reduces = 2 * self.shape.num_hidden_layers  # after attention and after the MLP
-            latency += all_reduces * (machine.link_call_latency_s + 2 * (tp - 1) * machine.link_hop_latency_s)
-            transfer += all_reduces * 2 * (tp - 1) / tp * size / machine.link_bandwidth
+            net_hops = 2 * (tp_nodes - 1)  # NCCL: the ring's steps between nodes
+            hops = (2 * (tp - 1) - net_hops) * machine.link_hop_latency_s + net_hops * machine.net_hop_latency_s
+            slowest = machine.link_bandwidth if tp_nodes == 1 else min(machine.link_bandwidth, machine.net_bandwidth)
+            latency += all_reduces * (machine.link_call_latency_s + hops)
+            transfer += all_reduces * 2 * (tp - 1) / tp * size / slowest
         if pp > 1:
-            latency += (pp - 1) * (machine.link_call_latency_s + machine.link_hop_latency_s)
-            transfer += (pp - 1) * size / machine.link_bandwidth
+            inside = pp - 1 - crossing
+            latency += (pp - 1) * machine.link_call_latency_s + inside * machine.link_hop_latency_s + crossing * machine.net_hop_latency_s
+            transfer += inside * size / machine.link_bandwidth + (crossing * size / machine.net_bandwidth if crossing else 0.0)
         return latency + transfer, latency
 
     def step(self, machine: Machine, tokens: float, logits_rows: float, pairs: float, kv_tokens: float) -> StepTime:

@@ -23,8 +23,15 @@ T = n_p x t_mixed + (L - n_p) x t_decode and
   TTFT = queueing (clients - B) / requests/s (Little's law in a closed loop) + half a step in flight on arrival
          + its own prefill: max(ceil(ISL / chunk), L - OSL + 1) steps with prefill (the second term: the token
          budget makes prompts wait for room).
-Both are means over the steady state; the bound is physical (no kernel or scheduler overhead), so measured
-numbers are slower, by a roughly constant factor at one engine, which keeps the ranking of configurations.
+That is the default, `arrivals="spread"`: lengths vary, so requests end, and their clients' next requests arrive,
+at different steps. With `arrivals="waves"` (fixed lengths and clients that start together, as a bench forcing
+the output length runs) the batch stays in step: its B prompts are prefilled together in ceil(B x ISL /
+max_num_tokens) steps, then OSL - 1 decode-only steps follow; TTFT is the median prompt's share of the prefill
+steps (plus queueing), TPOT the rest of the wave over OSL - 1 tokens.
+Both are means over the steady state; the bound is physical (no kernel, scheduler or server overhead), so
+measured numbers are slower, and not by one constant factor: the model ranks configurations for pruning, and
+measurement confirms. Not modelled: speculative decoding's draft tokens, beams, KV-cache reuse, and a
+disaggregated prefill/decode split (its decode workers are treated as aggregated ones).
 
 Instances: on GPUs each instance (a Dynamo worker) has its own GPUs. On a CPU host the instances share the
 host: each gets 1/instances of the measured bandwidth and matrix throughput (the host profile measures the whole
@@ -39,8 +46,10 @@ from dataclasses import dataclass
 
 from trtllm_forge.plan.planner import Plan
 from trtllm_forge.plan.roofline import Machine, StepTime
+from trtllm_forge.plan.workers import worker_counts
 
 LIMITS = ("concurrency", "max_batch_size", "kv_cache", "max_num_tokens")
+ARRIVALS = ("spread", "waves")
 
 
 @dataclass(frozen=True)
@@ -59,10 +68,11 @@ class SteadyState:
     """One slot lifetime of the batch: its steps, the two kinds of step and their times."""
 
     batch: int
+    arrivals: str  # one of ARRIVALS
     lifetime_steps: float  # L
     prefill_steps: float  # n_p: steps that carry prompt tokens
     own_prefill_steps: float  # steps one prompt waits for its own prefill
-    mixed: StepTime  # a step with decode tokens and prompt chunks
+    mixed: StepTime  # a step with prompt chunks (and, spread, decode tokens)
     decode: StepTime  # a step with decode tokens only
 
     @property
@@ -72,6 +82,22 @@ class SteadyState:
     @property
     def mean_step_s(self) -> float:
         return self.lifetime_s / self.lifetime_steps
+
+    @property
+    def first_token_s(self) -> float:
+        """From admission to the first token (spread: an arrival also waits for the step in flight)."""
+        own = self.own_prefill_steps * self.mixed.seconds
+        return own if self.arrivals == "waves" else own + self.mean_step_s / 2
+
+    @property
+    def tpot_s(self) -> float:
+        """Spread: the mean step. Waves: the rest of the wave over the tokens after the first."""
+        if self.arrivals != "waves":
+            return self.mean_step_s
+        after_first = self.lifetime_steps - self.prefill_steps  # OSL - 1 decode steps
+        if after_first <= 0:
+            return self.decode.seconds
+        return (self.lifetime_s - self.own_prefill_steps * self.mixed.seconds) / after_first
 
 
 def batch_limits(plan: Plan, clients: int) -> dict[str, int]:
@@ -85,8 +111,17 @@ def batch_limits(plan: Plan, clients: int) -> dict[str, int]:
     }
 
 
-def steady_state(plan: Plan, machine: Machine, batch: int) -> SteadyState:
+def engine_batch_limit(plan: Plan) -> tuple[int, str]:
+    """The most sequences one instance runs at once whatever the load, and the limit that sets it."""
+    limits = batch_limits(plan, clients=0)
+    name = min(LIMITS[1:], key=lambda limit: limits[limit])
+    return limits[name], name
+
+
+def steady_state(plan: Plan, machine: Machine, batch: int, arrivals: str = "spread") -> SteadyState:
     """The closed loop's steady state at `batch` running sequences (the module docstring's formulas)."""
+    if arrivals == "waves":
+        return wave_state(plan, machine, batch)
     isl, osl = max(1, plan.workload.input_len), max(1, plan.workload.output_len)
     budget = plan.config.engine.resolved_max_num_tokens
     context = plan.workload.mean_context
@@ -95,27 +130,56 @@ def steady_state(plan: Plan, machine: Machine, batch: int) -> SteadyState:
     chunk = max(1.0, budget - decode_tokens)
     chunks_per_prompt = math.ceil(isl / chunk)
     prefill_steps = min(lifetime, batch * chunks_per_prompt)
-    arrivals = batch / prefill_steps  # prompts finishing their prefill (and sampling a token) per mixed step
+    finished = batch / prefill_steps  # prompts finishing their prefill (and sampling a token) per mixed step
     prompt_tokens = batch * isl / prefill_steps
-    prompt_pairs = arrivals * isl * (isl + 1) / 2  # causal attention over the whole prompt
-    prompt_rereads = arrivals * isl * (chunks_per_prompt - 1) / 2  # each chunk reads the earlier chunks' KV
+    prompt_pairs = finished * isl * (isl + 1) / 2  # causal attention over the whole prompt
+    prompt_rereads = finished * isl * (chunks_per_prompt - 1) / 2  # each chunk reads the earlier chunks' KV
     mixed = plan.cost.step(
         machine,
         decode_tokens + prompt_tokens,
-        decode_tokens + arrivals,
+        decode_tokens + finished,
         decode_tokens * context + prompt_pairs,
         decode_tokens * context + prompt_tokens + prompt_rereads,
     )
     decode = plan.cost.step(machine, decode_tokens, decode_tokens, decode_tokens * context, decode_tokens * context)
     own = max(chunks_per_prompt, lifetime - (osl - 1))
-    return SteadyState(batch, lifetime, prefill_steps, own, mixed, decode)
+    return SteadyState(batch, "spread", lifetime, prefill_steps, own, mixed, decode)
 
 
-def predict_serving(plan: Plan, *, concurrency: int, instances: int = 1) -> ServingPrediction | None:
+def wave_state(plan: Plan, machine: Machine, batch: int) -> SteadyState:
+    """Waves: the batch's prompts prefilled together in ceil(B x ISL / max_num_tokens) steps, then OSL - 1 decode
+    steps of the whole batch; the median prompt's first token comes after ceil(ceil(B / 2) x ISL / max_num_tokens)
+    of the prefill steps."""
+    isl, osl = max(1, plan.workload.input_len), max(1, plan.workload.output_len)
+    budget = plan.config.engine.resolved_max_num_tokens
+    context = plan.workload.mean_context
+    prefill_steps = math.ceil(batch * isl / budget)
+    chunks_per_prompt = math.ceil(isl / budget)
+    finished = batch / prefill_steps  # prompts sampling their first token per prefill step
+    prompt_tokens = batch * isl / prefill_steps
+    prefill = plan.cost.step(
+        machine,
+        prompt_tokens,
+        finished,
+        finished * isl * (isl + 1) / 2,
+        prompt_tokens + finished * isl * (chunks_per_prompt - 1) / 2,
+    )
+    decode = plan.cost.step(machine, batch, batch, batch * context, batch * context)
+    median = math.ceil(math.ceil(batch / 2) * isl / budget)
+    return SteadyState(batch, "waves", prefill_steps + osl - 1, prefill_steps, median, prefill, decode)
+
+
+def predict_serving(plan: Plan, *, concurrency: int, instances: int = 1, arrivals: str = "spread") -> ServingPrediction | None:
     """The closed-loop steady state of `concurrency` clients over `instances` instances (None without the
-    machine's numbers). No I/O: cheap enough to call for every point of a search space."""
+    machine's numbers). No I/O: cheap enough to call for every point of a search space.
+
+    `arrivals`: "spread" (lengths vary, so requests end and arrive at different steps: the default) or "waves"
+    (every request has the same lengths and the clients start together, as a bench that forces the output length
+    does: the batch stays in step, prefills its prompts together and then only decodes)."""
     if concurrency < 1 or instances < 1:
         raise ValueError(f"concurrency ({concurrency}) and instances ({instances}) must be at least 1")
+    if arrivals not in ARRIVALS:
+        raise ValueError(f"arrivals must be one of {', '.join(ARRIVALS)}, not {arrivals!r}")
     if plan.machine is None:
         return None
     machine = plan.machine if plan.device.is_gpu else plan.machine.shared(instances)
@@ -125,22 +189,36 @@ def predict_serving(plan: Plan, *, concurrency: int, instances: int = 1) -> Serv
     batch = limits[limited_by]
     if batch < 1:  # the KV cache holds no sequence of this workload
         return ServingPrediction(concurrency, 0, limited_by, math.inf, math.inf, 0.0, 0.0)
-    state = steady_state(plan, machine, batch)
+    state = steady_state(plan, machine, batch, arrivals)
     requests_per_s = batch / state.lifetime_s
     queueing_s = (clients - batch) / requests_per_s
-    ttft_s = queueing_s + state.mean_step_s / 2 + state.own_prefill_steps * state.mixed.seconds
     return ServingPrediction(
         concurrency=concurrency,
         batch=batch,
         limited_by=limited_by,
-        ttft_ms=ttft_s * 1e3,
-        tpot_ms=state.mean_step_s * 1e3,
+        ttft_ms=(queueing_s + state.first_token_s) * 1e3,
+        tpot_ms=state.tpot_s * 1e3,
         output_tokens_per_s=requests_per_s * max(1, plan.workload.output_len),
         requests_per_s=requests_per_s,
     )
 
 
-def concurrency_sweep(plan: Plan) -> list[int]:
-    """1, 2, 4, ... up to twice the config's max_batch_size (and that value itself)."""
-    top = 2 * plan.config.engine.max_batch_size
+def config_instances(plan: Plan) -> tuple[int, str]:
+    """The serving instances the config deploys, and what they are: the aggregated Dynamo workers (or the decode
+    workers of a disaggregated graph, which this model treats as aggregated), else the engine model's Triton
+    instances on a CPU engine, else one engine."""
+    config = plan.config
+    if "dynamo" in config.deploy.model_fields_set:  # the config lays out Dynamo workers (deploy.dynamo)
+        counts = worker_counts(config)
+        if counts.aggregated:
+            return counts.aggregated, "deploy.dynamo.workers"
+        return counts.decode, "deploy.dynamo.decode_workers (disaggregated: modelled as aggregated workers)"
+    if not plan.device.is_gpu and config.triton.instances.tensorrt_llm > 1:
+        return config.triton.instances.tensorrt_llm, "triton.instances.tensorrt_llm"
+    return 1, "one engine"
+
+
+def concurrency_sweep(plan: Plan, instances: int = 1) -> list[int]:
+    """1, 2, 4, ... up to twice what the instances' max_batch_size admits (and that value itself)."""
+    top = 2 * plan.config.engine.max_batch_size * instances
     return sorted({1 << i for i in range(top.bit_length()) if 1 << i <= top} | {top})
