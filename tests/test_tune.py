@@ -14,7 +14,7 @@ from trtllm_forge.config import load_config
 from trtllm_forge.errors import ConfigError
 from trtllm_forge.tune.config_file import config_yaml
 from trtllm_forge.tune.feasibility import apply_point, check_point, check_space
-from trtllm_forge.tune.rank import predict, rank
+from trtllm_forge.tune.rank import arrivals, predict, rank
 from trtllm_forge.tune.report import pareto_front, spearman
 from trtllm_forge.tune.search import Rung, rungs, successive_halving
 from trtllm_forge.tune.slo import parse_slo, point_goodput
@@ -166,9 +166,10 @@ def test_ranking_follows_the_serving_model(cpu_config):
     ranked = rank(feasible, slo, [8], "tokens", default_point(cpu_config, default_space(cpu_config)))
     assert [r.checked.point["engine.max_batch_size"] for r in ranked] == [8, 1]
     trial = apply_point(cpu_config, {"engine.max_batch_size": 8})
-    model = predict_serving(make_plan(trial, default_workload(trial)), concurrency=8, instances=1)
+    model = predict_serving(make_plan(trial, default_workload(trial)), concurrency=8, instances=1, arrivals="waves")
     assert model is not None
     assert ranked[0].predicted.goodput == pytest.approx(model.output_tokens_per_s)
+    assert arrivals(trial) == "waves"  # one prompt and one output length: the trial's bench keeps the batch in step
     strict = predict(trial, parse_slo("tpot_p50_ms=0.001"), [8], "tokens")
     assert strict.goodput == 0.0 and strict.tpot_ms == pytest.approx(model.tpot_ms)
 

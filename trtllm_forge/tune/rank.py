@@ -56,6 +56,19 @@ def _meets(slo: Slo, ttft_ms: float, tpot_ms: float, output_len: float) -> bool:
     return all(predicted[goal.metric] <= goal.limit_ms for goal in slo.goals)
 
 
+def arrivals(config: ForgeConfig) -> str:
+    """How the serving model sees the trial's requests: "waves" when the bench's workload has one prompt length and
+    one output length (a trial's bench forces the output length, and its clients start together), else "spread"."""
+    if not config.bench.workloads:
+        return "spread"
+    from trtllm_forge.bench.options import from_workload
+
+    workload = config.bench.workloads[0]
+    values = from_workload(workload, f"bench.workloads[{workload.name}]")
+    fixed = all(spec.std == 0 and spec.low is None for spec in (values["input_len"], values["output_len"]))
+    return "waves" if fixed and values.get("dataset") is None else "spread"
+
+
 def predict(config: ForgeConfig, slo: Slo, concurrencies: list[int], objective: Objective) -> Predicted:
     from trtllm_forge.plan.planner import default_workload, make_plan
     from trtllm_forge.plan.serving_model import predict_serving
@@ -63,10 +76,11 @@ def predict(config: ForgeConfig, slo: Slo, concurrencies: list[int], objective: 
     workload = default_workload(config)
     plan = make_plan(config, workload)
     instances = serving_instances(config)
+    pattern = arrivals(config)
     best: Predicted | None = None
     last: Predicted | None = None
     for concurrency in sorted(concurrencies):
-        serving = predict_serving(plan, concurrency=concurrency, instances=instances)
+        serving = predict_serving(plan, concurrency=concurrency, instances=instances, arrivals=pattern)
         if serving is None:
             return Predicted(0.0, None, None, None, None, "no device numbers (`plan --measure-host`)", "none")
         rate = (serving.requests_per_s if objective == "requests" else serving.output_tokens_per_s) * instances  # both per instance
