@@ -193,6 +193,7 @@ def _search(prepared: Prepared, before_trial: Callable[[], None]) -> dict[str, A
     deadline = time.monotonic() + q.minutes * 60 if q.minutes is not None else None
     latest: dict[str, TrialResult] = {}  # per point (its description): its trial at the highest rung it reached
     predicted: dict[str, Ranked] = {}
+    shorter: list[Row] = []  # every measurement; those a longer one of the same point replaced are listed apart
 
     def measure(candidate: Ranked, rung: Rung) -> float | None:
         key = point_key(candidate.checked.point)
@@ -203,6 +204,7 @@ def _search(prepared: Prepared, before_trial: Callable[[], None]) -> dict[str, A
             candidate.config, candidate.checked.point, BenchPlan(q.concurrencies, rung.num_requests), q.slo, q.objective, q.workdir
         )
         latest[key], predicted[key] = result, candidate
+        shorter.append(Row(result, candidate.predicted, serving_instances(candidate.config)))
         info(f"  {'cached ' if result.cached else ''}{result.status}: goodput {result.goodput:.1f}")
         return result.goodput if result.done else None
 
@@ -223,14 +225,18 @@ def _search(prepared: Prepared, before_trial: Callable[[], None]) -> dict[str, A
         best = next(r for r in rows if point_key(r.trial.point) == key)
     if default_row is not None and default_row.trial.goodput > (best.trial.goodput if best else 0.0):
         best = default_row  # measured as long as the last rung: the config as it is was the best seen
+    kept = {id(r.trial) for r in rows}
+    earlier = [r for r in shorter if id(r.trial) not in kept]
     extra = {
         "trials_used": outcome.trials + (default_row is not None),
         "stopped": outcome.stopped,
         "feasible": len(prepared.feasible),
         "pruned": len(prepared.pruned),
         "notes": prepared.notes,
+        "shorter_trials": [{**r.trial.to_dict(), "predicted": r.predicted.to_dict() if r.predicted else None} for r in earlier],
     }
-    return answer(q.config, q.workdir, q.slo, q.objective, [*rows, *([default_row] if default_row else [])], best, default_row, extra)
+    every = [*rows, *([default_row] if default_row else [])]
+    return answer(q.config, q.workdir, q.slo, q.objective, every, best, default_row, extra, earlier)
 
 
 def answer(
@@ -242,11 +248,13 @@ def answer(
     best: Row | None,
     default: Row | None,
     extra: dict[str, Any],
+    earlier: list[Row] | None = None,
 ) -> dict[str, Any]:
-    """Write best.yaml, report.json and pareto.png under <workdir>/tune and print the table; the report document."""
+    """Write best.yaml, report.json and pareto.png under <workdir>/tune and print the table (with the `earlier`,
+    shorter trials of points measured again); the report document."""
     out = workdir / "tune"
     unit = "tokens/s" if objective == "tokens" else "requests/s"
-    console.print(trial_table(rows, unit))
+    console.print(trial_table([*rows, *(earlier or [])], unit))
     files: dict[str, str] = {}
     if best is not None and best.trial.goodput > 0:
         best_config = apply_point(config, best.trial.point)
