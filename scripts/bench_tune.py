@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from trtllm_forge.importer.stage import import_checkpoint
     from trtllm_forge.pipeline import measure_host_once
-    from trtllm_forge.tune.feasibility import check_space
+    from trtllm_forge.tune.feasibility import Checked, apply_point, check_space
     from trtllm_forge.tune.report import spearman
     from trtllm_forge.tune.slo import parse_slo
     from trtllm_forge.tune.space import Knob, default_space, grid, point_key
@@ -105,7 +105,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     prepared = prepare(question)
     grid_requests = prepared.plan[-1].num_requests
     feasible, pruned = check_space(config, grid(knobs))
-    pending = list(feasible)
+    # The config as it is is measured beside the grid too (not counted as a grid trial): tune may answer with it, and
+    # the gain over it is read from the grid's measurements.
+    as_is = Checked(prepared.default, apply_point(config, {}))
+    pending = [*feasible, as_is]
     grid_results: dict[str, dict[str, Any]] = {}
     per_chunk = max(1, -(-len(pending) // (sum(r.candidates for r in prepared.plan) + 1)))
 
@@ -124,11 +127,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     elapsed = time.monotonic() - started
 
     predicted = {point_key(r.checked.point): r.predicted.goodput for r in prepared.ranked}
+    default_key = point_key(prepared.default)
+    default_by_grid = (
+        grid_results.pop(default_key, {})
+        if default_key not in {point_key(c.point) for c in feasible}
+        else grid_results.get(default_key, {})
+    )
     keys = [k for k in grid_results if grid_results[k]["status"] == "done"]
     grid_best_key = max(keys, key=lambda k: grid_results[k]["goodput"]) if keys else None
     grid_best = grid_results[grid_best_key]["goodput"] if grid_best_key else 0.0
     tune_pick = tune_doc["best"]["point"] if tune_doc["best"] else None
-    pick_by_grid = grid_results.get(point_key(tune_pick), {}).get("goodput") if tune_pick is not None else None
+    measured = {**grid_results, default_key: default_by_grid}
+    pick_by_grid = measured.get(point_key(tune_pick), {}).get("goodput") if tune_pick is not None else None
     share = pick_by_grid / grid_best if (pick_by_grid is not None and grid_best) else None
     trials_share = tune_doc["trials_used"] / len(grid_results) if grid_results else None
     return {
@@ -139,7 +149,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "slo": slo.to_dict(),
         "space": space,
         "pruned": [{"point": c.point, "reasons": c.reasons} for c in pruned],
-        "grid": {"points": len(grid_results), "requests_per_load": grid_requests, "trials": list(grid_results.values())},
+        "grid": {
+            "points": len(grid_results),
+            "requests_per_load": grid_requests,
+            "trials": list(grid_results.values()),
+            "default": default_by_grid,
+        },
         "tune": tune_doc,
         "summary": {
             "grid_best_point": grid_results[grid_best_key]["point"] if grid_best_key else None,
@@ -154,7 +169,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "tune_trials_share_of_grid": trials_share,
             "goal_trials_share": GOAL_TRIALS,
             "meets_trials_goal": trials_share is not None and trials_share <= GOAL_TRIALS,
-            "gain_over_default": tune_doc["gain_over_default"],
+            "default_goodput_by_grid": default_by_grid.get("goodput"),
+            "gain_over_default_by_tune": tune_doc["gain_over_default"],
+            "gain_over_default_by_grid": pick_by_grid / default_by_grid["goodput"]
+            if (pick_by_grid and default_by_grid.get("goodput"))
+            else None,
+            "grid_best_gain_over_default": grid_best / default_by_grid["goodput"] if default_by_grid.get("goodput") else None,
             "model_rank_correlation_tune_trials": tune_doc["model_rank_correlation"],
             "model_rank_correlation_grid": spearman([predicted[k] for k in keys], [grid_results[k]["goodput"] for k in keys]),
             "seconds": round(elapsed, 1),
