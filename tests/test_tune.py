@@ -272,3 +272,20 @@ def test_emit_writes_configs_and_one_script(tmp_path):
         assert emitted.bench.workloads[0].concurrency == [1, 64]
     missing = run_in_process("tune", str(GPU_CONFIG), "--import", str(emit_dir))
     assert missing.returncode == 2 and "no results" in _one_error_line(missing.stderr)
+
+
+def test_report_sets_predictions_beside_measurements():
+    from trtllm_forge.tune.rank import Predicted
+    from trtllm_forge.tune.report import Row, report_document
+
+    def row(goodput: float, predicted: float, simulated: float, default: bool = False) -> Row:
+        trial = TrialResult(f"h{goodput:g}", {"engine.max_batch_size": int(goodput)}, "done", goodput, {"num_requests": 8})
+        aic = {"status": "simulated", "values": {"tokens_per_s": simulated}}
+        return Row(trial, Predicted(predicted, 8, 1.0, 1.0, predicted, "concurrency", "serving model"), 1, default, aic)
+
+    rows = [row(10, 1, 30), row(20, 2, 20), row(30, 3, 10), row(5, 0.5, 40, default=True)]
+    doc = report_document(rows, rows[2], rows[3], parse_slo(SLO), "tokens", {})
+    assert doc["gain_over_default"] == pytest.approx(30 / 5)
+    assert doc["model_rank_correlation"] == pytest.approx(1.0)  # the default is not one of the ranked points
+    assert doc["aiconfigurator_rank_correlation"] == pytest.approx(-1.0)  # over every simulated trial
+    assert [t["predicted"]["goodput"] for t in doc["trials"]] == [1, 2, 3, 0.5]
