@@ -66,7 +66,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("deploy", ("deploy", "containers")),
     # Talking to a deployment.
     ("verify, bench", ("verify", "bench", "client", "llmapi_requests")),
-    ("pipeline", ("pipeline", "doctor")),
+    ("pipeline", ("pipeline", "doctor", "tune")),
     ("commands", ("commands", "cli", "__main__")),
 ]
 

@@ -28,6 +28,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("trtllm_forge.commands.verify_cmd", "verify"),
     ("trtllm_forge.commands.bench_cmd", "bench_group"),
     ("trtllm_forge.commands.run_cmd", "run"),
+    ("trtllm_forge.commands.tune_cmd", "tune"),
     ("trtllm_forge.commands.version_cmd", "version"),
     ("trtllm_forge.commands.doctor_cmd", "doctor"),
 ]
