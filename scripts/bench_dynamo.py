@@ -198,7 +198,7 @@ def _spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float
 
 def bench_streamed(deployed: Deployed, checkpoint: Path, out: Path, seed: int, **workload: Any) -> dict[str, Any]:
     """One run of our bench (streamed) and the numbers the tables need."""
-    from trtllm_forge.bench.run import BenchOptions, run_bench
+    from trtllm_forge.bench.run import BenchOptions, raise_if_interrupted, run_bench
     from trtllm_forge.bench.specs import LengthSpec
 
     concurrency = int(workload.pop("concurrency"))
@@ -220,6 +220,7 @@ def bench_streamed(deployed: Deployed, checkpoint: Path, out: Path, seed: int, *
     )
     before = cpu_by_role(deployed)
     document = run_bench(options)
+    raise_if_interrupted(document)  # Ctrl-C/SIGTERM stop the script, not just this bench
     cpu = _spent(before, cpu_by_role(deployed))
     point = (document.get("points") or [document])[0]
     metrics = point["metrics"]
@@ -578,7 +579,10 @@ def main() -> int:
         )  # fmt: skip
         args.repeats = 1
         out = None
-    document = run(args, work, out)
+    from trtllm_forge.processes import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():  # a SIGTERM between two benches stops the deployments as Ctrl-C does
+        document = run(args, work, out)
     print(render_routing_table(document))
     print(render_throughput_table(document))
     if out is not None:

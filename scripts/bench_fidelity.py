@@ -31,7 +31,7 @@ from bench_support.local_triton import render_timing_model, start_triton
 
 from trtllm_forge.bench import provenance
 from trtllm_forge.bench.records import read_jsonl
-from trtllm_forge.bench.run import BenchOptions, run_bench
+from trtllm_forge.bench.run import BenchOptions, raise_if_interrupted, run_bench
 from trtllm_forge.bench.specs import LengthSpec
 
 TTFT_MS, GAP_MS, TOKENS = 50.0, 25.0, 16
@@ -54,6 +54,7 @@ def _run(server, model: str, concurrency: int, n: int, tokens: int, out: Path, s
         workers=workers,
     )
     summary = run_bench(options)
+    raise_if_interrupted(summary)  # Ctrl-C/SIGTERM stop the script, not just this bench
     records = [r for r in read_jsonl(out / "requests.jsonl") if r.phase == "measure" and r.ok]
     return summary, records
 

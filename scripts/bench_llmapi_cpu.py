@@ -128,7 +128,7 @@ def start_endpoints(stack: ExitStack, workdir: Path, engine_cfg: Any, llmapi_cfg
 
 def measure(endpoint: Endpoint, concurrency: int, args: argparse.Namespace, checkpoint: Path, out: Path) -> dict[str, Any]:
     """One bench run (our load generator, in this process) and the numbers the table needs."""
-    from trtllm_forge.bench.run import BenchOptions, run_bench
+    from trtllm_forge.bench.run import BenchOptions, raise_if_interrupted, run_bench
     from trtllm_forge.bench.specs import LengthSpec
 
     options = BenchOptions(
@@ -148,6 +148,7 @@ def measure(endpoint: Endpoint, concurrency: int, args: argparse.Namespace, chec
     )
     started = time.time()
     document = run_bench(options)
+    raise_if_interrupted(document)  # Ctrl-C/SIGTERM stop the script, not just this bench
     point = (document.get("points") or [document])[0]
     metrics = point["metrics"]
     row: dict[str, Any] = {

@@ -12,7 +12,7 @@ The goals: tune's pick measured by the grid within 5% of the grid's best goodput
 trials; also the gain of tune's pick over the config as it is, and the rank correlation (Spearman) of plan's serving
 model with the grid's measurements over every point.
 
-Writes results/bench_tune/run-<UTC>.json (git commit, machine, load, every trial). --smoke: a 2-point space and
+Writes results/bench_tune/<--name, default tune>.json (git commit, machine, load, every trial). --smoke: a 2-point space and
 tiny benches, written under the workdir (never into results/), to check the script runs.
 
     .venv/bin/python scripts/bench_tune.py [--note "..."]          # about 15-25 minutes on a 2-core machine
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -68,6 +69,57 @@ def _link_stages(source: Path, target: Path) -> None:
     """The import and build of `source` in `target` as if they ran there (hard links): both are skipped."""
     for stage in ("import", "build"):
         shutil.copytree(source / stage, target / stage, symlinks=True, copy_function=os.link)
+
+
+CONFIRM_REPEATS = 3
+
+
+def _best_point(grid_results: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    done = [r for r in grid_results.values() if r["status"] == "done"]
+    return max(done, key=lambda r: r["goodput"])["point"] if done else None
+
+
+def confirm_round(config: Any, named: dict[str, dict[str, Any] | None], bench: Any, slo: Any, work: Path, repeats: int) -> dict[str, Any]:
+    """The grid's best, tune's pick and the config as it is benched again side by side, in rotated order, `repeats`
+    times each (a fresh workdir per repeat, so no trial is read from a cache). The goals are judged on these paired
+    measurements: the grid's best was picked as the largest of many noisy measurements, so its own number is biased
+    high against any single other measurement."""
+    from trtllm_forge.tune.feasibility import apply_point
+    from trtllm_forge.tune.space import point_key
+    from trtllm_forge.tune.trials import run_trial
+
+    points: dict[str, dict[str, Any]] = {}  # one entry per distinct point: its names and its measurements
+    for name, point in named.items():
+        if point is None:
+            continue
+        entry = points.setdefault(point_key(point), {"names": [], "point": point, "goodput": []})
+        entry["names"].append(name)
+    keys = list(points)
+    for repeat in range(repeats):
+        workdir = work / "confirm" / f"r{repeat}"
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir(parents=True)
+        _link_stages(work / "grid", workdir)
+        for key in keys[repeat % len(keys) :] + keys[: repeat % len(keys)]:
+            entry = points[key]
+            result = run_trial(apply_point(config, entry["point"]), entry["point"], bench, slo, "tokens", workdir)
+            entry["goodput"].append(result.goodput if result.status == "done" else None)
+            print(f"confirm r{repeat} {'/'.join(entry['names'])}: {result.status} {result.goodput:.1f}", file=sys.stderr)
+    by_name = {name: entry for entry in points.values() for name in entry["names"]}
+
+    def ratio(a: str, b: str) -> dict[str, Any] | None:
+        if a not in by_name or b not in by_name:
+            return None
+        pairs = [x / y for x, y in zip(by_name[a]["goodput"], by_name[b]["goodput"], strict=True) if x is not None and y]
+        return {"per_repeat": [round(r, 4) for r in pairs], "median": round(statistics.median(pairs), 4) if pairs else None}
+
+    return {
+        "repeats": repeats,
+        "points": list(points.values()),
+        "tune_pick_over_grid_best": ratio("tune pick", "grid best"),
+        "tune_pick_over_as_is": ratio("tune pick", "as is"),
+        "grid_best_over_as_is": ratio("grid best", "as is"),
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -124,6 +176,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
     tune_doc = run_search(prepared, before_trial=lambda: grid_chunk(per_chunk))
     grid_chunk(len(pending))
+
+    confirmed = confirm_round(
+        config,
+        {"grid best": _best_point(grid_results), "tune pick": tune_doc["best"]["point"] if tune_doc["best"] else None, "as is": {}},
+        BenchPlan(question.concurrencies, grid_requests),
+        slo,
+        work,
+        1 if args.smoke else CONFIRM_REPEATS,
+    )
     elapsed = time.monotonic() - started
 
     predicted = {point_key(r.checked.point): r.predicted.goodput for r in prepared.ranked}
@@ -179,24 +240,83 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "model_rank_correlation_grid": spearman([predicted[k] for k in keys], [grid_results[k]["goodput"] for k in keys]),
             "seconds": round(elapsed, 1),
         },
+        "confirmation": confirmed,
     }
+
+
+def _ratio_text(ratio: dict[str, Any] | None) -> str:
+    if not ratio or ratio.get("median") is None:
+        return "-"
+    return f"{ratio['median']:.2f}× (per repeat: {', '.join(f'{r:.2f}' for r in ratio['per_repeat'])})"
+
+
+def render_table(document: dict[str, Any]) -> str:
+    """The docs block: the grid against tune under one SLO, the side-by-side confirmation, the goals' verdicts."""
+    from trtllm_forge.bench.provenance import measured_where
+
+    summary, confirmation, workload = document["summary"], document["confirmation"], document["workload"]
+    knobs = ", ".join(f"{name} {'/'.join(str(v) for v in values)}" for name, values in document["space"].items() if len(values) > 1)
+    lines = [
+        f"Space: {document['grid']['points']} points ({knobs}); load: concurrency {'/'.join(str(c) for c in workload['concurrency'])}, "
+        f"{workload['input_len']} prompt → {workload['output_len']} output tokens, {document['grid']['requests_per_load']} requests "
+        f"per grid point; SLO {', '.join(f'{k} ≤ {v}' for k, v in document['slo'].items())}; goodput = output tok/s of the "
+        f"requests meeting every goal; {measured_where(document)}",
+        "",
+        "| configuration | point | goodput in its search (tok/s) | confirmation, median of "
+        f"{confirmation['repeats']} side-by-side repeats (tok/s) |",
+        "|---|---|---:|---:|",
+    ]
+    searched = {
+        "grid best": summary["grid_best_goodput"],
+        "tune pick": summary["tune_pick_goodput_by_tune"],
+        "as is": summary["default_goodput_by_grid"],
+    }
+    for entry in confirmation["points"]:
+        values = [v for v in entry["goodput"] if v is not None]
+        median = f"{statistics.median(values):.1f}" if values else "-"
+        point = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in entry["point"].items()) or "the config as it is"
+        found = [searched[name] for name in entry["names"] if searched.get(name) is not None]
+        lines.append(
+            f"| {' = '.join(entry['names'])} | {point} | {found[0]:.1f} | {median} |"
+            if found
+            else f"| {' = '.join(entry['names'])} | {point} | - | {median} |"
+        )
+    share = (confirmation.get("tune_pick_over_grid_best") or {}).get("median")
+    trials = summary["tune_trials_share_of_grid"]
+    lines += [
+        "",
+        f"- {'MET' if share is not None and share >= GOAL_SHARE else 'MISS'}: tune's pick within "
+        f"{round((1 - GOAL_SHARE) * 100)}% of the grid's best (side by side): {_ratio_text(confirmation.get('tune_pick_over_grid_best'))}",
+        f"- {'MET' if trials is not None and trials <= GOAL_TRIALS else 'MISS'}: at most {round(GOAL_TRIALS * 100)}% of the grid's "
+        f"trials: tune ran {summary['tune_trials']} of {document['grid']['points']} ({trials:.0%})",
+        f"- tune's pick over the config as it is (side by side): {_ratio_text(confirmation.get('tune_pick_over_as_is'))}; the "
+        f"grid's best over it: {_ratio_text(confirmation.get('grid_best_over_as_is'))}",
+        "- plan's serving model against the grid's measurements, rank correlation (Spearman) over the grid: "
+        + (f"{summary['model_rank_correlation_grid']:.2f}" if summary.get("model_rank_correlation_grid") is not None else "-"),
+    ]
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="2 points, tiny benches; the result is written under --workdir")
     parser.add_argument("--workdir", type=Path, default=REPO / "forge-work" / "bench-tune", help="the grid's and tune's workdirs")
+    parser.add_argument("--name", default="tune", help="the result file's name (results/bench_tune/NAME.json)")
     parser.add_argument("--note", default=None, help="a note stored with the results (e.g. that the machine was busy)")
     parser.add_argument("--out-dir", type=Path, default=None, help=f"default {RESULTS_DIR.relative_to(REPO)} (--smoke: the workdir)")
     args = parser.parse_args()
     document = {**record(), "note": args.note}
-    document.update(run(args))
+    from trtllm_forge.processes import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():
+        document.update(run(args))
     out_dir = args.out_dir or (args.workdir / "smoke-result" if args.smoke else RESULTS_DIR)
-    path = write_result(out_dir / f"run-{document['started_utc'].replace(':', '')}.json", finish(document))
+    path = write_result(out_dir / f"{args.name}.json", finish(document))
     summary = document["summary"]
     print(f"wrote {path}", file=sys.stderr)
     for key, value in summary.items():
         print(f"  {key}: {value}", file=sys.stderr)
+    print(render_table(document))
 
 
 if __name__ == "__main__":

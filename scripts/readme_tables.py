@@ -95,6 +95,7 @@ TABLES: dict[str, TableSource] = {
     ),
     "dynamo-routing-table": TableSource("bench_dynamo.py", "render_routing_table", "results/bench_dynamo/dynamo.json"),
     "dynamo-throughput-table": TableSource("bench_dynamo.py", "render_throughput_table", "results/bench_dynamo/dynamo.json"),
+    "tune-table": TableSource("bench_tune.py", "render_table", "results/bench_tune/tune.json"),
     "llmapi-cpu-table": TableSource(
         "bench_llmapi_cpu.py",
         "render_llmapi_table",

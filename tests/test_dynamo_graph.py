@@ -217,6 +217,13 @@ def test_aggregated_graph_has_worker_replicas_and_kv_events_only_for_the_kv_rout
     frontend = main_container(components(graph)["frontend"])["command"]
     assert flag(frontend, "--router-mode") == "kv" and "--no-router-kv-events" in frontend and flag(frontend, "--router-ttl-secs") == "60"
 
+    # the KV router's weight of prefill against running load: Dynamo's default unless the config says otherwise
+    assert flag(frontend, "--router-prefill-load-scale") == "1"
+    graph, _ = rendered(aggregated(deploy={"dynamo": {"prefill_load_scale": 4}}), tmp_path / "scale")
+    assert flag(main_container(components(graph)["frontend"])["command"], "--router-prefill-load-scale") == "4"
+    graph, _ = rendered(aggregated(deploy={"dynamo": {"router_mode": "round-robin", "prefill_load_scale": 4}}), tmp_path / "rr-scale")
+    assert "--router-prefill-load-scale" not in main_container(components(graph)["frontend"])["command"]
+
 
 def test_gpus_per_worker_and_multinode(tmp_path):
     graph, engine_yamls = rendered(aggregated(parallel={"tp": 2}), tmp_path / "tp2")

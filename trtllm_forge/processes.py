@@ -12,11 +12,13 @@ import ctypes
 import os
 import signal
 import subprocess
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from types import FrameType
+from typing import IO, Any, NoReturn
 
 RUN_MARK = "TRTLLM_FORGE_RUN"
 UNREADABLE = "<unreadable>"  # run_mark_of a live process whose environment we may not read (another user's)
@@ -178,3 +180,21 @@ def spawn_in_session(
         start_new_session=True,
         preexec_fn=dying_with_parent(new_group=False) if die_with_caller else None,
     )
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops the body as Ctrl-C does (KeyboardInterrupt): a long loop of measurements (tune, the benchmark
+    scripts) then stops its servers and keeps what it finished. A no-op off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> NoReturn:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -265,3 +265,10 @@ def _written(document: dict[str, Any], where: Path, write: Callable[[], None]) -
         path = exc.filename or where
         document["not_written"] = {"path": str(path), "error": exc.strerror or str(exc)}
         warn(f"not written: {path}: {exc.strerror or exc}")
+
+
+def raise_if_interrupted(document: dict[str, Any]) -> None:
+    """run_bench stops sending on Ctrl-C/SIGTERM and returns what it measured (kept for the user); a caller that runs
+    many benches (tune, the benchmark scripts) must stop too: KeyboardInterrupt when any point says it was interrupted."""
+    if any(str(p.get("aborted") or "").startswith("interrupted") for p in document.get("points") or [document]):
+        raise KeyboardInterrupt

@@ -430,6 +430,17 @@ class DynamoConfig(Section):
     approximate_ttl_s: float = Field(
         default=120.0, gt=0, description="kv_events false: seconds the router assumes a routed request's blocks stay cached."
     )
+    prefill_load_scale: float = Field(
+        default=1.0,
+        gt=0,
+        le=100,
+        description=(
+            "router_mode kv: how much the router weighs the prompt tokens a worker would have to compute (those its "
+            "cache does not hold) against the blocks its running requests hold (Dynamo's --router-prefill-load-scale). "
+            "Above 1 favours the worker that holds a prompt's prefix (time to first token) over an even spread of "
+            "running requests (inter-token latency); workers sharing one host's cores gain nothing from the spread."
+        ),
+    )
     disaggregated: bool = Field(default=False, description="Separate prefill and decode workers (GPU renderings only).")
     prefill_workers: int = Field(default=1, ge=1, le=64, description="Prefill workers when disaggregated.")
     decode_workers: int = Field(default=1, ge=1, le=64, description="Decode workers when disaggregated.")

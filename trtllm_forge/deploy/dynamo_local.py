@@ -155,12 +155,15 @@ def router_knowledge(config: ForgeConfig) -> str:
 
 
 def router_flags(config: ForgeConfig) -> list[str]:
-    """The frontend's router flags (here and in the GPU renderings): its mode and, in the approximate mode, that it
-    expects no KV events and how long it assumes a routed request's blocks stay cached."""
+    """The frontend's router flags (here and in the GPU renderings): its mode, in the approximate mode that it expects
+    no KV events and how long it assumes a routed request's blocks stay cached, and the KV router's weight of prefill
+    against running load."""
     dynamo = config.deploy.dynamo
     flags = ["--router-mode", dynamo.router_mode]
     if router_knowledge(config) == APPROXIMATE:
         flags += ["--no-router-kv-events", "--router-ttl-secs", f"{dynamo.approximate_ttl_s:g}"]
+    if dynamo.router_mode == "kv":
+        flags += ["--router-prefill-load-scale", f"{dynamo.prefill_load_scale:g}"]
     return flags
 
 

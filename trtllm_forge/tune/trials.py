@@ -146,7 +146,7 @@ def _keep_logs(workdir: Path, scratch: Path, since: float) -> None:
 
 def _deploy_and_measure(config: ForgeConfig, workdir: Path, bench: BenchPlan, slo: Slo, out: Path) -> dict[str, Any]:
     from trtllm_forge.bench.config_runs import options_from_config
-    from trtllm_forge.bench.run import run_bench
+    from trtllm_forge.bench.run import raise_if_interrupted, run_bench
     from trtllm_forge.builders.registry import build
     from trtllm_forge.deploy.kinds import kind_of
     from trtllm_forge.importer.stage import import_checkpoint
@@ -171,9 +171,8 @@ def _deploy_and_measure(config: ForgeConfig, workdir: Path, bench: BenchPlan, sl
         )
         info(f"trial bench: concurrency {','.join(map(str, bench.concurrencies))}, {bench.num_requests} requests each")
         document = run_bench(options)
+    raise_if_interrupted(document)
     aborted = [str(p["aborted"]) for p in document.get("points") or [document] if p.get("aborted")]
-    if any(reason.startswith("interrupted") for reason in aborted):
-        raise KeyboardInterrupt  # the bench stops sending on Ctrl-C/SIGTERM and returns; the tune stops too
     if aborted:  # a stall (a hung or dead server): what it measured is kept in the trial's bench folder
         raise StepError("trial", f"the bench stopped early: {aborted[0]}", f"see {out} and the trial's logs")
     return document

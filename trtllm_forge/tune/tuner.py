@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import shlex
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
-from typing import Any, NoReturn
+from typing import Any
 
 from trtllm_forge.atomic_files import write_json_atomic, write_text_atomic
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.errors import ConfigError
+from trtllm_forge.processes import sigterm_as_interrupt
 from trtllm_forge.tune.config_file import config_yaml
 from trtllm_forge.tune.feasibility import Checked, apply_point, check_space, nearest_refusal
 from trtllm_forge.tune.rank import AIC_NOTE, Predicted, Ranked, predict, rank, serving_instances
@@ -160,24 +157,6 @@ def show_plan(prepared: Prepared) -> dict[str, Any]:
         "commands": [shlex.join(argv) for argv in commands],
         "notes": prepared.notes,
     }
-
-
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM stops the tune as Ctrl-C does: the running trial's server is stopped and its partial directory removed,
-    the finished trials stay (a trial's own failures, StepError, are recorded and the search goes on; this is not one)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: FrameType | None) -> NoReturn:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def run_search(prepared: Prepared, before_trial: Callable[[], None] | None = None) -> dict[str, Any]:
