@@ -179,7 +179,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     confirmed = confirm_round(
         config,
-        {"grid best": _best_point(grid_results), "tune pick": tune_doc["best"]["point"] if tune_doc["best"] else None, "as is": {}},
+        {
+            "grid best": _best_point(grid_results),
+            "tune pick": tune_doc["best"]["point"] if tune_doc["best"] else None,
+            "as is": prepared.default,
+        },
         BenchPlan(question.concurrencies, grid_requests),
         slo,
         work,
@@ -274,7 +278,9 @@ def render_table(document: dict[str, Any]) -> str:
     for entry in confirmation["points"]:
         values = [v for v in entry["goodput"] if v is not None]
         median = f"{statistics.median(values):.1f}" if values else "-"
-        point = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in entry["point"].items()) or "the config as it is"
+        point = (
+            ", ".join(f"{k.rsplit('.', 1)[-1]}={'unset' if v is None else v}" for k, v in entry["point"].items()) or "the config as it is"
+        )
         found = [searched[name] for name in entry["names"] if searched.get(name) is not None]
         lines.append(
             f"| {' = '.join(entry['names'])} | {point} | {found[0]:.1f} | {median} |"
