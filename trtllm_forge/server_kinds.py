@@ -7,7 +7,9 @@ bench) is its module under `deploy/kinds/`, named by `implementation` and loaded
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -18,6 +20,11 @@ class ServerKindEntry:
     # "module:function" of each rule applied to configs with this deploy.server (function(config) yields
     # ConfigError); each becomes a named rule in config/checks.py RULES.
     config_rules: tuple[str, ...] = ()
+    # "module:function" giving (count, what it is) of the engines serving at once (plan's serving model, tune);
+    # empty: one engine.
+    engine_instances: str = ""
+    # "module:function" giving (default knobs, extra knobs) of this kind for `tune` (tune/space.py); empty: none.
+    tuning_knobs: str = ""
 
     @property
     def rule_names(self) -> tuple[str, ...]:
@@ -29,6 +36,8 @@ SERVER_KINDS: tuple[ServerKindEntry, ...] = (
         "triton",
         "Triton on the rendered model repository (KServe v2 over gRPC and HTTP)",
         "trtllm_forge.deploy.kinds.triton:KIND",
+        engine_instances="trtllm_forge.plan.serving_model:triton_engine_instances",
+        tuning_knobs="trtllm_forge.tune.space:triton_knobs",
     ),
     ServerKindEntry(
         "trtllm-serve",
@@ -47,6 +56,19 @@ SERVER_KINDS: tuple[ServerKindEntry, ...] = (
             "trtllm_forge.deploy.kinds.dynamo:dynamo_bench_is_openai",
             "trtllm_forge.deploy.dynamo_graph:dynamo_config_problems",
         ),
+        engine_instances="trtllm_forge.plan.workers:dynamo_engine_instances",
+        tuning_knobs="trtllm_forge.tune.space:dynamo_knobs",
     ),
 )
 DEFAULT_SERVER_KIND = SERVER_KINDS[0].name
+
+
+def entry_for(name: str) -> ServerKindEntry:
+    return next(entry for entry in SERVER_KINDS if entry.name == name)
+
+
+def resolve(reference: str) -> Any:
+    """The attribute a "module:attribute" reference of an entry names (imported when asked: the entries stay
+    below every stage)."""
+    module_name, _, attribute = reference.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)

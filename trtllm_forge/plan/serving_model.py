@@ -43,10 +43,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trtllm_forge.plan.planner import Plan
 from trtllm_forge.plan.roofline import Machine, StepTime
-from trtllm_forge.plan.workers import worker_counts
+
+if TYPE_CHECKING:
+    from trtllm_forge.config.schema import ForgeConfig
 
 LIMITS = ("concurrency", "max_batch_size", "kv_cache", "max_num_tokens")
 ARRIVALS = ("spread", "waves")
@@ -204,16 +207,18 @@ def predict_serving(plan: Plan, *, concurrency: int, instances: int = 1, arrival
 
 
 def config_instances(plan: Plan) -> tuple[int, str]:
-    """The serving instances the config deploys, and what they are: the aggregated Dynamo workers (or the decode
-    workers of a disaggregated graph, which this model treats as aggregated), else the engine model's Triton
-    instances on a CPU engine, else one engine."""
-    config = plan.config
-    if "dynamo" in config.deploy.model_fields_set:  # the config lays out Dynamo workers (deploy.dynamo)
-        counts = worker_counts(config)
-        if counts.aggregated:
-            return counts.aggregated, "deploy.dynamo.workers"
-        return counts.decode, "deploy.dynamo.decode_workers (disaggregated: modelled as aggregated workers)"
-    if not plan.device.is_gpu and config.triton.instances.tensorrt_llm > 1:
+    """The engines the config serves with at once, and what they are: its server kind says (server_kinds.py
+    `engine_instances`: Triton's engine model instances on a CPU engine, Dynamo's workers), else one engine."""
+    from trtllm_forge.server_kinds import entry_for, resolve
+
+    reference = entry_for(plan.config.deploy.server).engine_instances
+    count, what = resolve(reference)(plan.config, plan.device.is_gpu) if reference else (1, "one engine")
+    return int(count), str(what)
+
+
+def triton_engine_instances(config: ForgeConfig, on_gpu: bool) -> tuple[int, str]:
+    """Triton: the CPU engine model's instances each run an engine; on a GPU the instances share one engine."""
+    if not on_gpu and config.triton.instances.tensorrt_llm > 1:
         return config.triton.instances.tensorrt_llm, "triton.instances.tensorrt_llm"
     return 1, "one engine"
 

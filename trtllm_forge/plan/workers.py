@@ -80,3 +80,12 @@ def describe_workers(workers: dict[str, Any]) -> str:
         f"{workers['concurrent_sequences_per_worker']} sequences; {workers['concurrent_sequences']} on the decoding workers "
         f"(router {workers['router_mode']})"
     )
+
+
+def dynamo_engine_instances(config: ForgeConfig, on_gpu: bool) -> tuple[int, str]:
+    """Dynamo: the aggregated workers, or the decode workers of a disaggregated graph (the serving model treats them
+    as aggregated ones)."""
+    counts = worker_counts(config)
+    if counts.aggregated:
+        return counts.aggregated, "deploy.dynamo.workers"
+    return counts.decode, "deploy.dynamo.decode_workers (disaggregated: modelled as aggregated workers)"

@@ -44,10 +44,11 @@ class Ranked:
 
 
 def serving_instances(config: ForgeConfig) -> int:
-    """Engines serving at once: Dynamo's aggregated workers, else the engine model's Triton instances."""
-    if config.deploy.server == "dynamo" and not config.deploy.dynamo.disaggregated:
-        return config.deploy.dynamo.workers
-    return config.triton.instances.tensorrt_llm if config.deploy.server == "triton" else 1
+    """Engines serving at once, as plan's serving model counts them (the server kind says)."""
+    from trtllm_forge.plan.planner import make_plan
+    from trtllm_forge.plan.serving_model import config_instances
+
+    return config_instances(make_plan(config))[0]
 
 
 def _meets(slo: Slo, ttft_ms: float, tpot_ms: float, output_len: float) -> bool:
@@ -71,11 +72,11 @@ def arrivals(config: ForgeConfig) -> str:
 
 def predict(config: ForgeConfig, slo: Slo, concurrencies: list[int], objective: Objective) -> Predicted:
     from trtllm_forge.plan.planner import default_workload, make_plan
-    from trtllm_forge.plan.serving_model import predict_serving
+    from trtllm_forge.plan.serving_model import config_instances, predict_serving
 
     workload = default_workload(config)
     plan = make_plan(config, workload)
-    instances = serving_instances(config)
+    instances = config_instances(plan)[0]
     pattern = arrivals(config)
     best: Predicted | None = None
     last: Predicted | None = None

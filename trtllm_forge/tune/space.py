@@ -84,40 +84,50 @@ def _gpu_knobs(config: ForgeConfig) -> list[Knob]:
     return knobs
 
 
-def _server_knobs(config: ForgeConfig) -> list[Knob]:
-    server = config.deploy.server
-    if server == "dynamo":
-        if config.engine.on_cpu:
-            return [Knob("deploy.dynamo.workers", (1, 2), "deploy", "engine workers behind the router")]
-        return [
-            Knob("deploy.dynamo.disaggregated", (False, True), "deploy", "prefill and decode on separate workers"),
-            Knob("deploy.dynamo.workers", (1, 2), "deploy", "aggregated workers"),
-            Knob("deploy.dynamo.prefill_workers", (1, 2), "deploy", "prefill workers (disaggregated)"),
-            Knob("deploy.dynamo.decode_workers", (1, 2), "deploy", "decode workers (disaggregated)"),
-        ]
-    if server == "triton" and config.engine.target != "llmapi":
-        return [
+def dynamo_knobs(config: ForgeConfig) -> tuple[list[Knob], list[Knob]]:
+    """Dynamo's knobs (server_kinds.py names this function): its workers; on a GPU, aggregated or disaggregated."""
+    if config.engine.on_cpu:
+        return [Knob("deploy.dynamo.workers", (1, 2), "deploy", "engine workers behind the router")], []
+    return [
+        Knob("deploy.dynamo.disaggregated", (False, True), "deploy", "prefill and decode on separate workers"),
+        Knob("deploy.dynamo.workers", (1, 2), "deploy", "aggregated workers"),
+        Knob("deploy.dynamo.prefill_workers", (1, 2), "deploy", "prefill workers (disaggregated)"),
+        Knob("deploy.dynamo.decode_workers", (1, 2), "deploy", "decode workers (disaggregated)"),
+    ], []
+
+
+def triton_knobs(config: ForgeConfig) -> tuple[list[Knob], list[Knob]]:
+    """Triton's knobs (server_kinds.py names this function): the tokenizer and detokenizer models' instances on the
+    engine path; on a CPU engine, `--space FILE` may also name the engine model's instances (each runs an engine)."""
+    default = []
+    if config.engine.target != "llmapi":
+        default = [
             Knob("triton.instances.preprocessing", (1, 2), "render", "tokenizer model instances"),
             Knob("triton.instances.postprocessing", (1, 2), "render", "detokenizer model instances"),
         ]
-    return []
+    extra = []
+    if config.engine.on_cpu:
+        extra = [Knob("triton.instances.tensorrt_llm", (config.triton.instances.tensorrt_llm,), "render", "engine model instances")]
+    return default, extra
 
 
-def _extra_knobs(config: ForgeConfig) -> list[Knob]:
-    """Knobs not in the default space that `--space FILE` may add (fixed at the config's value unless named)."""
-    if config.engine.on_cpu and config.deploy.server == "triton":
-        return [Knob("triton.instances.tensorrt_llm", (config.triton.instances.tensorrt_llm,), "render", "engine model instances")]
-    return []
+def _server_knobs(config: ForgeConfig) -> tuple[list[Knob], list[Knob]]:
+    """(default, extra) knobs of the config's server kind; extra ones are fixed at the config's value unless
+    `--space FILE` names them."""
+    from trtllm_forge.server_kinds import entry_for, resolve
+
+    reference = entry_for(config.deploy.server).tuning_knobs
+    return resolve(reference)(config) if reference else ([], [])
 
 
 def default_space(config: ForgeConfig) -> list[Knob]:
     """The knobs this config's engine and server kind really have, each around the config's own value."""
     engine = _cpu_knobs(config) if config.engine.on_cpu else _gpu_knobs(config)
-    return [*engine, *_server_knobs(config)]
+    return [*engine, *_server_knobs(config)[0]]
 
 
 def known_knobs(config: ForgeConfig) -> dict[str, Knob]:
-    return {knob.name: knob for knob in [*default_space(config), *_extra_knobs(config)]}
+    return {knob.name: knob for knob in [*default_space(config), *_server_knobs(config)[1]]}
 
 
 def default_point(config: ForgeConfig, knobs: list[Knob]) -> Point:
