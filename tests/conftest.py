@@ -36,6 +36,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -638,3 +639,15 @@ def full_disk(tmp_path):
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def load_script(filename: str) -> ModuleType:
+    """A script of scripts/ imported as a module of its own (a fresh one per call), for tests of its pure functions."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"script_under_test_{Path(filename).stem}", REPO / "scripts" / filename)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

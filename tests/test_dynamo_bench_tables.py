@@ -3,22 +3,17 @@ repeats, ratios paired within a repeat, the goals' verdicts, CPU per output toke
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from conftest import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("script_under_test_bench_dynamo", REPO / "scripts" / "bench_dynamo.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_dynamo.py")
 
 
 def _document(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -5,25 +5,19 @@ hand."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def _readme_tables() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("readme_tables_under_test", REPO / "scripts" / "readme_tables.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("readme_tables.py")
 
 
 tables = _readme_tables()

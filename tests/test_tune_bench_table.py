@@ -3,22 +3,17 @@ judged on the side-by-side confirmation round, a pick equal to the grid's best i
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from conftest import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("script_under_test_bench_tune", REPO / "scripts" / "bench_tune.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_tune.py")
 
 
 def _document(confirm_points: list[dict[str, Any]], ratios: dict[str, Any], tune_trials: int) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from trtllm_forge.builders.tensorrt_llm.images import forge_image_tag, release_image
+from trtllm_forge.builders.tensorrt_llm.images import GPU_CONTAINER_FLAGS, forge_image_tag, release_image
 
 from trtllm_forge.config.schema import ForgeConfig
 
@@ -105,14 +105,9 @@ def docker_run_argv(
         "--rm",
         "--gpus",
         str(gpus),
-        "--ipc",
-        "host",
+        *GPU_CONTAINER_FLAGS,
         "--shm-size",
         "1g",
-        "--ulimit",
-        "memlock=-1",
-        "--ulimit",
-        "stack=67108864",
         "-e",
         "HF_HUB_OFFLINE=1",
         "-e",

@@ -56,6 +56,12 @@ class ServingImage:
     triton: str | None = None  # the Triton release of an NGC row
 
 
+# How NVIDIA's TensorRT-LLM containers are run (NVIDIA/TensorRT-LLM@20c5f48b:docs/source/installation/containers.md:
+# `--ipc=host --ulimit memlock=-1 --ulimit stack=67108864`; without --ipc=host, "Bus error"), for every `docker run`
+# we write of one.
+GPU_CONTAINER_FLAGS = ("--ipc", "host", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864")
+
+
 @lru_cache(maxsize=1)
 def matrix() -> dict[str, Any]:
     path = resources.files("trtllm_forge.builders.tensorrt_llm").joinpath("spec/serving-images.json")

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtllm_forge.builders.tensorrt_llm.images import release_image
+from trtllm_forge.builders.tensorrt_llm.images import GPU_CONTAINER_FLAGS, release_image
 
 from trtllm_forge.config.schema import ForgeConfig
 from trtllm_forge.errors import ConfigError
@@ -55,12 +55,7 @@ class QuantizePlan:
             "--rm",
             "--gpus",
             str(gpus),
-            "--ipc",
-            "host",
-            "--ulimit",
-            "memlock=-1",
-            "--ulimit",
-            "stack=67108864",
+            *GPU_CONTAINER_FLAGS,
             "-v",
             f"{model_dir}:{model_dir}:ro",
             "-v",

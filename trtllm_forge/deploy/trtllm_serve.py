@@ -69,6 +69,8 @@ def served_llmapi_version(config: ForgeConfig) -> str:
 
 
 def docker_argv(config: ForgeConfig, model: str, options: str) -> list[str]:
+    from trtllm_forge.builders.tensorrt_llm.images import GPU_CONTAINER_FLAGS
+
     inside = serve_argv(config, model, options, host="0.0.0.0", port=CONTAINER_PORT)
     host_port = config.triton.http_port or ""
     gpus = config.deploy.resources.gpus if config.deploy.resources.gpus is not None else config.parallel.world_size
@@ -78,11 +80,7 @@ def docker_argv(config: ForgeConfig, model: str, options: str) -> list[str]:
         "--detach",
         "--name",
         _name(config),
-        "--ipc=host",
-        "--ulimit",
-        "memlock=-1",
-        "--ulimit",
-        "stack=67108864",
+        *GPU_CONTAINER_FLAGS,
         "--gpus",
         str(gpus),
         "-p",
