@@ -18,10 +18,11 @@ from cli_inprocess import run_in_process
 from conftest import CONFIGS, REPO
 
 from trtllm_forge.config import load_config
+from trtllm_forge.errors import ConfigError
 from trtllm_forge.hardware import hardware_table
 from trtllm_forge.model_shape import ModelShape, catalog_shape
 from trtllm_forge.plan import make_plan
-from trtllm_forge.plan.aiconfigurator import MODELS, SYSTEMS, Refusal, Request, catalog, request_for
+from trtllm_forge.plan.aiconfigurator import MODELS, SYSTEMS, Request, catalog, request_for
 
 SHAPE_FIELDS = (
     "num_hidden_layers",
@@ -168,7 +169,7 @@ hardware: {gpu: H100-SXM}
 """)
     )
     refusal = request_for(make_plan(config))
-    assert isinstance(refusal, Refusal) and refusal.field == "quantization.algorithm"
+    assert isinstance(refusal, ConfigError) and refusal.where == "quantization.algorithm"
     assert "w4a8_awq" in refusal.problem and "fp8" in refusal.valid
 
 

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from trtllm_forge.errors import ConfigError
 from trtllm_forge.plan.planner import Plan
 
 PYTHON_ENV = "FORGE_AICONFIGURATOR_PYTHON"
@@ -107,17 +108,6 @@ class Prediction:
 
 
 @dataclass(frozen=True)
-class Refusal:
-    field: str
-    problem: str
-    valid: str
-
-    @property
-    def line(self) -> str:
-        return f"{self.field}: {self.problem}; {self.valid}"
-
-
-@dataclass(frozen=True)
 class Request:
     """What AIConfigurator is asked: its names and cli_estimate's keyword arguments."""
 
@@ -134,20 +124,21 @@ def aiconfigurator_python() -> Path:
     return Path(sys.prefix).parent / VENV_NAME / "bin" / "python"
 
 
-def request_for(plan: Plan) -> Request | Refusal:
-    """The config's GPU, model, parallelism, batch size and ISL/OSL in AIConfigurator's terms, or why it has none."""
+def request_for(plan: Plan) -> Request | ConfigError:
+    """The config's GPU, model, parallelism, batch size and ISL/OSL in AIConfigurator's terms, or why it has none
+    (returned, not raised: `plan --predict` reports it as unsupported beside the rest of the plan)."""
     config = plan.config
     eng, quant, mapping = config.engine, config.quantization, plan.mapping
     system = SYSTEMS.get(config.hardware.gpu)
     if system is None:
-        return Refusal(
+        return ConfigError(
             "hardware.gpu",
             f"AIConfigurator has no TensorRT-LLM database for {config.hardware.gpu}",
             f"it has one for {', '.join(SYSTEMS)}",
         )
     model = MODELS.get(config.model.name or "")
     if model is None:
-        return Refusal(
+        return ConfigError(
             "model.name",
             f"AIConfigurator bundles no model config matching {config.model.name or config.model.source!r}",
             f"models it can simulate: {', '.join(MODELS)}",
@@ -156,7 +147,7 @@ def request_for(plan: Plan) -> Request | Refusal:
     moe = MOE_QUANT.get(quant.algorithm) if plan.shape.is_moe else None
     if gemm is None or (plan.shape.is_moe and moe is None):
         usable = MOE_QUANT if plan.shape.is_moe else GEMM_QUANT
-        return Refusal(
+        return ConfigError(
             "quantization.algorithm", f"AIConfigurator has no quant mode for {quant.algorithm}", f"it simulates {', '.join(usable)}"
         )
     w = plan.workload
@@ -227,8 +218,8 @@ def call_bridge(request: dict[str, Any], python: Path | None = None) -> dict[str
 
 def predict(plan: Plan, python: Path | None = None) -> Prediction:
     asked = request_for(plan)
-    if isinstance(asked, Refusal):
-        return Prediction(status="unsupported", reason=asked.line)
+    if isinstance(asked, ConfigError):
+        return Prediction(status="unsupported", reason=asked.format_message())
     answer = call_bridge({"op": "estimate", "model": asked.model, "system": asked.system, "arguments": asked.arguments}, python)
     versions = answer.get("versions") or {}
     status: Status = answer["status"] if answer["status"] in ("simulated", "unsupported") else "unavailable"
