@@ -32,13 +32,9 @@ SCRIPT = "run_trials.sh"
 
 def with_trial_workload(config: ForgeConfig, bench: BenchPlan, slo: Slo) -> ForgeConfig:
     """The config whose first bench workload is the trial's measurement (its only workload)."""
-    from trtllm_forge.config.load import parse_config
-
-    data = config.model_dump(mode="json")
-    workload = {**data["bench"]["workloads"][0], **bench.to_dict(), "request_rate": [], "slo_ms": slo.per_request_ms()}
-    data["bench"]["workloads"] = [workload]
-    trial = parse_config(data, config_dir=config.config_dir, name=config.name)
-    return trial
+    first = config.bench.workloads[0].model_dump(mode="json")
+    workload = {**first, **bench.to_dict(), "request_rate": [], "slo_ms": slo.per_request_ms()}
+    return apply_point(config, {"bench.workloads": [workload]})
 
 
 def _script(hashes: list[str]) -> str:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,8 +24,8 @@ class Checked:
         return not self.reasons
 
 
-def apply_point(config: ForgeConfig, point: Point) -> ForgeConfig:
-    """The config with the point's knob values set, validated exactly as `load_config` validates a file (schema and
+def apply_point(config: ForgeConfig, point: Mapping[str, object]) -> ForgeConfig:
+    """The config with the point's knob values (or any other dotted config paths) set, validated exactly as `load_config` validates a file (schema and
     cross-field checks); ConfigErrors naming each problem when it does not validate."""
     from trtllm_forge.config.load import parse_config
 
@@ -34,7 +35,7 @@ def apply_point(config: ForgeConfig, point: Point) -> ForgeConfig:
     return trial
 
 
-def with_point(data: dict[str, Any], point: Point) -> dict[str, Any]:
+def with_point(data: dict[str, Any], point: Mapping[str, object]) -> dict[str, Any]:
     """A copy of a config mapping with each dotted knob path set (a missing section is made)."""
     import copy
 

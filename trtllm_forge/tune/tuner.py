@@ -69,15 +69,10 @@ def with_workload(config: ForgeConfig, concurrencies: tuple[int, ...] | None) ->
             "tune measures the config's first bench workload, and there is none",
             "add one, or pass --concurrency (e.g. 1,8)",
         )
-    from trtllm_forge.config.load import parse_config
     from trtllm_forge.plan.planner import default_workload
 
     lengths = default_workload(config)
-    data = config.model_dump(mode="json")
-    data["bench"]["workloads"] = [{"name": "tune", "input_len": lengths.input_len, "output_len": lengths.output_len}]
-    tuned = parse_config(data, config_dir=config.config_dir, name=config.name)
-    tuned.config_file = config.config_file
-    return tuned
+    return apply_point(config, {"bench.workloads": [{"name": "tune", "input_len": lengths.input_len, "output_len": lengths.output_len}]})
 
 
 def workload_concurrencies(config: ForgeConfig) -> tuple[int, ...]:
