@@ -277,3 +277,24 @@ def test_trtllm_serve_runs_in_nvidias_release_image_of_its_llmapi_version():
         assert f"BASE_IMAGE={release_image(version).image}" in build and build[build.index("-t") + 1] == forge_image_tag(version)
     pinned = cpu_test_config(engine={"target": "llmapi"}, deploy={"image": "registry.example/mine:1"})
     assert trtllm_serve.image_for(pinned) == "registry.example/mine:1"
+
+
+def test_a_multi_node_rendering_names_the_leader_image_and_its_build(tmp_path):
+    """Several nodes: every pod runs our image on NVIDIA's release image (kubectl in the leader); the render's note
+    gives the `docker build` that makes it, so the manifest does not name an image nobody built."""
+    from trtllm_forge.builders.tensorrt_llm.container import llmapi_leader_build_argv
+
+    from trtllm_forge.deploy.kinds import kind_of
+
+    config = load_config(CONFIGS / "llama3.1-405b-bf16-h100x16-2node.yaml")
+    config = config.model_copy(
+        update={
+            "deploy": config.deploy.model_copy(update={"server": "trtllm-serve"}),
+            "engine": config.engine.model_copy(update={"target": "llmapi"}),
+        }
+    )
+    assert config.parallel.nodes > 1
+    rendering = kind_of(config).render(config, tmp_path, tmp_path / "repository", "kubernetes")
+    version = trtllm_serve.served_llmapi_version(config)
+    assert " ".join(llmapi_leader_build_argv(version)) in rendering.note
+    assert f"image: {trtllm_serve.image_for(config)}" in rendering.text
